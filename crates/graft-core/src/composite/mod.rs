@@ -1,0 +1,1 @@
+//! Composite ops: a library of higher-level operations written over the primitives.

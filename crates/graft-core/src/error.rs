@@ -1,0 +1,126 @@
+//! Typed errors of the core: shape/type errors from primitive shape rules,
+//! IR construction and verification errors, and executor errors.
+
+use crate::ir::Value;
+use crate::types::{fmt_list, TensorType};
+use thiserror::Error;
+
+/// A primitive's shape rule rejected its operands.
+///
+/// Names the primitive, the operand types it was given, and what it expected,
+/// so the message is useful without looking at the code.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[error("{prim}: {expected}; got operands ({})", fmt_types(.operands))]
+pub struct TypeError {
+    /// Primitive name with its parameters, as the printer shows it.
+    pub prim: String,
+    /// The operand types that were rejected.
+    pub operands: Vec<TensorType>,
+    /// What the rule expected, as a sentence fragment.
+    pub expected: String,
+}
+
+fn fmt_types(ts: &[TensorType]) -> String {
+    ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+impl TypeError {
+    /// Builds a type error for `prim` (name and params) given its operands.
+    pub fn new(prim: impl Into<String>, operands: &[TensorType], expected: impl Into<String>) -> Self {
+        TypeError { prim: prim.into(), operands: operands.to_vec(), expected: expected.into() }
+    }
+}
+
+/// Errors while building, verifying or transforming IR.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum IrError {
+    /// A shape rule failed.
+    #[error(transparent)]
+    Type(#[from] TypeError),
+    /// A value handle that does not belong to this function.
+    #[error("value {value} is not defined in function `{func}`")]
+    UnknownValue {
+        /// The bad handle.
+        value: Value,
+        /// The function being built.
+        func: String,
+    },
+    /// A structural invariant does not hold (see `verify`).
+    #[error("verify `{func}`: equation {eqn}: {msg}")]
+    Verify {
+        /// Function name.
+        func: String,
+        /// Index of the offending equation (or `usize::MAX` for the signature).
+        eqn: usize,
+        /// What is wrong.
+        msg: String,
+    },
+    /// An argument to a library (composite) op is invalid, e.g. an axis out of range.
+    #[error("{op}: {msg}")]
+    Invalid {
+        /// The op that was called.
+        op: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+impl IrError {
+    /// Shorthand for [`IrError::Invalid`].
+    pub fn invalid(op: impl Into<String>, msg: impl Into<String>) -> Self {
+        IrError::Invalid { op: op.into(), msg: msg.into() }
+    }
+}
+
+/// Errors while running a compiled function.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ExecError {
+    /// Wrong number of inputs.
+    #[error("function `{func}` takes {expected} inputs, got {got}")]
+    InputCount {
+        /// Function name.
+        func: String,
+        /// Declared parameter count.
+        expected: usize,
+        /// Inputs supplied.
+        got: usize,
+    },
+    /// An input's dtype or shape differs from the parameter's type.
+    #[error("function `{func}`: input {index} must be {expected}, got {got}")]
+    InputType {
+        /// Function name.
+        func: String,
+        /// Position of the input.
+        index: usize,
+        /// Declared type.
+        expected: TensorType,
+        /// Supplied type.
+        got: TensorType,
+    },
+    /// A kernel could not run (e.g. a dtype the kernel does not support).
+    #[error("kernel {prim}: {msg}")]
+    Kernel {
+        /// Primitive name.
+        prim: String,
+        /// What went wrong.
+        msg: String,
+    },
+    /// The function failed verification or planning.
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    /// A tensor had an unexpected dtype or size inside a kernel.
+    #[error(transparent)]
+    Tensor(#[from] crate::tensor::TensorError),
+}
+
+impl ExecError {
+    /// Shorthand for [`ExecError::Kernel`].
+    pub fn kernel(prim: impl Into<String>, msg: impl Into<String>) -> Self {
+        ExecError::Kernel { prim: prim.into(), msg: msg.into() }
+    }
+}
+
+/// Formats axes like the printer does, for error messages.
+pub fn axes_str(axes: &[usize]) -> String {
+    fmt_list(axes)
+}

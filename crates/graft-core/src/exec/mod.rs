@@ -1,0 +1,233 @@
+//! The CPU executor: runs any verified [`Func`] on host tensors.
+//!
+//! Planning happens once per [`Executable`]: liveness analysis finds, for
+//! every equation, the values whose last reader it is. At run time those
+//! buffers go back to a pool keyed by (dtype, element count) right after
+//! that equation, and later equations take their output buffers from the
+//! pool before allocating. The pool survives between calls, so a function
+//! called repeatedly in a training loop stops allocating after its first call.
+//!
+//! Peak bytes: the high-water mark of bytes the executor holds (live
+//! intermediates plus pooled buffers) during one run. Caller-owned inputs
+//! are not counted; outputs are counted until they are returned.
+
+use crate::error::ExecError;
+use crate::ir::{verify, Func, Value};
+use crate::ops::Op;
+use crate::tensor::Tensor;
+use crate::types::TensorType;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Figures from one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Most bytes held by the executor at any point of the run.
+    pub peak_bytes: usize,
+    /// Bytes newly allocated during the run (not served by the pool).
+    pub fresh_bytes: usize,
+    /// Output buffers served from the pool.
+    pub reused_buffers: usize,
+    /// Kernels launched.
+    pub kernels: usize,
+}
+
+/// A verified, planned function ready to run.
+#[derive(Debug)]
+pub struct Executable {
+    func: Arc<Func>,
+    /// For each equation, the owned values to release after it ran.
+    release_after: Vec<Vec<Value>>,
+    pool: Mutex<Pool>,
+}
+
+impl Executable {
+    /// Verifies and plans a function.
+    pub fn new(func: impl Into<Arc<Func>>) -> Result<Executable, ExecError> {
+        let func = func.into();
+        verify(&func)?;
+        let release_after = plan_releases(&func);
+        Ok(Executable { func, release_after, pool: Mutex::new(Pool::default()) })
+    }
+
+    /// The function this executable runs.
+    pub fn func(&self) -> &Arc<Func> {
+        &self.func
+    }
+
+    /// Runs on the given inputs and returns the outputs.
+    pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, ExecError> {
+        self.run_with_stats(inputs).map(|(outs, _)| outs)
+    }
+
+    /// Runs and also reports memory and kernel figures.
+    pub fn run_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, RunStats), ExecError> {
+        self.check_inputs(inputs)?;
+        // Take the pool so concurrent runs never share buffers; a concurrent
+        // run simply starts with an empty pool.
+        let mut pool = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
+        let result = self.run_inner(inputs, &mut pool);
+        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = pool;
+        result
+    }
+
+    fn check_inputs(&self, inputs: &[&Tensor]) -> Result<(), ExecError> {
+        let f = &self.func;
+        if inputs.len() != f.params.len() {
+            return Err(ExecError::InputCount { func: f.name.clone(), expected: f.params.len(), got: inputs.len() });
+        }
+        for (i, (&p, t)) in f.params.iter().zip(inputs).enumerate() {
+            if f.ty(p).dtype != t.dtype() || f.ty(p).shape != t.shape() {
+                return Err(ExecError::InputType {
+                    func: f.name.clone(),
+                    index: i,
+                    expected: f.ty(p).clone(),
+                    got: t.ty(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn run_inner<'a>(&self, inputs: &[&'a Tensor], pool: &mut Pool) -> Result<(Vec<Tensor>, RunStats), ExecError> {
+        let f = &*self.func;
+        let mut stats = RunStats::default();
+        pool.held = pool.pooled_bytes();
+        pool.peak = pool.held;
+        let mut env: Vec<Slot<'a>> = (0..f.n_values()).map(|_| Slot::Empty).collect();
+        for (&p, &t) in f.params.iter().zip(inputs) {
+            env[p.index()] = Slot::Borrowed(t);
+        }
+        for (i, eqn) in f.eqns.iter().enumerate() {
+            let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
+            {
+                let ins: Vec<&Tensor> = eqn.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
+                eqn.prim.kernel(&ins, &mut outs)?;
+            }
+            stats.kernels += 1;
+            for (&v, t) in eqn.outputs.iter().zip(outs) {
+                env[v.index()] = Slot::Owned(t);
+            }
+            for &v in &self.release_after[i] {
+                if let Slot::Owned(t) = std::mem::replace(&mut env[v.index()], Slot::Empty) {
+                    pool.put(t);
+                }
+            }
+        }
+        let mut results = Vec::with_capacity(f.outputs.len());
+        for (k, &v) in f.outputs.iter().enumerate() {
+            let repeated_later = f.outputs[k + 1..].contains(&v);
+            let t = match std::mem::replace(&mut env[v.index()], Slot::Empty) {
+                Slot::Owned(t) if repeated_later => {
+                    let c = t.clone();
+                    env[v.index()] = Slot::Owned(t);
+                    c
+                }
+                Slot::Owned(t) => {
+                    pool.held -= t.size_bytes();
+                    t
+                }
+                Slot::Borrowed(t) => {
+                    env[v.index()] = Slot::Borrowed(t);
+                    t.clone()
+                }
+                Slot::Empty => return Err(internal(format!("output {v} was released before the end"))),
+            };
+            results.push(t);
+        }
+        stats.peak_bytes = pool.peak;
+        Ok((results, stats))
+    }
+}
+
+/// Runs a function once (verifying and planning it first). Convenience for
+/// tests and for primitives that hold sub-functions.
+pub fn run_func(func: impl Into<Arc<Func>>, inputs: &[&Tensor]) -> Result<Vec<Tensor>, ExecError> {
+    Executable::new(func)?.run(inputs)
+}
+
+fn internal(msg: String) -> ExecError {
+    ExecError::kernel("executor", format!("internal error: {msg}"))
+}
+
+enum Slot<'a> {
+    Empty,
+    Borrowed(&'a Tensor),
+    Owned(Tensor),
+}
+
+impl Slot<'_> {
+    fn get(&self) -> Result<&Tensor, ExecError> {
+        match self {
+            Slot::Borrowed(t) => Ok(t),
+            Slot::Owned(t) => Ok(t),
+            Slot::Empty => Err(internal("operand read after release (liveness plan is wrong)".into())),
+        }
+    }
+}
+
+/// Liveness: for each equation, the equation-defined values whose last
+/// reader it is (or that nobody reads, released right after definition).
+/// Parameters are caller-owned and outputs are returned, so neither is released.
+fn plan_releases(func: &Func) -> Vec<Vec<Value>> {
+    let n = func.n_values();
+    let mut last_use: Vec<Option<usize>> = vec![None; n];
+    let mut keep = vec![false; n];
+    for &p in &func.params {
+        keep[p.index()] = true;
+    }
+    for &v in &func.outputs {
+        keep[v.index()] = true;
+    }
+    for (i, eqn) in func.eqns.iter().enumerate() {
+        for &v in &eqn.inputs {
+            last_use[v.index()] = Some(i);
+        }
+    }
+    let mut release = vec![Vec::new(); func.eqns.len()];
+    for (i, eqn) in func.eqns.iter().enumerate() {
+        for &v in &eqn.outputs {
+            if keep[v.index()] {
+                continue;
+            }
+            let at = last_use[v.index()].unwrap_or(i);
+            release[at].push(v);
+        }
+    }
+    for list in &mut release {
+        list.sort();
+        list.dedup();
+    }
+    release
+}
+
+/// Recycled buffers keyed by (dtype, element count), with byte accounting.
+#[derive(Debug, Default)]
+struct Pool {
+    free: HashMap<(crate::dtype::DType, usize), Vec<Tensor>>,
+    held: usize,
+    peak: usize,
+}
+
+impl Pool {
+    fn pooled_bytes(&self) -> usize {
+        self.free.values().flatten().map(Tensor::size_bytes).sum()
+    }
+
+    fn take(&mut self, ty: &TensorType, stats: &mut RunStats) -> Tensor {
+        if let Some(mut t) = self.free.get_mut(&(ty.dtype, ty.numel())).and_then(Vec::pop) {
+            t.repurpose(ty);
+            stats.reused_buffers += 1;
+            return t;
+        }
+        let bytes = ty.size_bytes();
+        self.held += bytes;
+        self.peak = self.peak.max(self.held);
+        stats.fresh_bytes += bytes;
+        Tensor::zeros(ty)
+    }
+
+    fn put(&mut self, t: Tensor) {
+        self.free.entry((t.dtype(), t.numel())).or_default().push(t);
+    }
+}

@@ -1,0 +1,118 @@
+//! The IR: a typed SSA graph ("the RISC DAG") of primitive operations.
+//!
+//! A [`Func`] is a jaxpr-like list of equations in topological order.
+//! Invariants (checked by [`verify`]):
+//! - every value is defined exactly once, as a parameter or an equation output;
+//! - every equation operand is defined before the equation (params first);
+//! - every value's recorded type is what its primitive's shape rule infers;
+//! - outputs refer to defined values.
+//!
+//! Values are dense `u32` indices into `Func::types`, so per-value side
+//! tables are plain vectors.
+
+mod builder;
+mod print;
+mod verify;
+
+pub use builder::Builder;
+pub use print::print_func;
+pub use verify::verify;
+
+use crate::ops::Prim;
+use crate::types::TensorType;
+use std::fmt;
+use std::sync::Arc;
+
+/// An SSA value: the index of its type in [`Func::types`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Value(pub u32);
+
+impl Value {
+    /// The index as `usize`, for side tables.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// Where an equation came from in user source. Travels with the equation
+/// through every rewrite so late errors point at the user's line.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SrcLoc {
+    /// File name as the user gave it.
+    pub file: Arc<str>,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column.
+    pub col: u32,
+}
+
+/// One primitive application: `outputs = prim(inputs)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eqn {
+    /// The primitive and its static parameters.
+    pub prim: Prim,
+    /// Operands.
+    pub inputs: Vec<Value>,
+    /// Results (most primitives have one).
+    pub outputs: Vec<Value>,
+    /// Source location, if known.
+    pub loc: Option<Arc<SrcLoc>>,
+}
+
+/// A function: typed parameters, equations in topological order, outputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Func {
+    /// Name, for printing and error messages.
+    pub name: String,
+    /// Type of every value, indexed by [`Value::index`].
+    pub types: Vec<TensorType>,
+    /// Parameter values, in call order.
+    pub params: Vec<Value>,
+    /// Equations, in topological order.
+    pub eqns: Vec<Eqn>,
+    /// Returned values (a function may return several).
+    pub outputs: Vec<Value>,
+}
+
+impl Func {
+    /// Type of a value.
+    ///
+    /// Panics if `v` is not a value of this function: handles are only ever
+    /// created by the function's own builder, so this is an internal error.
+    pub fn ty(&self, v: Value) -> &TensorType {
+        &self.types[v.index()]
+    }
+
+    /// Parameter types, in order.
+    pub fn param_types(&self) -> Vec<TensorType> {
+        self.params.iter().map(|&v| self.ty(v).clone()).collect()
+    }
+
+    /// Output types, in order.
+    pub fn output_types(&self) -> Vec<TensorType> {
+        self.outputs.iter().map(|&v| self.ty(v).clone()).collect()
+    }
+
+    /// Number of values (params plus equation outputs).
+    pub fn n_values(&self) -> usize {
+        self.types.len()
+    }
+
+    /// Counts equations whose primitive has the given name (for structure tests).
+    pub fn count_prim(&self, name: &str) -> usize {
+        use crate::ops::Op;
+        self.eqns.iter().filter(|e| e.prim.name() == name).count()
+    }
+}
+
+impl fmt::Display for Func {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&print_func(self))
+    }
+}

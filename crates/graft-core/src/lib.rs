@@ -1,0 +1,24 @@
+//! graft-core: tensor types, the primitive IR (every primitive with its
+//! shape rule, kernel and builder entry point), and the CPU executor.
+//!
+//! Data flow: build a [`ir::Func`] with [`ir::Builder`] (or the tracing API
+//! of the `graft` crate), check it with [`ir::verify`], plan it into an
+//! [`exec::Executable`], and run it on [`tensor::Tensor`]s.
+
+pub mod composite;
+pub mod dtype;
+pub mod error;
+pub mod exec;
+pub mod ir;
+pub mod npy;
+pub mod ops;
+pub mod tensor;
+pub mod types;
+
+pub use dtype::DType;
+pub use error::{ExecError, IrError, TypeError};
+pub use exec::{Executable, RunStats};
+pub use ir::{Builder, Func, Value};
+pub use ops::{Op, Prim};
+pub use tensor::{Element, Tensor, TensorError};
+pub use types::{Shape, TensorType};

@@ -1,0 +1,139 @@
+//! Every primitive of graft, one op family per file.
+//!
+//! A family file holds, for each of its primitives: the parameter type, the
+//! shape rule (`infer`), the kernel, and the builder entry point. Later
+//! transforms add their rules (jvp, vjp, batching) to the same [`Op`] trait,
+//! so the compiler walks every family through every new rule.
+//!
+//! Adding a primitive: add it to its family file (or a new file) and, for a
+//! new family, one line in `define_prims!` below. See docs/adding-a-primitive.md.
+
+pub mod kernel;
+pub mod unary;
+
+use crate::error::{ExecError, TypeError};
+use crate::ir::Func;
+use crate::tensor::Tensor;
+use crate::types::TensorType;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// Everything the compiler knows about a primitive.
+///
+/// Rule methods have no defaults: a family that lacks a rule fails the build.
+pub trait Op: Debug + Clone + PartialEq {
+    /// The primitive's name as printed (`exp`, `dot_general`, ...).
+    fn name(&self) -> &'static str;
+    /// Static parameters as printed inside `[...]`, e.g. `axes=(0,1)`; empty if none.
+    fn params(&self) -> String;
+    /// Output types from operand types. The only place shape and dtype rules live.
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError>;
+    /// Runs the primitive. `outs` are pre-sized tensors of the inferred types;
+    /// their contents are unspecified on entry and must be fully written.
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError>;
+    /// Sub-functions held by this primitive (bodies of calls and control flow).
+    fn subfuncs(&self) -> Vec<Arc<Func>> {
+        Vec::new()
+    }
+}
+
+/// Declares the closed set of primitive families and generates the `Prim`
+/// enum with its `Op` dispatch and `From` conversions.
+macro_rules! define_prims {
+    ($( $(#[$doc:meta])* $variant:ident($ty:ty) ),* $(,)?) => {
+        /// A primitive with its static parameters.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Prim {
+            $( $(#[$doc])* $variant($ty), )*
+        }
+
+        impl Op for Prim {
+            fn name(&self) -> &'static str {
+                match self { $( Prim::$variant(p) => p.name(), )* }
+            }
+            fn params(&self) -> String {
+                match self { $( Prim::$variant(p) => p.params(), )* }
+            }
+            fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+                match self { $( Prim::$variant(p) => p.infer(ins), )* }
+            }
+            fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+                match self { $( Prim::$variant(p) => p.kernel(ins, outs), )* }
+            }
+            fn subfuncs(&self) -> Vec<Arc<Func>> {
+                match self { $( Prim::$variant(p) => p.subfuncs(), )* }
+            }
+        }
+
+        $( impl From<$ty> for Prim {
+            fn from(p: $ty) -> Prim { Prim::$variant(p) }
+        } )*
+    };
+}
+
+define_prims! {
+    /// Elementwise unary math (neg, exp, sin, ...).
+    Unary(unary::Unary),
+}
+
+/// The printed form of a primitive with its parameters: `name[params]`.
+pub fn display_prim(op: &impl Op) -> String {
+    let p = op.params();
+    if p.is_empty() {
+        op.name().to_string()
+    } else {
+        format!("{}[{}]", op.name(), p)
+    }
+}
+
+/// Shape-rule helpers shared by the families.
+pub mod check {
+    use super::{display_prim, Op};
+    use crate::error::TypeError;
+    use crate::types::TensorType;
+
+    /// A type error for `op` on `ins`.
+    pub fn err(op: &impl Op, ins: &[TensorType], expected: impl Into<String>) -> TypeError {
+        TypeError::new(display_prim(op), ins, expected)
+    }
+
+    /// Requires exactly `n` operands.
+    pub fn arity(op: &impl Op, ins: &[TensorType], n: usize) -> Result<(), TypeError> {
+        if ins.len() == n {
+            Ok(())
+        } else {
+            Err(err(op, ins, format!("expected {n} operand{}", if n == 1 { "" } else { "s" })))
+        }
+    }
+
+    /// Requires every operand to have the same shape and dtype as the first.
+    pub fn same_types(op: &impl Op, ins: &[TensorType]) -> Result<(), TypeError> {
+        if ins.iter().all(|t| t == &ins[0]) {
+            Ok(())
+        } else {
+            Err(err(op, ins, "operands must have identical shapes and dtypes (broadcasting is explicit)"))
+        }
+    }
+
+    /// Requires a floating-point dtype.
+    pub fn float(op: &impl Op, ins: &[TensorType], t: &TensorType) -> Result<(), TypeError> {
+        if t.dtype.is_float() {
+            Ok(())
+        } else {
+            Err(err(op, ins, "expected a floating-point operand (f32 or f64)"))
+        }
+    }
+
+    /// Requires every axis to be `< rank` and no axis repeated.
+    pub fn axes(op: &impl Op, ins: &[TensorType], axes: &[usize], rank: usize) -> Result<(), TypeError> {
+        for (i, &a) in axes.iter().enumerate() {
+            if a >= rank {
+                return Err(err(op, ins, format!("axis {a} is out of range for rank {rank}")));
+            }
+            if axes[..i].contains(&a) {
+                return Err(err(op, ins, format!("axis {a} is repeated")));
+            }
+        }
+        Ok(())
+    }
+}

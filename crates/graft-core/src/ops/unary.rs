@@ -1,0 +1,240 @@
+//! Elementwise unary primitives: `y[i] = f(x[i])`, same shape as the operand.
+//!
+//! Dtype rules: `neg`, `abs`, `sign` take any numeric dtype; `not` takes
+//! bool (logical) or integers (bitwise); everything else needs a float.
+//! `round` rounds half to even (NumPy's `round`, not C's `round`).
+
+use super::kernel::{input, map1, output, Real};
+use super::{check, Op};
+use crate::dtype::DType;
+use crate::error::{ExecError, IrError, TypeError};
+use crate::ir::{Builder, Value};
+use crate::tensor::{Element, Tensor};
+use crate::types::TensorType;
+use crate::{dispatch_float, dispatch_num};
+
+/// An elementwise unary primitive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unary {
+    /// `-x`
+    Neg,
+    /// `|x|`
+    Abs,
+    /// `-1`, `0` or `1` (and `0` for `±0`, NaN for NaN)
+    Sign,
+    /// `e^x`
+    Exp,
+    /// `e^x - 1`, accurate near 0
+    Expm1,
+    /// natural logarithm
+    Log,
+    /// `ln(1 + x)`, accurate near 0
+    Log1p,
+    /// square root
+    Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// sine
+    Sin,
+    /// cosine
+    Cos,
+    /// tangent
+    Tan,
+    /// hyperbolic tangent
+    Tanh,
+    /// `1 / (1 + e^-x)`
+    Logistic,
+    /// error function
+    Erf,
+    /// round towards -inf
+    Floor,
+    /// round towards +inf
+    Ceil,
+    /// round to nearest, ties to even
+    Round,
+    /// logical not (bool) or bitwise not (integers)
+    Not,
+}
+
+impl Unary {
+    /// Every unary primitive (for test tables and the language's name lookup).
+    pub const ALL: [Unary; 19] = [
+        Unary::Neg,
+        Unary::Abs,
+        Unary::Sign,
+        Unary::Exp,
+        Unary::Expm1,
+        Unary::Log,
+        Unary::Log1p,
+        Unary::Sqrt,
+        Unary::Rsqrt,
+        Unary::Sin,
+        Unary::Cos,
+        Unary::Tan,
+        Unary::Tanh,
+        Unary::Logistic,
+        Unary::Erf,
+        Unary::Floor,
+        Unary::Ceil,
+        Unary::Round,
+        Unary::Not,
+    ];
+
+    /// Whether this op accepts a dtype.
+    pub fn accepts(self, dtype: DType) -> bool {
+        match self {
+            Unary::Neg | Unary::Abs | Unary::Sign => dtype.is_numeric(),
+            Unary::Not => dtype == DType::Bool || dtype.is_int(),
+            _ => dtype.is_float(),
+        }
+    }
+
+    /// The float function (the semantic definition for f32 and f64).
+    fn apply<T: Real>(self, x: T) -> T {
+        let one = T::one();
+        match self {
+            Unary::Neg => -x,
+            Unary::Abs => x.abs(),
+            Unary::Sign => {
+                if x.is_nan() {
+                    x
+                } else if x > T::zero() {
+                    one
+                } else if x < T::zero() {
+                    -one
+                } else {
+                    T::zero()
+                }
+            }
+            Unary::Exp => x.exp(),
+            Unary::Expm1 => x.exp_m1(),
+            Unary::Log => x.ln(),
+            Unary::Log1p => x.ln_1p(),
+            Unary::Sqrt => x.sqrt(),
+            Unary::Rsqrt => one / x.sqrt(),
+            Unary::Sin => x.sin(),
+            Unary::Cos => x.cos(),
+            Unary::Tan => x.tan(),
+            Unary::Tanh => x.tanh(),
+            Unary::Logistic => one / (one + (-x).exp()),
+            Unary::Erf => x.erf(),
+            Unary::Floor => x.floor(),
+            Unary::Ceil => x.ceil(),
+            Unary::Round => x.round_even(),
+            Unary::Not => x, // rejected by the shape rule for floats
+        }
+    }
+}
+
+fn float_kernel<T: Real>(op: Unary, x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
+    map1(input::<T>(x)?, output::<T>(y)?, |v| op.apply(v));
+    Ok(())
+}
+
+fn int_kernel<T: Element + num_traits::PrimInt + num_traits::Signed + num_traits::WrappingSub>(
+    op: Unary,
+    x: &Tensor,
+    y: &mut Tensor,
+) -> Result<(), ExecError> {
+    let (a, o) = (input::<T>(x)?, output::<T>(y)?);
+    match op {
+        // Integer negation and abs wrap on the minimum value, like NumPy.
+        Unary::Neg => map1(a, o, |v| T::zero().wrapping_sub(&v)),
+        Unary::Abs => map1(a, o, |v| if v < T::zero() { T::zero().wrapping_sub(&v) } else { v }),
+        Unary::Sign => map1(a, o, |v| v.signum()),
+        Unary::Not => map1(a, o, |v| !v),
+        _ => return Err(super::kernel::unsupported(op.name(), T::DTYPE)),
+    }
+    Ok(())
+}
+
+fn num_kernel<T: Element>(op: Unary, x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
+    match T::DTYPE {
+        DType::F32 => float_kernel::<f32>(op, x, y),
+        DType::F64 => float_kernel::<f64>(op, x, y),
+        DType::I32 => int_kernel::<i32>(op, x, y),
+        DType::I64 => int_kernel::<i64>(op, x, y),
+        DType::Bool => Err(super::kernel::unsupported(op.name(), DType::Bool)),
+    }
+}
+
+impl Op for Unary {
+    fn name(&self) -> &'static str {
+        match self {
+            Unary::Neg => "neg",
+            Unary::Abs => "abs",
+            Unary::Sign => "sign",
+            Unary::Exp => "exp",
+            Unary::Expm1 => "expm1",
+            Unary::Log => "log",
+            Unary::Log1p => "log1p",
+            Unary::Sqrt => "sqrt",
+            Unary::Rsqrt => "rsqrt",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
+            Unary::Tan => "tan",
+            Unary::Tanh => "tanh",
+            Unary::Logistic => "logistic",
+            Unary::Erf => "erf",
+            Unary::Floor => "floor",
+            Unary::Ceil => "ceil",
+            Unary::Round => "round",
+            Unary::Not => "not",
+        }
+    }
+
+    fn params(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        if !self.accepts(ins[0].dtype) {
+            let what = match self {
+                Unary::Neg | Unary::Abs | Unary::Sign => "a numeric operand (not bool)",
+                Unary::Not => "a bool or integer operand",
+                _ => "a floating-point operand (f32 or f64)",
+            };
+            return Err(check::err(self, ins, format!("expected {what}")));
+        }
+        Ok(vec![ins[0].clone()])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let (x, y) = (ins[0], &mut outs[0]);
+        if x.dtype() == DType::Bool {
+            // Only `not` accepts bool (checked by `infer`).
+            map1(input::<bool>(x)?, output::<bool>(y)?, |v| !v);
+            return Ok(());
+        }
+        let op = *self;
+        if x.dtype().is_float() {
+            return dispatch_float!(x.dtype(), self.name(), float_kernel(op, x, y));
+        }
+        dispatch_num!(x.dtype(), self.name(), num_kernel(op, x, y))
+    }
+}
+
+macro_rules! unary_builders {
+    ($($method:ident => $op:ident),* $(,)?) => {
+        impl Builder {
+            /// Applies an elementwise unary primitive.
+            pub fn unary(&mut self, op: Unary, x: Value) -> Result<Value, IrError> {
+                self.emit1(op, &[x])
+            }
+            $(
+                #[doc = concat!("Elementwise `", stringify!($method), "`.")]
+                pub fn $method(&mut self, x: Value) -> Result<Value, IrError> {
+                    self.emit1(Unary::$op, &[x])
+                }
+            )*
+        }
+    };
+}
+
+unary_builders! {
+    neg => Neg, abs => Abs, sign => Sign, exp => Exp, expm1 => Expm1, log => Log,
+    log1p => Log1p, sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos, tan => Tan,
+    tanh => Tanh, logistic => Logistic, erf => Erf, floor => Floor, ceil => Ceil,
+    round => Round, not => Not,
+}

@@ -1,0 +1,1 @@
+//! graft: the public API.
