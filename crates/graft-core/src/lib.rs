@@ -9,6 +9,7 @@ pub mod composite;
 pub mod dtype;
 pub mod error;
 pub mod exec;
+pub mod format;
 pub mod ir;
 pub mod npy;
 pub mod ops;

@@ -1,0 +1,180 @@
+//! NumPy-style printing of tensors (`print(np.array(...))`'s layout).
+//!
+//! Floats share one notation per tensor: positional with aligned decimal
+//! points (`[1.  2.5 3. ]`), or scientific when the magnitudes call for it
+//! (any |x| >= 1e8, or a nonzero |x| < 1e-4, as NumPy decides). Up to 8
+//! significant fractional digits, trailing zeros trimmed. Tensors with more
+//! than 1000 elements are summarised with `...` (3 edge items per axis).
+
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+use std::fmt;
+
+const THRESHOLD: usize = 1000;
+const EDGE: usize = 3;
+const PRECISION: usize = 8;
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_tensor(self))
+    }
+}
+
+/// Formats a tensor the way NumPy's `str()` does.
+pub fn format_tensor(t: &Tensor) -> String {
+    let summarise = t.numel() > THRESHOLD;
+    let shape = t.shape();
+    // Indices (flat) of the elements that will be shown, to size the columns.
+    let shown = shown_indices(shape, summarise);
+    let fmt_el = element_formatter(t, &shown);
+    let width = shown.iter().map(|&i| fmt_el(i).len()).max().unwrap_or(0);
+    if shape.is_empty() {
+        return fmt_el(0).trim().to_string();
+    }
+    let mut out = String::new();
+    write_axis(&mut out, shape, 0, 0, &fmt_el, width, summarise);
+    out
+}
+
+fn shown_indices(shape: &[usize], summarise: bool) -> Vec<usize> {
+    let mut idx = vec![0usize];
+    let mut stride = 1;
+    let mut all: Vec<usize> = vec![0];
+    for &d in shape.iter().rev() {
+        let positions: Vec<usize> =
+            if summarise && d > 2 * EDGE { (0..EDGE).chain(d - EDGE..d).collect() } else { (0..d).collect() };
+        all = positions.iter().flat_map(|&p| all.iter().map(move |&a| a + p * stride)).collect();
+        stride *= d;
+    }
+    idx.clear();
+    idx.extend(all);
+    idx
+}
+
+fn write_axis(
+    out: &mut String,
+    shape: &[usize],
+    axis: usize,
+    offset: usize,
+    fmt_el: &dyn Fn(usize) -> String,
+    width: usize,
+    summarise: bool,
+) {
+    let d = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    out.push('[');
+    let positions: Vec<Option<usize>> = if summarise && d > 2 * EDGE {
+        (0..EDGE).map(Some).chain(std::iter::once(None)).chain((d - EDGE..d).map(Some)).collect()
+    } else {
+        (0..d).map(Some).collect()
+    };
+    let last_axis = axis + 1 == shape.len();
+    for (k, pos) in positions.iter().enumerate() {
+        if k > 0 {
+            if last_axis {
+                out.push(' ');
+            } else {
+                let blank_lines = shape.len() - axis - 2;
+                out.push('\n');
+                for _ in 0..blank_lines {
+                    out.push('\n');
+                }
+                for _ in 0..=axis {
+                    out.push(' ');
+                }
+            }
+        }
+        match pos {
+            None => out.push_str("..."),
+            Some(p) if last_axis => {
+                let s = fmt_el(offset + p);
+                for _ in s.len()..width {
+                    out.push(' ');
+                }
+                out.push_str(&s);
+            }
+            Some(p) => write_axis(out, shape, axis + 1, offset + p * inner, fmt_el, width, summarise),
+        }
+    }
+    out.push(']');
+}
+
+fn element_formatter<'a>(t: &'a Tensor, shown: &[usize]) -> Box<dyn Fn(usize) -> String + 'a> {
+    match t.dtype() {
+        DType::Bool => Box::new(move |i| if t.storage().get_f64(i) != 0.0 { "True".into() } else { "False".into() }),
+        DType::I32 | DType::I64 => Box::new(move |i| format!("{}", t.storage().get_f64(i) as i64)),
+        DType::F32 | DType::F64 => {
+            let single = t.dtype() == DType::F32;
+            let vals: Vec<f64> = shown.iter().map(|&i| t.storage().get_f64(i)).filter(|v| v.is_finite()).collect();
+            let max = vals.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let min_nz = vals.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));
+            let sci = max >= 1e8 || (min_nz < 1e-4) || (min_nz.is_finite() && max / min_nz > 1e3 && min_nz < 1e-4);
+            // Align decimal points: pad the fractional part to the longest one shown.
+            let frac_len = if sci {
+                0
+            } else {
+                shown
+                    .iter()
+                    .map(|&i| positional(t.storage().get_f64(i), single))
+                    .map(|s| s.find('.').map_or(0, |p| s.len() - p - 1))
+                    .max()
+                    .unwrap_or(0)
+            };
+            Box::new(move |i| {
+                let v = t.storage().get_f64(i);
+                if !v.is_finite() {
+                    return if v.is_nan() {
+                        "nan".into()
+                    } else if v > 0.0 {
+                        "inf".into()
+                    } else {
+                        "-inf".into()
+                    };
+                }
+                if sci {
+                    scientific(v, single)
+                } else {
+                    let mut s = positional(v, single);
+                    let cur = s.find('.').map_or(0, |p| s.len() - p - 1);
+                    for _ in cur..frac_len {
+                        s.push(' ');
+                    }
+                    s
+                }
+            })
+        }
+    }
+}
+
+/// Shortest round-trip digits, at most PRECISION fractional digits, `1.` for integers.
+fn positional(v: f64, single: bool) -> String {
+    if !v.is_finite() {
+        return String::new();
+    }
+    let shortest = if single { format!("{}", v as f32) } else { format!("{v}") };
+    let mut s = if shortest.contains('e') || shortest.split('.').nth(1).is_some_and(|f| f.len() > PRECISION) {
+        let fixed = format!("{v:.PRECISION$}");
+        fixed.trim_end_matches('0').to_string()
+    } else {
+        shortest
+    };
+    if !s.contains('.') {
+        s.push('.');
+    }
+    s
+}
+
+fn scientific(v: f64, single: bool) -> String {
+    let s = if single { format!("{:e}", v as f32) } else { format!("{v:e}") };
+    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let mut mant = mant.to_string();
+    if let Some(dot) = mant.find('.') {
+        if mant.len() - dot - 1 > PRECISION {
+            mant = format!("{:.PRECISION$}", mant.parse::<f64>().unwrap_or(v)).trim_end_matches('0').to_string();
+        }
+    } else {
+        mant.push('.');
+    }
+    let e: i32 = exp.parse().unwrap_or(0);
+    format!("{mant}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+}
