@@ -111,7 +111,14 @@ fn element_formatter<'a>(t: &'a Tensor, shown: &[usize]) -> Box<dyn Fn(usize) ->
             let sci = max >= 1e8 || (min_nz < 1e-4) || (min_nz.is_finite() && max / min_nz > 1e3 && min_nz < 1e-4);
             // Align decimal points: pad the fractional part to the longest one shown.
             let frac_len = if sci {
-                0
+                shown
+                    .iter()
+                    .map(|&i| t.storage().get_f64(i))
+                    .filter(|v| v.is_finite())
+                    .map(|v| scientific(v, single, 0))
+                    .map(|s| s.find('e').unwrap_or(0) - s.find('.').map_or(0, |p| p + 1))
+                    .max()
+                    .unwrap_or(0)
             } else {
                 shown
                     .iter()
@@ -132,7 +139,7 @@ fn element_formatter<'a>(t: &'a Tensor, shown: &[usize]) -> Box<dyn Fn(usize) ->
                     };
                 }
                 if sci {
-                    scientific(v, single)
+                    scientific(v, single, frac_len)
                 } else {
                     let mut s = positional(v, single);
                     let cur = s.find('.').map_or(0, |p| s.len() - p - 1);
@@ -164,7 +171,8 @@ fn positional(v: f64, single: bool) -> String {
     s
 }
 
-fn scientific(v: f64, single: bool) -> String {
+/// Scientific notation with the mantissa's fraction zero-padded to `min_frac` digits.
+fn scientific(v: f64, single: bool, min_frac: usize) -> String {
     let s = if single { format!("{:e}", v as f32) } else { format!("{v:e}") };
     let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
     let mut mant = mant.to_string();
@@ -174,6 +182,10 @@ fn scientific(v: f64, single: bool) -> String {
         }
     } else {
         mant.push('.');
+    }
+    let cur = mant.find('.').map_or(0, |p| mant.len() - p - 1);
+    for _ in cur..min_frac {
+        mant.push('0');
     }
     let e: i32 = exp.parse().unwrap_or(0);
     format!("{mant}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())

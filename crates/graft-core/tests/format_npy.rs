@@ -12,6 +12,9 @@ fn prints_like_numpy() {
     assert_eq!(Tensor::vec1(&[1i32, -20, 300]).to_string(), "[  1 -20 300]");
     assert_eq!(Tensor::vec1(&[true, false]).to_string(), "[ True False]");
     assert_eq!(Tensor::vec1(&[1e-5f64, 1.0]).to_string(), "[1.e-05 1.e+00]");
+    assert_eq!(Tensor::vec1(&[1e-5f64, 2.5]).to_string(), "[1.0e-05 2.5e+00]");
+    assert_eq!(Tensor::vec1(&[0.1f64, 0.25, 1e9]).to_string(), "[1.0e-01 2.5e-01 1.0e+09]");
+    assert_eq!(Tensor::vec1(&[1.0f32 / 3.0, 2.0]).to_string(), "[0.33333334 2.        ]");
     let big = Tensor::from_fn(&TensorType::new(DType::I64, vec![2000]), |i| i as f64);
     assert_eq!(big.to_string(), "[   0    1    2 ... 1997 1998 1999]");
     let cube = Tensor::from_fn(&TensorType::new(DType::I32, vec![2, 2, 2]), |i| i as f64);
