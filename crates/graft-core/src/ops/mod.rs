@@ -8,6 +8,8 @@
 //! Adding a primitive: add it to its family file (or a new file) and, for a
 //! new family, one line in `define_prims!` below. See docs/adding-a-primitive.md.
 
+pub mod binary;
+pub mod cast;
 pub mod kernel;
 pub mod unary;
 
@@ -72,6 +74,16 @@ macro_rules! define_prims {
 }
 
 define_prims! {
+    /// Elementwise binary arithmetic and logic (add, max, and, ...).
+    Binary(binary::Binary),
+    /// Elementwise comparisons (eq, lt, ...), producing bool.
+    Compare(binary::Compare),
+    /// Elementwise choice between two operands by a bool predicate.
+    Select(binary::Select),
+    /// Dtype conversion.
+    Convert(cast::Convert),
+    /// Identity with a zero derivative.
+    StopGradient(cast::StopGradient),
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
 }

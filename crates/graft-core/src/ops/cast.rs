@@ -1,0 +1,192 @@
+//! Dtype conversion (`convert`) and the gradient barrier (`stop_gradient`).
+//!
+//! `convert[dtype=D]` takes any dtype to any dtype, keeping the shape. The
+//! conversions are Rust's `as` casts, which match C/NumPy/XLA except where
+//! those are undefined:
+//! - float -> int truncates toward zero and **saturates** at the integer's
+//!   range (`1e10 -> i32::MAX`, `-inf -> i32::MIN`); **NaN -> 0**.
+//! - int -> int narrowing (`i64 -> i32`) keeps the low bits (wraps, like
+//!   NumPy's `astype` and XLA's `convert`); widening sign-extends.
+//! - int -> float and `f64 -> f32` round to nearest even; `f64 -> f32` overflows
+//!   to `±inf`, NaN stays NaN.
+//! - bool -> number gives 0 or 1; number -> bool is `x != 0`, so NaN -> true
+//!   and `-0.0 -> false` (NumPy's `bool(x)`).
+//! - Converting to the operand's own dtype is a copy.
+//!
+//! `stop_gradient` is the identity at run time (a copy, any dtype); the
+//! autodiff pass gives it a zero derivative, which is why it is a primitive
+//! and not simply elided.
+
+use super::kernel::{input, map1, output};
+use super::{check, Op};
+use crate::dispatch_any;
+use crate::dtype::DType;
+use crate::error::{ExecError, IrError, TypeError};
+use crate::ir::{Builder, Value};
+use crate::tensor::{Element, Tensor};
+use crate::types::TensorType;
+
+/// Converts elements to another dtype (see the module docs for the rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Convert {
+    /// The result dtype.
+    pub dtype: DType,
+}
+
+/// One element conversion, `S -> D`. Implemented for every pair of element
+/// types so the kernel's double dispatch is exhaustive at compile time.
+trait CastTo<D>: Copy {
+    fn cast_to(self) -> D;
+}
+
+macro_rules! cast_from_number {
+    ($($s:ty),*) => {$(
+        impl CastTo<f32> for $s {
+            #[inline(always)]
+            fn cast_to(self) -> f32 { self as f32 }
+        }
+        impl CastTo<f64> for $s {
+            #[inline(always)]
+            fn cast_to(self) -> f64 { self as f64 }
+        }
+        impl CastTo<i32> for $s {
+            #[inline(always)]
+            fn cast_to(self) -> i32 { self as i32 }
+        }
+        impl CastTo<i64> for $s {
+            #[inline(always)]
+            fn cast_to(self) -> i64 { self as i64 }
+        }
+        impl CastTo<bool> for $s {
+            #[inline(always)]
+            fn cast_to(self) -> bool { self != (0 as $s) }
+        }
+    )*};
+}
+
+cast_from_number!(f32, f64, i32, i64);
+
+impl CastTo<f32> for bool {
+    #[inline(always)]
+    fn cast_to(self) -> f32 {
+        u8::from(self) as f32
+    }
+}
+impl CastTo<f64> for bool {
+    #[inline(always)]
+    fn cast_to(self) -> f64 {
+        u8::from(self) as f64
+    }
+}
+impl CastTo<i32> for bool {
+    #[inline(always)]
+    fn cast_to(self) -> i32 {
+        i32::from(self)
+    }
+}
+impl CastTo<i64> for bool {
+    #[inline(always)]
+    fn cast_to(self) -> i64 {
+        i64::from(self)
+    }
+}
+impl CastTo<bool> for bool {
+    #[inline(always)]
+    fn cast_to(self) -> bool {
+        self
+    }
+}
+
+/// An element type convertible to every element type.
+trait CastAll: Element + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool> {}
+impl<T: Element + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll for T {}
+
+fn convert_to<S: CastTo<D> + Element, D: Element>(x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
+    map1(input::<S>(x)?, output::<D>(y)?, |v| v.cast_to());
+    Ok(())
+}
+
+/// Dispatches on the target dtype once the source type is known.
+fn convert_from<S: CastAll>(dtype: DType, x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
+    match dtype {
+        DType::F32 => convert_to::<S, f32>(x, y),
+        DType::F64 => convert_to::<S, f64>(x, y),
+        DType::I32 => convert_to::<S, i32>(x, y),
+        DType::I64 => convert_to::<S, i64>(x, y),
+        DType::Bool => convert_to::<S, bool>(x, y),
+    }
+}
+
+impl Op for Convert {
+    fn name(&self) -> &'static str {
+        "convert"
+    }
+
+    fn params(&self) -> String {
+        format!("dtype={}", self.dtype)
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        Ok(vec![ins[0].with_dtype(self.dtype)])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let (x, y) = (ins[0], &mut outs[0]);
+        check_len(self.name(), x, y)?;
+        let dtype = self.dtype;
+        dispatch_any!(x.dtype(), convert_from(dtype, x, y))
+    }
+}
+
+/// Identity at run time; blocks gradients in autodiff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StopGradient;
+
+fn copy_kernel<T: Element>(x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
+    map1(input::<T>(x)?, output::<T>(y)?, |v| v);
+    Ok(())
+}
+
+impl Op for StopGradient {
+    fn name(&self) -> &'static str {
+        "stop_gradient"
+    }
+
+    fn params(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        Ok(vec![ins[0].clone()])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let (x, y) = (ins[0], &mut outs[0]);
+        check_len(self.name(), x, y)?;
+        dispatch_any!(x.dtype(), copy_kernel(x, y))
+    }
+}
+
+/// Kernel-side guard: the shape rule guarantees equal sizes, but a mismatch
+/// must be an error rather than a silently truncated loop.
+fn check_len(prim: &str, x: &Tensor, y: &Tensor) -> Result<(), ExecError> {
+    if x.numel() == y.numel() {
+        Ok(())
+    } else {
+        Err(ExecError::kernel(prim, "operand and result sizes differ"))
+    }
+}
+
+impl Builder {
+    /// Converts `x` to `dtype` (see [`Convert`] for the rounding and saturation rules).
+    pub fn convert(&mut self, x: Value, dtype: DType) -> Result<Value, IrError> {
+        self.emit1(Convert { dtype }, &[x])
+    }
+
+    /// The identity, with a zero derivative under autodiff.
+    pub fn stop_gradient(&mut self, x: Value) -> Result<Value, IrError> {
+        self.emit1(StopGradient, &[x])
+    }
+}
