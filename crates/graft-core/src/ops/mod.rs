@@ -8,7 +8,9 @@
 //! Adding a primitive: add it to its family file (or a new file) and, for a
 //! new family, one line in `define_prims!` below. See docs/adding-a-primitive.md.
 
+pub mod create;
 pub mod kernel;
+pub mod shape;
 pub mod unary;
 
 use crate::error::{ExecError, TypeError};
@@ -74,6 +76,24 @@ macro_rules! define_prims {
 define_prims! {
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
+    /// `out[idx] = idx[axis]`.
+    Iota(create::Iota),
+    /// A literal tensor.
+    Constant(create::Constant),
+    /// Broadcast into a larger shape.
+    BroadcastInDim(shape::BroadcastInDim),
+    /// Same elements, new shape.
+    Reshape(shape::Reshape),
+    /// Permute dims.
+    Transpose(shape::Transpose),
+    /// Strided window.
+    Slice(shape::Slice),
+    /// Edge/interior padding (negative edges crop).
+    Pad(shape::Pad),
+    /// Join along an axis.
+    Concatenate(shape::Concatenate),
+    /// Flip axes.
+    Reverse(shape::Reverse),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.
