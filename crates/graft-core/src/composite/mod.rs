@@ -4,4 +4,4 @@
 //! API and the graft language both call these functions, so each composite
 //! has one definition.
 
-// pub mod broadcast; (enabled once the binary and shape families land)
+pub mod broadcast;

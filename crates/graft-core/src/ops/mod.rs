@@ -10,7 +10,9 @@
 
 pub mod binary;
 pub mod cast;
+pub mod create;
 pub mod kernel;
+pub mod shape;
 pub mod unary;
 
 use crate::error::{ExecError, TypeError};
@@ -86,6 +88,24 @@ define_prims! {
     StopGradient(cast::StopGradient),
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
+    /// `out[idx] = idx[axis]`.
+    Iota(create::Iota),
+    /// A literal tensor.
+    Constant(create::Constant),
+    /// Broadcast into a larger shape.
+    BroadcastInDim(shape::BroadcastInDim),
+    /// Same elements, new shape.
+    Reshape(shape::Reshape),
+    /// Permute dims.
+    Transpose(shape::Transpose),
+    /// Strided window.
+    Slice(shape::Slice),
+    /// Edge/interior padding (negative edges crop).
+    Pad(shape::Pad),
+    /// Join along an axis.
+    Concatenate(shape::Concatenate),
+    /// Flip axes.
+    Reverse(shape::Reverse),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.
