@@ -8,7 +8,10 @@
 //! Adding a primitive: add it to its family file (or a new file) and, for a
 //! new family, one line in `define_prims!` below. See docs/adding-a-primitive.md.
 
+pub mod control;
+pub mod index;
 pub mod kernel;
+pub mod random;
 pub mod unary;
 
 use crate::error::{ExecError, TypeError};
@@ -72,6 +75,22 @@ macro_rules! define_prims {
 }
 
 define_prims! {
+    /// Sub-function application.
+    Call(control::Call),
+    /// Slice at run-time start indices.
+    DynamicSlice(index::DynamicSlice),
+    /// Overwrite a block at run-time start indices.
+    DynamicUpdateSlice(index::DynamicUpdateSlice),
+    /// Gather slabs at index vectors.
+    Gather(index::Gather),
+    /// Threefry random bits.
+    RandomBits(random::RandomBits),
+    /// Threefry key splitting.
+    RandomSplit(random::RandomSplit),
+    /// Threefry uniform floats in [0, 1).
+    RandomUniform(random::RandomUniform),
+    /// Add updates at index vectors (gather's transpose).
+    ScatterAdd(index::ScatterAdd),
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
 }
