@@ -767,6 +767,15 @@ fn dynamic_update_slice_shape_errors() {
 }
 
 #[test]
+fn index_mode_spelling_round_trips() {
+    for mode in [IndexMode::Clip, IndexMode::Fill] {
+        assert_eq!(IndexMode::parse(&mode.to_string()), Some(mode));
+    }
+    assert_eq!(IndexMode::Clip.to_string(), "clip");
+    assert_eq!(IndexMode::parse("wrap"), None);
+}
+
+#[test]
 fn printed_forms() {
     let mut b = Builder::new("g");
     let x = b.param(ty(DType::F32, &[4, 3]));

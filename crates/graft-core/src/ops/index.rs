@@ -65,6 +65,15 @@ impl IndexMode {
             IndexMode::Fill => "fill",
         }
     }
+
+    /// Parses the printed spelling.
+    pub fn parse(s: &str) -> Option<IndexMode> {
+        match s {
+            "clip" => Some(IndexMode::Clip),
+            "fill" => Some(IndexMode::Fill),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for IndexMode {
@@ -582,7 +591,7 @@ impl Op for ScatterAdd {
     }
 }
 
-/// Checks that `starts` are rank-0 integers, one per dim of a rank-`rank` operand.
+/// Checks that every start index is a rank-0 integer (the count is checked by the caller).
 fn check_starts(op: &impl Op, ins: &[TensorType], starts: &[TensorType]) -> Result<(), TypeError> {
     for (d, t) in starts.iter().enumerate() {
         if !t.dtype.is_int() || t.rank() != 0 {
