@@ -8,7 +8,9 @@
 //! Adding a primitive: add it to its family file (or a new file) and, for a
 //! new family, one line in `define_prims!` below. See docs/adding-a-primitive.md.
 
+pub mod conv;
 pub mod kernel;
+pub mod linalg;
 pub mod unary;
 
 use crate::error::{ExecError, TypeError};
@@ -74,6 +76,10 @@ macro_rules! define_prims {
 define_prims! {
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
+    /// General batched tensor contraction (XLA `DotGeneral`).
+    DotGeneral(linalg::DotGeneral),
+    /// General N-d grouped, strided, padded, dilated convolution.
+    ConvGeneral(conv::ConvGeneral),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.
