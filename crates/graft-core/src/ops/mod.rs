@@ -74,6 +74,15 @@ macro_rules! define_prims {
             }
         }
 
+        impl crate::ad::Diff for Prim {
+            fn jvp(&self, b: &mut crate::ir::Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<crate::ir::Value>>, crate::error::IrError> {
+                match self { $( Prim::$variant(p) => p.jvp(b, cx), )* }
+            }
+            fn transpose(&self, b: &mut crate::ir::Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<crate::ir::Value>>, crate::error::IrError> {
+                match self { $( Prim::$variant(p) => p.transpose(b, cx), )* }
+            }
+        }
+
         $( impl From<$ty> for Prim {
             fn from(p: $ty) -> Prim { Prim::$variant(p) }
         } )*
