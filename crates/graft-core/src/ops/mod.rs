@@ -8,8 +8,11 @@
 //! Adding a primitive: add it to its family file (or a new file) and, for a
 //! new family, one line in `define_prims!` below. See docs/adding-a-primitive.md.
 
+pub mod cumulative;
 pub mod kernel;
+pub mod reduce;
 pub mod unary;
+pub mod window;
 
 use crate::error::{ExecError, TypeError};
 use crate::ir::Func;
@@ -74,6 +77,14 @@ macro_rules! define_prims {
 define_prims! {
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
+    /// Reductions over axes (reduce_sum, reduce_max, ...).
+    Reduce(reduce::Reduce),
+    /// Index of the extreme along one axis (argmax, argmin).
+    ArgReduce(reduce::ArgReduce),
+    /// Inclusive scans along one axis (cumsum, cummax, ...).
+    Cumulative(cumulative::Cumulative),
+    /// Sliding-window reductions (pooling).
+    ReduceWindow(window::ReduceWindow),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.
