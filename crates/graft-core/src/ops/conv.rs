@@ -427,6 +427,10 @@ impl crate::ad::Diff for ConvGeneral {
     }
 
     fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
-        Err(IrError::NoRule { prim: "conv_general".into(), rule: "transpose", msg: "transpose rule in progress".into() })
+        Err(IrError::NoRule {
+            prim: "conv_general".into(),
+            rule: "transpose",
+            msg: "transpose rule in progress".into(),
+        })
     }
 }

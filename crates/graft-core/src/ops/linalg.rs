@@ -564,7 +564,7 @@ impl Builder {
 impl crate::ad::Diff for DotGeneral {
     fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let (x, y) = (cx.primals[0], cx.primals[1]);
-        let mut emit = |b: &mut Builder, l: Value, r: Value| {
+        let emit = |b: &mut Builder, l: Value, r: Value| {
             b.dot_general(l, r, &self.lhs_contract, &self.rhs_contract, &self.lhs_batch, &self.rhs_batch)
         };
         let a = cx.tangents[0].map(|t| emit(b, t, y)).transpose()?;

@@ -11,14 +11,17 @@
 pub mod binary;
 pub mod cast;
 pub mod control;
+pub mod conv;
 pub mod create;
+pub mod cumulative;
 pub mod index;
 pub mod kernel;
-pub mod random;
-pub mod shape;
-pub mod conv;
 pub mod linalg;
+pub mod random;
+pub mod reduce;
+pub mod shape;
 pub mod unary;
+pub mod window;
 
 use crate::error::{ExecError, TypeError};
 use crate::ir::Func;
@@ -140,6 +143,14 @@ define_prims! {
     DotGeneral(linalg::DotGeneral),
     /// General N-d grouped, strided, padded, dilated convolution.
     ConvGeneral(conv::ConvGeneral),
+    /// Reductions over axes (reduce_sum, reduce_max, ...).
+    Reduce(reduce::Reduce),
+    /// Index of the extreme along one axis (argmax, argmin).
+    ArgReduce(reduce::ArgReduce),
+    /// Inclusive scans along one axis (cumsum, cummax, ...).
+    Cumulative(cumulative::Cumulative),
+    /// Sliding-window reductions (pooling).
+    ReduceWindow(window::ReduceWindow),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.

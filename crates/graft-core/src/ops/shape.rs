@@ -868,7 +868,11 @@ mod diff {
     use crate::ad::helpers::or_zeros;
     use crate::ad::{Diff, JvpCx, TransposeCx};
 
-    fn lin1(b: &mut Builder, t: Option<Value>, f: impl FnOnce(&mut Builder, Value) -> Result<Value, IrError>) -> Result<Vec<Option<Value>>, IrError> {
+    fn lin1(
+        b: &mut Builder,
+        t: Option<Value>,
+        f: impl FnOnce(&mut Builder, Value) -> Result<Value, IrError>,
+    ) -> Result<Vec<Option<Value>>, IrError> {
         Ok(vec![t.map(|t| f(b, t)).transpose()?])
     }
 
