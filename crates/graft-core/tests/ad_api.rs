@@ -207,3 +207,26 @@ fn vjp_with_several_outputs_and_cotangents() {
     assert_eq!(out[2].to_vec::<f64>().unwrap(), gx);
     assert_eq!(out[3].to_vec::<f64>().unwrap(), gy);
 }
+
+#[test]
+fn pullback_serves_several_cotangents_from_one_forward_pass() {
+    use graft_core::ad::vjp_split;
+    let f = func("f", &[t64(&[3])], |b, p| {
+        let s = b.sin(p[0])?;
+        Ok(vec![b.mul(s, p[0])?])
+    });
+    let split = vjp_split(&f, &Wrt::All).unwrap();
+    assert_eq!(split.pullback.count_prim("sin") + split.pullback.count_prim("cos"), 0, "{}", split.pullback);
+    let x = Tensor::vec1(&[0.1f64, 0.7, -1.3]);
+    let fwd = run(&split.forward, &[x.clone()]);
+    let residuals = &fwd[split.n_outputs..];
+    let full = vjp_func(&f, &Wrt::All).unwrap();
+    for u in [[1.0f64, 0.0, 0.0], [0.5, -2.0, 3.0]] {
+        let mut ins: Vec<Tensor> = residuals.to_vec();
+        ins.push(Tensor::vec1(&u));
+        let g = run(&split.pullback, &ins);
+        let reference = run(&full, &[x.clone(), Tensor::vec1(&u)]);
+        assert_eq!(g[0], reference[1]);
+        assert_eq!(fwd[0], reference[0]);
+    }
+}
