@@ -39,8 +39,8 @@ fn custom_jvp_rule_drives_forward_reverse_and_second_order() {
     let g = custom_sin();
     let xs = [0.3f64, -1.1];
     let x = Tensor::vec1(&xs);
-    assert_eq!(run(&g, &[x.clone()])[0].to_scalar_f64().unwrap(), xs[0].sin() + xs[1].sin());
-    let d = run(&grad(&g, &Wrt::All).unwrap(), &[x.clone()]);
+    assert_eq!(run(&g, std::slice::from_ref(&x))[0].to_scalar_f64().unwrap(), xs[0].sin() + xs[1].sin());
+    let d = run(&grad(&g, &Wrt::All).unwrap(), std::slice::from_ref(&x));
     assert_eq!(d[0].to_vec::<f64>().unwrap(), vec![2.0 * xs[0].cos(), 2.0 * xs[1].cos()]);
     let j = run(&jvp_func(&g).unwrap(), &[x.clone(), Tensor::vec1(&[1.0f64, 0.0])]);
     assert_eq!(j[1].to_scalar_f64().unwrap(), 2.0 * xs[0].cos());
@@ -94,7 +94,7 @@ fn custom_vjp_bwd_drives_reverse_mode_and_forward_mode_uses_the_function() {
     let h = clipped_cube();
     let xs = [0.2f64, 0.9, -2.0];
     let x = Tensor::vec1(&xs);
-    let g = run(&grad(&h, &Wrt::All).unwrap(), &[x.clone()]);
+    let g = run(&grad(&h, &Wrt::All).unwrap(), std::slice::from_ref(&x));
     let want: Vec<f64> = xs.iter().map(|x| (3.0 * x * x).clamp(-1.0, 1.0)).collect();
     assert_eq!(g[0].to_vec::<f64>().unwrap(), want);
     // Forward mode: the true derivative 3x^2 (the function's own rule).
