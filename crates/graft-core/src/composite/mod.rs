@@ -5,3 +5,5 @@
 //! has one definition.
 
 pub mod broadcast;
+pub mod math;
+pub mod shape;
