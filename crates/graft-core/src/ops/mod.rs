@@ -10,8 +10,11 @@
 
 pub mod binary;
 pub mod cast;
+pub mod control;
 pub mod create;
+pub mod index;
 pub mod kernel;
+pub mod random;
 pub mod shape;
 pub mod unary;
 
@@ -86,6 +89,22 @@ define_prims! {
     Convert(cast::Convert),
     /// Identity with a zero derivative.
     StopGradient(cast::StopGradient),
+    /// Sub-function application.
+    Call(control::Call),
+    /// Slice at run-time start indices.
+    DynamicSlice(index::DynamicSlice),
+    /// Overwrite a block at run-time start indices.
+    DynamicUpdateSlice(index::DynamicUpdateSlice),
+    /// Gather slabs at index vectors.
+    Gather(index::Gather),
+    /// Threefry random bits.
+    RandomBits(random::RandomBits),
+    /// Threefry key splitting.
+    RandomSplit(random::RandomSplit),
+    /// Threefry uniform floats in [0, 1).
+    RandomUniform(random::RandomUniform),
+    /// Add updates at index vectors (gather's transpose).
+    ScatterAdd(index::ScatterAdd),
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
     /// `out[idx] = idx[axis]`.

@@ -1,0 +1,234 @@
+//! Counter-based random numbers: Threefry-2x32 with 20 rounds (Salmon et
+//! al., "Parallel random numbers: as easy as 1, 2, 3", SC'11; the Random123
+//! reference), the generator JAX uses.
+//!
+//! Keys are `i32[2]` tensors holding the two u32 key words `(k0, k1)` as bit
+//! patterns (JAX's `PRNGKey(seed)` is `(0, seed)` for a seed below 2^32;
+//! building keys from seeds is left to the composite layer).
+//!
+//! Every output element is a pure function of the key and its row-major
+//! position `i` (a u64 counter): `(y0, y1) = threefry2x32(key, (hi32(i),
+//! lo32(i)))`. So results never depend on the thread count or on how the
+//! work is split, and they match JAX with `jax_threefry_partitionable`
+//! (its default since 0.5):
+//!
+//! - `random_split[n]`: child key `i` is `(y0, y1)`;
+//! - `random_bits[shape]`: element `i` is `y0 ^ y1` (as an i32 bit pattern);
+//! - `random_uniform[shape, dtype]`: f32 takes the top 23 bits of `y0 ^ y1`
+//!   as the mantissa of a float in `[1, 2)` and subtracts 1; f64 takes the
+//!   top 52 bits of `(y0 << 32) | y1` the same way. Results lie in `[0, 1)`
+//!   on a grid of `2^-23` (f32) or `2^-52` (f64); 0 is possible, 1 is not.
+
+use super::kernel::{input, output, worth_parallel, CHUNK};
+use super::{check, Op};
+use crate::dtype::DType;
+use crate::error::{ExecError, IrError, TypeError};
+use crate::ir::{Builder, Value};
+use crate::tensor::Tensor;
+use crate::types::{fmt_list, TensorType};
+use rayon::prelude::*;
+
+/// Threefry's key-schedule parity constant (Skein's `C240` for 32-bit words).
+const PARITY: u32 = 0x1BD1_1BDA;
+/// Threefry-2x32 rotation distances, cycled every 8 rounds.
+const ROTATIONS: [u32; 8] = [13, 15, 26, 6, 17, 29, 16, 24];
+
+/// The Threefry-2x32 block function with 20 rounds: hashes a counter under a key.
+///
+/// Four rounds of add-rotate-xor per block, with the extended key schedule
+/// `(k0, k1, k0 ^ k1 ^ PARITY)` injected before the first round and after
+/// every block (the `s`-th injection also adds `s` to the second word).
+pub fn threefry2x32(key: [u32; 2], counter: [u32; 2]) -> [u32; 2] {
+    let ks = [key[0], key[1], PARITY ^ key[0] ^ key[1]];
+    let mut x0 = counter[0].wrapping_add(ks[0]);
+    let mut x1 = counter[1].wrapping_add(ks[1]);
+    for block in 0..5usize {
+        let rot = &ROTATIONS[(block % 2) * 4..(block % 2) * 4 + 4];
+        for &r in rot {
+            x0 = x0.wrapping_add(x1);
+            x1 = x1.rotate_left(r);
+            x1 ^= x0;
+        }
+        let s = block + 1;
+        x0 = x0.wrapping_add(ks[s % 3]);
+        x1 = x1.wrapping_add(ks[(s + 1) % 3]).wrapping_add(s as u32);
+    }
+    [x0, x1]
+}
+
+/// The hash of row-major position `i` under `key` (the u64 counter split hi, lo).
+#[inline]
+fn hash_at(key: [u32; 2], i: usize) -> [u32; 2] {
+    let i = i as u64;
+    threefry2x32(key, [(i >> 32) as u32, i as u32])
+}
+
+/// `out[i] = f(i)`, split across threads when large; values depend only on `i`.
+fn fill_indexed<T: Send>(out: &mut [T], f: impl Fn(usize) -> T + Sync) {
+    if worth_parallel(out.len()) {
+        out.par_chunks_mut(CHUNK).enumerate().for_each(|(t, chunk)| {
+            for (j, o) in chunk.iter_mut().enumerate() {
+                *o = f(t * CHUNK + j);
+            }
+        });
+    } else {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = f(i);
+        }
+    }
+}
+
+/// Splits a key into `n` independent child keys (`i32[n, 2]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RandomSplit {
+    /// Number of child keys.
+    pub n: usize,
+}
+
+/// Uniform random bits (`i32[shape]`, every bit pattern equally likely).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RandomBits {
+    /// Output shape.
+    pub shape: Vec<usize>,
+}
+
+/// Floats uniform in `[0, 1)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RandomUniform {
+    /// Output shape.
+    pub shape: Vec<usize>,
+    /// Output dtype (f32 or f64).
+    pub dtype: DType,
+}
+
+/// Checks the single key operand.
+fn check_key(op: &impl Op, ins: &[TensorType]) -> Result<(), TypeError> {
+    check::arity(op, ins, 1)?;
+    if ins[0] != TensorType::new(DType::I32, vec![2]) {
+        return Err(check::err(op, ins, "expected a key of type i32[2] (two u32 key words as bit patterns)"));
+    }
+    Ok(())
+}
+
+/// Reads the key words from a kernel input.
+fn read_key(t: &Tensor) -> Result<[u32; 2], ExecError> {
+    match input::<i32>(t)? {
+        &[k0, k1] => Ok([k0 as u32, k1 as u32]),
+        _ => Err(ExecError::kernel("random", format!("expected a key of type i32[2], got {}", t.ty()))),
+    }
+}
+
+impl Op for RandomSplit {
+    fn name(&self) -> &'static str {
+        "random_split"
+    }
+
+    fn params(&self) -> String {
+        format!("n={}", self.n)
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check_key(self, ins)?;
+        Ok(vec![TensorType::new(DType::I32, vec![self.n, 2])])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let key = read_key(ins[0])?;
+        let out = output::<i32>(&mut outs[0])?;
+        // Child `i` is words `2i, 2i+1`; CHUNK is even, so chunks hold whole children.
+        let body = |chunk: &mut [i32], first: usize| {
+            for (j, w) in chunk.chunks_exact_mut(2).enumerate() {
+                let [y0, y1] = hash_at(key, first + j);
+                w[0] = y0 as i32;
+                w[1] = y1 as i32;
+            }
+        };
+        if worth_parallel(out.len()) {
+            out.par_chunks_mut(CHUNK).enumerate().for_each(|(t, chunk)| body(chunk, t * CHUNK / 2));
+        } else {
+            body(out, 0);
+        }
+        Ok(())
+    }
+}
+
+impl Op for RandomBits {
+    fn name(&self) -> &'static str {
+        "random_bits"
+    }
+
+    fn params(&self) -> String {
+        format!("shape={}", fmt_list(&self.shape))
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check_key(self, ins)?;
+        Ok(vec![TensorType::new(DType::I32, self.shape.clone())])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let key = read_key(ins[0])?;
+        fill_indexed(output::<i32>(&mut outs[0])?, |i| {
+            let [y0, y1] = hash_at(key, i);
+            (y0 ^ y1) as i32
+        });
+        Ok(())
+    }
+}
+
+impl Op for RandomUniform {
+    fn name(&self) -> &'static str {
+        "random_uniform"
+    }
+
+    fn params(&self) -> String {
+        format!("shape={}, dtype={}", fmt_list(&self.shape), self.dtype)
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check_key(self, ins)?;
+        if !self.dtype.is_float() {
+            return Err(check::err(
+                self,
+                ins,
+                format!("expected a floating-point dtype (f32 or f64), got {}", self.dtype),
+            ));
+        }
+        Ok(vec![TensorType::new(self.dtype, self.shape.clone())])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let key = read_key(ins[0])?;
+        let out = &mut outs[0];
+        match out.dtype() {
+            DType::F32 => fill_indexed(output::<f32>(out)?, |i| {
+                let [y0, y1] = hash_at(key, i);
+                f32::from_bits(((y0 ^ y1) >> 9) | 0x3f80_0000) - 1.0
+            }),
+            DType::F64 => fill_indexed(output::<f64>(out)?, |i| {
+                let [y0, y1] = hash_at(key, i);
+                let bits = (u64::from(y0) << 32) | u64::from(y1);
+                f64::from_bits((bits >> 12) | 0x3ff0_0000_0000_0000) - 1.0
+            }),
+            d => return Err(super::kernel::unsupported(self.name(), d)),
+        }
+        Ok(())
+    }
+}
+
+impl Builder {
+    /// `n` independent child keys of `key` (`i32[n, 2]`).
+    pub fn random_split(&mut self, key: Value, n: usize) -> Result<Value, IrError> {
+        self.emit1(RandomSplit { n }, &[key])
+    }
+
+    /// Uniform random bits of the given shape (`i32`).
+    pub fn random_bits(&mut self, key: Value, shape: &[usize]) -> Result<Value, IrError> {
+        self.emit1(RandomBits { shape: shape.to_vec() }, &[key])
+    }
+
+    /// Floats uniform in `[0, 1)` of the given shape and float dtype.
+    pub fn random_uniform(&mut self, key: Value, shape: &[usize], dtype: DType) -> Result<Value, IrError> {
+        self.emit1(RandomUniform { shape: shape.to_vec(), dtype }, &[key])
+    }
+}
