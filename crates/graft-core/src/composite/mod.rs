@@ -7,3 +7,4 @@
 pub mod broadcast;
 pub mod math;
 pub mod shape;
+pub mod random;

@@ -321,6 +321,33 @@ pub fn slice_axis(
     b.slice(src, &lo, &hi, &stride)
 }
 
+/// `np.take(x, indices, axis, mode='clip')`: picks entries of `x` along
+/// `axis` at integer `indices` of any shape; the result shape is
+/// `x.shape[..axis] + indices.shape + x.shape[axis+1..]`. Out-of-range
+/// indices are clamped into `[0, n-1]`, so (as in NumPy's clip mode)
+/// negative indices do not wrap around: they clamp to 0. Emitted as one
+/// `gather` (clip mode) plus a transpose when `axis > 0`.
+pub fn take(b: &mut Builder, x: Value, indices: Value, axis: usize) -> Result<Value, IrError> {
+    let xs = shape_of(b, x)?;
+    let it = b.ty(indices)?.clone();
+    if axis >= xs.len() {
+        return Err(IrError::invalid("take", format!("axis {axis} is out of range for rank {}", xs.len())));
+    }
+    if !it.dtype.is_int() {
+        return Err(IrError::invalid("take", format!("indices must be i32 or i64, got {it}")));
+    }
+    let ni = it.rank();
+    let mut idx_shape = it.shape.clone();
+    idx_shape.push(1);
+    let idx = b.reshape(indices, &idx_shape)?;
+    let g = b.gather(x, idx, 0, &[axis], crate::ops::index::IndexMode::Clip)?;
+    // g is [I..., x dims before axis..., x dims after axis...].
+    let mut perm: Vec<usize> = (ni..ni + axis).collect();
+    perm.extend(0..ni);
+    perm.extend(ni + axis..ni + xs.len() - 1);
+    transpose_to(b, g, &perm)
+}
+
 /// `where(cond, a, b)` with NumPy broadcasting of all three; `cond` must be bool.
 pub fn where_(b: &mut Builder, cond: Value, on_true: Value, on_false: Value) -> Result<Value, IrError> {
     let ct = b.ty(cond)?;
