@@ -16,6 +16,8 @@ pub mod index;
 pub mod kernel;
 pub mod random;
 pub mod shape;
+pub mod conv;
+pub mod linalg;
 pub mod unary;
 
 use crate::error::{ExecError, TypeError};
@@ -125,6 +127,10 @@ define_prims! {
     Concatenate(shape::Concatenate),
     /// Flip axes.
     Reverse(shape::Reverse),
+    /// General batched tensor contraction (XLA `DotGeneral`).
+    DotGeneral(linalg::DotGeneral),
+    /// General N-d grouped, strided, padded, dilated convolution.
+    ConvGeneral(conv::ConvGeneral),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.

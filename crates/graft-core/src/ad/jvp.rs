@@ -1,0 +1,76 @@
+//! The forward-mode driver: inlines a function into a builder, emitting each
+//! primal equation followed by its JVP rule's tangent equations.
+//!
+//! Zero handling lives here, once: an equation whose operand tangents are
+//! all zero gets no tangent equations; integer and bool results never carry
+//! a tangent (they are piecewise constant).
+
+use super::{Diff, JvpCx};
+use crate::error::IrError;
+use crate::ir::{Builder, Func, Value};
+use crate::ops::Op;
+
+/// Emits `f(primals)` and its tangents into `b`. Returns the primal outputs
+/// and their tangents (`None` = zero). `tangents[i]` must have the type of
+/// `primals[i]` when present.
+pub fn jvp_inline(
+    b: &mut Builder,
+    f: &Func,
+    primals: &[Value],
+    tangents: &[Option<Value>],
+) -> Result<(Vec<Value>, Vec<Option<Value>>), IrError> {
+    if primals.len() != f.params.len() || tangents.len() != f.params.len() {
+        return Err(IrError::invalid(
+            "jvp",
+            format!("`{}` takes {} arguments, got {} primals and {} tangents", f.name, f.params.len(), primals.len(), tangents.len()),
+        ));
+    }
+    let n = f.n_values();
+    let mut env: Vec<Option<Value>> = vec![None; n];
+    let mut tan: Vec<Option<Value>> = vec![None; n];
+    for (i, &p) in f.params.iter().enumerate() {
+        env[p.index()] = Some(primals[i]);
+        if f.ty(p).dtype.is_float() {
+            if let Some(t) = tangents[i] {
+                if b.ty(t)? != f.ty(p) {
+                    return Err(IrError::invalid(
+                        "jvp",
+                        format!("tangent {i} of `{}` must have type {}, got {}", f.name, f.ty(p), b.ty(t)?),
+                    ));
+                }
+                tan[p.index()] = Some(t);
+            }
+        }
+    }
+    let get = |env: &[Option<Value>], v: Value| {
+        env[v.index()].ok_or_else(|| IrError::invalid("jvp", format!("internal error: {v} used before definition in `{}`", f.name)))
+    };
+    for eqn in &f.eqns {
+        let ins: Vec<Value> = eqn.inputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;
+        b.set_loc(eqn.loc.clone());
+        let outs = b.emit(eqn.prim.clone(), &ins)?;
+        let tins: Vec<Option<Value>> = eqn.inputs.iter().map(|&v| tan[v.index()]).collect();
+        if tins.iter().any(Option::is_some) {
+            let touts = eqn.prim.jvp(b, &JvpCx { primals: &ins, tangents: &tins, outputs: &outs })?;
+            if touts.len() != outs.len() {
+                return Err(IrError::NoRule {
+                    prim: eqn.prim.name().into(),
+                    rule: "jvp",
+                    msg: format!("internal error: rule returned {} tangents for {} results", touts.len(), outs.len()),
+                });
+            }
+            for ((&v, &o), t) in eqn.outputs.iter().zip(&outs).zip(touts) {
+                if b.ty(o)?.dtype.is_float() {
+                    tan[v.index()] = t;
+                }
+            }
+        }
+        for (&v, &o) in eqn.outputs.iter().zip(&outs) {
+            env[v.index()] = Some(o);
+        }
+    }
+    b.set_loc(None);
+    let outs: Vec<Value> = f.outputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;
+    let touts = f.outputs.iter().map(|&v| tan[v.index()]).collect();
+    Ok((outs, touts))
+}

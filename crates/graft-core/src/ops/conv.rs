@@ -1,0 +1,418 @@
+//! `conv_general`: N-dimensional grouped, strided, padded and dilated
+//! convolution (cross-correlation, no kernel flip), like
+//! `lax.conv_general_dilated` / PyTorch `convNd` with a fixed layout.
+//!
+//! Layout: lhs `[N, C, *spatial]`, rhs `[O, C / groups, *kernel]`, output
+//! `[N, O, *out_spatial]`. Channels split into `feature_group_count` groups:
+//! output channel `o` sees input channels of group `o / (O / groups)` only.
+//!
+//! Per spatial dim (all in input coordinates after dilation and padding):
+//! the input is first dilated (`lhs_dilation - 1` zeros between elements,
+//! the transposed-convolution trick), then padded by `padding = (lo, hi)`
+//! (negative values crop), and the kernel is dilated by `rhs_dilation`.
+//! `out = floor((padded - dilated_kernel) / stride) + 1`, which must be >= 1.
+//! Output position `o` with kernel tap `t` reads padded position
+//! `o * stride + t * rhs_dilation`; positions in padding or in dilation holes
+//! read zero. Any number of spatial dims is accepted (0 gives a grouped matmul).
+//!
+//! Kernel: per (batch element, group), an im2col matrix
+//! `[C/groups * prod(kernel), prod(out_spatial)]` (skipped when the window is
+//! the identity, e.g. a 1x1 stride-1 convolution) multiplied by the group's
+//! weights `[O/groups, C/groups * prod(kernel)]` through the shared GEMM
+//! helper. Batch elements run in parallel; a lone large product lets GEMM
+//! split itself. Accumulation order per output element is fixed, so results
+//! do not depend on the thread count.
+
+use super::kernel::{input, output, Real};
+use super::linalg::{gemm_into, split, MatRef, Split};
+use super::{check, Op};
+use crate::dispatch_float;
+use crate::error::{ExecError, IrError, TypeError};
+use crate::ir::{Builder, Value};
+use crate::tensor::Tensor;
+use crate::types::{fmt_list, strides_of, TensorType};
+use rayon::prelude::*;
+
+/// General convolution parameters; every list has one entry per spatial dim.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConvGeneral {
+    /// Window step per spatial dim (>= 1).
+    pub strides: Vec<usize>,
+    /// `(low, high)` padding per spatial dim of the dilated input; negative crops.
+    pub padding: Vec<(i64, i64)>,
+    /// Input dilation per spatial dim (>= 1; > 1 inserts zeros between elements).
+    pub lhs_dilation: Vec<usize>,
+    /// Kernel dilation per spatial dim (>= 1; "atrous" convolution).
+    pub rhs_dilation: Vec<usize>,
+    /// Number of channel groups (>= 1; `C` for depthwise).
+    pub feature_group_count: usize,
+}
+
+impl ConvGeneral {
+    /// A plain convolution over `spatial` dims: stride 1, no padding, no
+    /// dilation, one group.
+    pub fn unit(spatial: usize) -> ConvGeneral {
+        ConvGeneral {
+            strides: vec![1; spatial],
+            padding: vec![(0, 0); spatial],
+            lhs_dilation: vec![1; spatial],
+            rhs_dilation: vec![1; spatial],
+            feature_group_count: 1,
+        }
+    }
+}
+
+/// Size of a dim of `n` elements with `d - 1` zeros inserted between elements.
+fn dilated(n: usize, d: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (n - 1) * d + 1
+    }
+}
+
+impl Op for ConvGeneral {
+    fn name(&self) -> &'static str {
+        "conv_general"
+    }
+
+    fn params(&self) -> String {
+        let pads: Vec<String> = self.padding.iter().map(|(lo, hi)| format!("({lo},{hi})")).collect();
+        format!(
+            "strides={}, padding=({}), lhs_dilation={}, rhs_dilation={}, feature_group_count={}",
+            fmt_list(&self.strides),
+            pads.join(","),
+            fmt_list(&self.lhs_dilation),
+            fmt_list(&self.rhs_dilation),
+            self.feature_group_count
+        )
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 2)?;
+        let (l, r) = (&ins[0], &ins[1]);
+        if l.dtype != r.dtype {
+            return Err(check::err(self, ins, "expected both operands to have the same dtype"));
+        }
+        check::float(self, ins, l)?;
+        if l.rank() < 2 || r.rank() != l.rank() {
+            return Err(check::err(
+                self,
+                ins,
+                "expected lhs [N, C, *spatial] and rhs [O, C/groups, *kernel] of equal rank >= 2",
+            ));
+        }
+        let s = l.rank() - 2;
+        let lens = [self.strides.len(), self.padding.len(), self.lhs_dilation.len(), self.rhs_dilation.len()];
+        if lens.iter().any(|&n| n != s) {
+            return Err(check::err(
+                self,
+                ins,
+                format!(
+                    "expected strides, padding, lhs_dilation and rhs_dilation with {s} entries (one per spatial dim)"
+                ),
+            ));
+        }
+        if self.strides.iter().chain(&self.lhs_dilation).chain(&self.rhs_dilation).any(|&v| v == 0) {
+            return Err(check::err(self, ins, "expected strides and dilations >= 1"));
+        }
+        let g = self.feature_group_count;
+        if g == 0 {
+            return Err(check::err(self, ins, "expected feature_group_count >= 1"));
+        }
+        let (c, o) = (l.shape[1], r.shape[0]);
+        if c != g * r.shape[1] {
+            return Err(check::err(
+                self,
+                ins,
+                format!("expected input channels ({c}) == feature_group_count ({g}) * rhs dim 1 ({})", r.shape[1]),
+            ));
+        }
+        if o % g != 0 {
+            return Err(check::err(
+                self,
+                ins,
+                format!("expected output channels ({o}) divisible by feature_group_count ({g})"),
+            ));
+        }
+        let mut shape = vec![l.shape[0], o];
+        for d in 0..s {
+            let (n, k) = (l.shape[d + 2], r.shape[d + 2]);
+            if k == 0 {
+                return Err(check::err(self, ins, format!("expected kernel spatial dim {d} of size >= 1")));
+            }
+            let (lo, hi) = self.padding[d];
+            let padded = dilated(n, self.lhs_dilation[d]) as i128 + lo as i128 + hi as i128;
+            let window = dilated(k, self.rhs_dilation[d]) as i128;
+            if padded < window {
+                return Err(check::err(
+                    self,
+                    ins,
+                    format!(
+                        "expected spatial dim {d}: dilated, padded input ({padded}) >= dilated kernel ({window}) \
+                         so the output is non-empty"
+                    ),
+                ));
+            }
+            let Ok(out) = usize::try_from((padded - window) / self.strides[d] as i128 + 1) else {
+                return Err(check::err(self, ins, format!("expected spatial dim {d} of the output to fit in usize")));
+            };
+            shape.push(out);
+        }
+        Ok(vec![TensorType::new(l.dtype, shape)])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let (x, w) = (ins[0], ins[1]);
+        // Re-derive the output type: the im2col tables index by these shapes.
+        let ty = self.infer(&[x.ty(), w.ty()]).map_err(IrError::from)?.remove(0);
+        let o = &mut outs[0];
+        if o.ty() != ty {
+            return Err(ExecError::kernel(self.name(), format!("internal error: output is {}, expected {ty}", o.ty())));
+        }
+        let plan = Plan::new(self, x.shape(), w.shape(), &ty.shape);
+        dispatch_float!(x.dtype(), self.name(), conv_kernel(&plan, x, w, o))
+    }
+}
+
+/// An affine stretch of one im2col table row (see `Plan::runs`).
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    lo: usize,
+    hi: usize,
+    start: usize,
+    step: usize,
+}
+
+impl Run {
+    /// The row as a run, if its valid entries are contiguous and affine.
+    fn of(row: &[isize]) -> Option<Run> {
+        let Some(lo) = row.iter().position(|&i| i >= 0) else {
+            return Some(Run { lo: 0, hi: 0, start: 0, step: 1 });
+        };
+        let hi = lo + row[lo..].iter().take_while(|&&i| i >= 0).count();
+        if row[hi..].iter().any(|&i| i >= 0) {
+            return None;
+        }
+        let step = if hi - lo > 1 { row[lo + 1] - row[lo] } else { 1 };
+        let affine = step >= 1 && row[lo..hi].windows(2).all(|w| w[1] - w[0] == step);
+        affine.then_some(Run { lo, hi, start: row[lo] as usize, step: step as usize })
+    }
+}
+
+/// Everything the kernel needs, derived once per call from the shapes.
+struct Plan {
+    /// Batch size.
+    n: usize,
+    groups: usize,
+    /// Input channels per group.
+    cg: usize,
+    /// Output channels per group.
+    og: usize,
+    /// Row-major strides of the input spatial dims (within one channel).
+    in_strides: Vec<usize>,
+    /// Elements per input channel.
+    in_size: usize,
+    /// Output positions per output channel (product of `out_sp`).
+    p: usize,
+    /// Kernel spatial sizes.
+    k_sp: Vec<usize>,
+    /// Kernel taps per input channel (product of `k_sp`).
+    kprod: usize,
+    /// Output spatial sizes.
+    out_sp: Vec<usize>,
+    /// `tables[d][t * out_sp[d] + o]`: input index read by tap `t` at output
+    /// position `o` along spatial dim `d`, or -1 for padding / dilation holes.
+    tables: Vec<Vec<isize>>,
+    /// Per tap of the last spatial dim, its table row as one affine run when
+    /// it is one (always without input dilation): positions `lo..hi` read
+    /// `start + (o - lo) * step`, the rest are padding. Lets im2col copy
+    /// whole runs instead of gathering element by element.
+    runs: Vec<Option<Run>>,
+    /// The window maps output positions 1:1 onto the input (1x1 kernel,
+    /// stride 1, no padding or input dilation): im2col would be a copy.
+    identity: bool,
+}
+
+impl Plan {
+    fn new(c: &ConvGeneral, xs: &[usize], ws: &[usize], os: &[usize]) -> Plan {
+        let s = xs.len() - 2;
+        let in_sp = xs[2..].to_vec();
+        let k_sp = ws[2..].to_vec();
+        let out_sp = os[2..].to_vec();
+        let tables: Vec<Vec<isize>> = (0..s)
+            .map(|d| {
+                // i128: padding may be any i64, so `u` may not fit in i64.
+                let (ld, rd, st) = (c.lhs_dilation[d] as i128, c.rhs_dilation[d] as i128, c.strides[d] as i128);
+                let span = dilated(in_sp[d], c.lhs_dilation[d]) as i128;
+                let mut t = Vec::with_capacity(k_sp[d] * out_sp[d]);
+                for tap in 0..k_sp[d] as i128 {
+                    for o in 0..out_sp[d] as i128 {
+                        let u = o * st + tap * rd - c.padding[d].0 as i128;
+                        t.push(if u < 0 || u >= span || u % ld != 0 { -1 } else { (u / ld) as isize });
+                    }
+                }
+                t
+            })
+            .collect();
+        let runs = match s.checked_sub(1) {
+            Some(last) => tables[last].chunks(out_sp[last].max(1)).map(Run::of).collect(),
+            None => Vec::new(),
+        };
+        let identity =
+            (0..s).all(|d| k_sp[d] == 1 && c.strides[d] == 1 && c.padding[d] == (0, 0) && c.lhs_dilation[d] == 1);
+        Plan {
+            n: xs[0],
+            groups: c.feature_group_count,
+            cg: ws[1],
+            og: ws[0] / c.feature_group_count,
+            in_strides: strides_of(&in_sp),
+            in_size: in_sp.iter().product(),
+            p: out_sp.iter().product(),
+            kprod: k_sp.iter().product(),
+            k_sp,
+            out_sp,
+            tables,
+            runs,
+            identity,
+        }
+    }
+
+    /// Fills im2col row `row` (= channel * kprod + tap) from one group's input
+    /// `xg` (`[cg, *in_sp]`). `out` has `p` elements.
+    fn im2col_row<T: Real>(&self, xg: &[T], row: usize, out: &mut [T]) {
+        let (ch, mut tap) = (row / self.kprod, row % self.kprod);
+        let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
+        let s = self.out_sp.len();
+        // Per-dim tap index (row-major over the kernel dims).
+        let mut taps = vec![0usize; s];
+        for d in (0..s).rev() {
+            taps[d] = tap % self.k_sp[d];
+            tap /= self.k_sp[d];
+        }
+        let Some(last) = s.checked_sub(1) else {
+            out[0] = xc[0]; // no spatial dims: the single "position" is the channel value
+            return;
+        };
+        let ol = self.out_sp[last];
+        let inner = &self.tables[last][taps[last] * ol..(taps[last] + 1) * ol];
+        let run = self.runs[taps[last]];
+        let outer_rows: Vec<&[isize]> =
+            (0..last).map(|d| &self.tables[d][taps[d] * self.out_sp[d]..(taps[d] + 1) * self.out_sp[d]]).collect();
+        let mut pos = vec![0usize; last];
+        for orow in out.chunks_mut(ol) {
+            // Offset of this run's outer coordinates, or None inside padding.
+            let mut base = Some(0usize);
+            for d in 0..last {
+                let i = outer_rows[d][pos[d]];
+                base = if i < 0 { None } else { base.map(|b| b + i as usize * self.in_strides[d]) };
+            }
+            match base {
+                None => orow.fill(T::zero()),
+                Some(b) => match run {
+                    Some(r) => {
+                        orow[..r.lo].fill(T::zero());
+                        orow[r.hi..].fill(T::zero());
+                        let src = &xc[b + r.start..];
+                        let dst = &mut orow[r.lo..r.hi];
+                        if r.step == 1 {
+                            dst.copy_from_slice(&src[..dst.len()]);
+                        } else {
+                            for (j, y) in dst.iter_mut().enumerate() {
+                                *y = src[j * r.step];
+                            }
+                        }
+                    }
+                    None => {
+                        for (y, &i) in orow.iter_mut().zip(inner) {
+                            *y = if i < 0 { T::zero() } else { xc[b + i as usize] };
+                        }
+                    }
+                },
+            }
+            for d in (0..last).rev() {
+                pos[d] += 1;
+                if pos[d] < self.out_sp[d] {
+                    break;
+                }
+                pos[d] = 0;
+            }
+        }
+    }
+
+    /// Convolves one batch element: `x` is `[C, *in_sp]`, `out` `[O, *out_sp]`.
+    /// `col` is scratch of `cg * kprod * p` elements (unused when `identity`).
+    /// `parallel`: this call may use the whole pool (it is not itself inside
+    /// a parallel batch loop).
+    fn one<T: Real>(&self, x: &[T], w: &[T], out: &mut [T], col: &mut [T], parallel: bool) {
+        let kdim = self.cg * self.kprod;
+        let gout = self.og * self.p;
+        let per_group = self.og * kdim * self.p;
+        if parallel && matches!(split(self.groups, per_group), Split::Batch { .. }) {
+            // Many small per-group products (e.g. depthwise): split over groups.
+            let col_len = col.len();
+            out.par_chunks_mut(gout)
+                .enumerate()
+                .for_each_init(|| vec![T::zero(); col_len], |col, (g, og)| self.group(x, w, g, og, col, false));
+        } else {
+            for (g, og) in out.chunks_mut(gout).enumerate() {
+                self.group(x, w, g, og, col, parallel);
+            }
+        }
+    }
+
+    /// Convolves group `g` of one batch element into `out` (`[og, *out_sp]`).
+    fn group<T: Real>(&self, x: &[T], w: &[T], g: usize, out: &mut [T], col: &mut [T], parallel: bool) {
+        let kdim = self.cg * self.kprod;
+        let (gin, gw) = (self.cg * self.in_size, self.og * kdim);
+        let xg = &x[g * gin..(g + 1) * gin];
+        let cols = if self.identity {
+            MatRef { data: xg, rs: self.p, cs: 1 }
+        } else {
+            if parallel && super::kernel::worth_parallel(col.len()) {
+                col.par_chunks_mut(self.p).enumerate().for_each(|(r, row)| self.im2col_row(xg, r, row));
+            } else {
+                for (r, row) in col.chunks_mut(self.p).enumerate() {
+                    self.im2col_row(xg, r, row);
+                }
+            }
+            MatRef { data: &*col, rs: self.p, cs: 1 }
+        };
+        let wg = MatRef { data: &w[g * gw..(g + 1) * gw], rs: kdim, cs: 1 };
+        gemm_into(self.og, self.p, kdim, out, wg, cols, parallel);
+    }
+}
+
+fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> Result<(), ExecError> {
+    let (x, w, o) = (input::<T>(x)?, input::<T>(w)?, output::<T>(o)?);
+    let per_out = plan.groups * plan.og * plan.p;
+    if o.is_empty() {
+        return Ok(());
+    }
+    let per_in = plan.groups * plan.cg * plan.in_size;
+    let col_len = if plan.identity { 0 } else { plan.cg * plan.kprod * plan.p };
+    let flops = plan.groups * plan.og * plan.cg * plan.kprod * plan.p;
+    match split(plan.n, flops) {
+        Split::Batch { items } => o.par_chunks_mut(items * per_out).enumerate().for_each(|(t, chunk)| {
+            let mut col = vec![T::zero(); col_len];
+            for (i, ob) in chunk.chunks_mut(per_out).enumerate() {
+                let b = t * items + i;
+                plan.one(&x[b * per_in..(b + 1) * per_in], w, ob, &mut col, false);
+            }
+        }),
+        s => {
+            let mut col = vec![T::zero(); col_len];
+            for (b, ob) in o.chunks_mut(per_out).enumerate() {
+                plan.one(&x[b * per_in..(b + 1) * per_in], w, ob, &mut col, s == Split::Inner);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Builder {
+    /// General N-d convolution (see [`ConvGeneral`] for layout and semantics).
+    pub fn conv_general(&mut self, lhs: Value, rhs: Value, params: ConvGeneral) -> Result<Value, IrError> {
+        self.emit1(params, &[lhs, rhs])
+    }
+}

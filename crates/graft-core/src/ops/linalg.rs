@@ -1,0 +1,559 @@
+//! `dot_general`: batched tensor contraction with XLA semantics, and the
+//! shared float GEMM helper that `conv_general` also uses.
+//!
+//! Semantics: `lhs_batch[i]` pairs with `rhs_batch[i]` and `lhs_contract[i]`
+//! with `rhs_contract[i]` (sizes must match). Output dims are the batch dims
+//! (in `lhs_batch` order), then lhs free dims (in order), then rhs free dims
+//! (in order). Both operands share one numeric dtype (f32, f64, i32, i64).
+//! Contracting over a zero-sized dim gives zeros. Integer products and sums
+//! wrap on overflow (two's complement, like NumPy).
+//!
+//! Kernel strategy: every operand is viewed as `[batch, rows, cols]` with one
+//! stride per group. When the dims of each group are already adjacent and in
+//! order in memory (plain, transposed and most batched layouts) the operand is
+//! used in place through strides; otherwise it is first transposed into a
+//! contiguous scratch buffer. Floats go through the `gemm` crate (the only
+//! `unsafe` in the crate, in `gemm_f`) and accumulate in their own precision
+//! (f32 sums in f32, like NumPy and XLA on CPU); integers use an i-k-j loop.
+//! Parallelism: one large product lets `gemm` split it across rayon threads;
+//! many small batched products are split across the batch instead. Either way
+//! each output element is accumulated in the same order, so results do not
+//! depend on the thread count.
+
+use super::kernel::{input, output, Real};
+use super::{check, Op};
+use crate::dtype::DType;
+use crate::error::{ExecError, IrError, TypeError};
+use crate::ir::{Builder, Value};
+use crate::tensor::{Element, Tensor};
+use crate::types::{fmt_list, strides_of, TensorType};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// General dot product (XLA `DotGeneral`): contracts `lhs_contract` against
+/// `rhs_contract`, batched over `lhs_batch`/`rhs_batch`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DotGeneral {
+    /// Contracting dims of the lhs.
+    pub lhs_contract: Vec<usize>,
+    /// Contracting dims of the rhs, paired in order with `lhs_contract`.
+    pub rhs_contract: Vec<usize>,
+    /// Batch dims of the lhs.
+    pub lhs_batch: Vec<usize>,
+    /// Batch dims of the rhs, paired in order with `lhs_batch`.
+    pub rhs_batch: Vec<usize>,
+}
+
+/// The dims of one operand sorted into the three groups of a batched matmul.
+struct Groups {
+    batch: Vec<usize>,
+    free: Vec<usize>,
+    contract: Vec<usize>,
+}
+
+fn free_dims(rank: usize, batch: &[usize], contract: &[usize]) -> Vec<usize> {
+    (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect()
+}
+
+impl DotGeneral {
+    fn groups(&self, lhs_rank: usize, rhs_rank: usize) -> (Groups, Groups) {
+        let l = Groups {
+            batch: self.lhs_batch.clone(),
+            free: free_dims(lhs_rank, &self.lhs_batch, &self.lhs_contract),
+            contract: self.lhs_contract.clone(),
+        };
+        let r = Groups {
+            batch: self.rhs_batch.clone(),
+            free: free_dims(rhs_rank, &self.rhs_batch, &self.rhs_contract),
+            contract: self.rhs_contract.clone(),
+        };
+        (l, r)
+    }
+
+    /// Checks one operand's batch and contracting dims: in range, disjoint, unrepeated.
+    fn check_dims(
+        &self,
+        ins: &[TensorType],
+        side: &str,
+        rank: usize,
+        batch: &[usize],
+        contract: &[usize],
+    ) -> Result<(), TypeError> {
+        let all: Vec<(usize, &str)> =
+            batch.iter().map(|&d| (d, "batch")).chain(contract.iter().map(|&d| (d, "contract"))).collect();
+        for (i, &(d, what)) in all.iter().enumerate() {
+            if d >= rank {
+                return Err(check::err(self, ins, format!("{side}_{what} dim {d} out of range for rank {rank}")));
+            }
+            if all[..i].iter().any(|&(e, _)| e == d) {
+                return Err(check::err(
+                    self,
+                    ins,
+                    format!("{side} dim {d} listed twice among {side}_batch and {side}_contract"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Op for DotGeneral {
+    fn name(&self) -> &'static str {
+        "dot_general"
+    }
+
+    fn params(&self) -> String {
+        format!(
+            "lhs_contract={}, rhs_contract={}, lhs_batch={}, rhs_batch={}",
+            fmt_list(&self.lhs_contract),
+            fmt_list(&self.rhs_contract),
+            fmt_list(&self.lhs_batch),
+            fmt_list(&self.rhs_batch)
+        )
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 2)?;
+        let (l, r) = (&ins[0], &ins[1]);
+        if l.dtype != r.dtype {
+            return Err(check::err(self, ins, "expected both operands to have the same dtype"));
+        }
+        if !l.dtype.is_numeric() {
+            return Err(check::err(self, ins, "expected numeric operands (f32, f64, i32 or i64)"));
+        }
+        if self.lhs_contract.len() != self.rhs_contract.len() {
+            return Err(check::err(self, ins, "expected lhs_contract and rhs_contract of equal length"));
+        }
+        if self.lhs_batch.len() != self.rhs_batch.len() {
+            return Err(check::err(self, ins, "expected lhs_batch and rhs_batch of equal length"));
+        }
+        self.check_dims(ins, "lhs", l.rank(), &self.lhs_batch, &self.lhs_contract)?;
+        self.check_dims(ins, "rhs", r.rank(), &self.rhs_batch, &self.rhs_contract)?;
+        for (&a, &b) in self.lhs_batch.iter().zip(&self.rhs_batch) {
+            if l.shape[a] != r.shape[b] {
+                return Err(check::err(
+                    self,
+                    ins,
+                    format!(
+                        "expected batch dims of equal size: lhs dim {a} is {}, rhs dim {b} is {}",
+                        l.shape[a], r.shape[b]
+                    ),
+                ));
+            }
+        }
+        for (&a, &b) in self.lhs_contract.iter().zip(&self.rhs_contract) {
+            if l.shape[a] != r.shape[b] {
+                return Err(check::err(
+                    self,
+                    ins,
+                    format!(
+                        "expected contracting dims of equal size: lhs dim {a} is {}, rhs dim {b} is {}",
+                        l.shape[a], r.shape[b]
+                    ),
+                ));
+            }
+        }
+        let (lg, rg) = self.groups(l.rank(), r.rank());
+        let shape: Vec<usize> = lg
+            .batch
+            .iter()
+            .map(|&d| l.shape[d])
+            .chain(lg.free.iter().map(|&d| l.shape[d]))
+            .chain(rg.free.iter().map(|&d| r.shape[d]))
+            .collect();
+        Ok(vec![TensorType::new(l.dtype, shape)])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let (a, b) = (ins[0], ins[1]);
+        // Re-derive the output type: the strided views below index by these
+        // shapes, so they must agree with the shape rule.
+        let ty = self.infer(&[a.ty(), b.ty()]).map_err(IrError::from)?.remove(0);
+        let o = &mut outs[0];
+        if o.ty() != ty {
+            return Err(ExecError::kernel(self.name(), format!("internal error: output is {}, expected {ty}", o.ty())));
+        }
+        let (lg, rg) = self.groups(a.rank(), b.rank());
+        let lp = Operand::new(a.shape(), &lg.batch, &lg.free, &lg.contract);
+        let rp = Operand::new(b.shape(), &rg.batch, &rg.contract, &rg.free);
+        let dims = Dims { batch: lp.b, m: lp.r, k: lp.c, n: rp.c };
+        match a.dtype() {
+            DType::F32 => float_dot::<f32>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
+            DType::F64 => float_dot::<f64>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
+            DType::I32 => int_dot::<i32>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
+            DType::I64 => int_dot::<i64>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
+            d => return Err(super::kernel::unsupported(self.name(), d)),
+        }
+        Ok(())
+    }
+}
+
+/// Sizes of the canonical batched product `[batch, m, k] x [batch, k, n]`.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+/// One operand seen as `[b, r, c]`: the three dim groups, their sizes and,
+/// when the groups are contiguous-in-order in memory, their strides.
+struct Operand {
+    shape: Vec<usize>,
+    /// `batch ++ rows ++ cols`: the dim order of the scratch copy.
+    order: Vec<usize>,
+    b: usize,
+    r: usize,
+    c: usize,
+    /// `(batch, row, col)` strides of the in-place view, if one exists.
+    view: Option<(usize, usize, usize)>,
+}
+
+/// The single stride that walks `axes` (outer to inner) as one flattened
+/// dim, if one exists. Size-1 dims never move, so they are ignored.
+fn merged_stride(shape: &[usize], strides: &[usize], axes: &[usize]) -> Option<usize> {
+    let live: Vec<usize> = axes.iter().copied().filter(|&a| shape[a] != 1).collect();
+    for w in live.windows(2) {
+        if strides[w[0]] != strides[w[1]] * shape[w[1]] {
+            return None;
+        }
+    }
+    // A group of only size-1 dims is never stepped; any stride is valid.
+    Some(live.last().map_or(1, |&a| strides[a]))
+}
+
+impl Operand {
+    fn new(shape: &[usize], batch: &[usize], rows: &[usize], cols: &[usize]) -> Operand {
+        let size = |axes: &[usize]| axes.iter().map(|&a| shape[a]).product::<usize>();
+        let strides = strides_of(shape);
+        let view = match (
+            merged_stride(shape, &strides, batch),
+            merged_stride(shape, &strides, rows),
+            merged_stride(shape, &strides, cols),
+        ) {
+            (Some(b), Some(r), Some(c)) => Some((b, r, c)),
+            _ => None,
+        };
+        Operand {
+            shape: shape.to_vec(),
+            order: batch.iter().chain(rows).chain(cols).copied().collect(),
+            b: size(batch),
+            r: size(rows),
+            c: size(cols),
+            view,
+        }
+    }
+
+    /// The operand's data as `[b, r, c]` with strides: in place when the
+    /// view exists (and, if `need_unit_col`, has unit column stride),
+    /// otherwise a contiguous transposed copy.
+    fn materialize<'a, T: Copy + Send + Sync>(&self, data: &'a [T], need_unit_col: bool) -> (Cow<'a, [T]>, Strides) {
+        match self.view {
+            Some((b, r, c)) if !need_unit_col || c == 1 || self.c <= 1 => (Cow::Borrowed(data), Strides { b, r, c }),
+            _ => (
+                Cow::Owned(transpose_copy(data, &self.shape, &self.order)),
+                Strides { b: self.r * self.c, r: self.c, c: 1 },
+            ),
+        }
+    }
+}
+
+/// Element strides of a `[batch, rows, cols]` view.
+#[derive(Clone, Copy, Debug)]
+struct Strides {
+    b: usize,
+    r: usize,
+    c: usize,
+}
+
+/// Copies row-major `src` of `shape` into a new row-major buffer whose dims
+/// are `shape[order[0]], shape[order[1]], ...` (a transpose).
+pub(crate) fn transpose_copy<T: Copy + Send + Sync>(src: &[T], shape: &[usize], order: &[usize]) -> Vec<T> {
+    let n = src.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let src_strides = strides_of(shape);
+    let dims: Vec<usize> = order.iter().map(|&a| shape[a]).collect();
+    let strides: Vec<usize> = order.iter().map(|&a| src_strides[a]).collect();
+    let Some((&inner, outer_dims)) = dims.split_last() else {
+        return src.to_vec(); // rank 0: one element
+    };
+    let inner_stride = strides[strides.len() - 1];
+    let outer_strides = &strides[..strides.len() - 1];
+    let mut out = vec![src[0]; n];
+    // Fills rows `row0..` of the output (each `inner` long) into `chunk`.
+    let fill = |row0: usize, chunk: &mut [T]| {
+        let mut idx = vec![0usize; outer_dims.len()];
+        let mut rem = row0;
+        for d in (0..outer_dims.len()).rev() {
+            idx[d] = rem % outer_dims[d];
+            rem /= outer_dims[d];
+        }
+        let mut base: usize = idx.iter().zip(outer_strides).map(|(i, s)| i * s).sum();
+        for row in chunk.chunks_mut(inner) {
+            if inner_stride == 1 {
+                row.copy_from_slice(&src[base..base + inner]);
+            } else {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = src[base + j * inner_stride];
+                }
+            }
+            // Odometer step over the outer dims.
+            for d in (0..outer_dims.len()).rev() {
+                idx[d] += 1;
+                base += outer_strides[d];
+                if idx[d] < outer_dims[d] {
+                    break;
+                }
+                base -= outer_strides[d] * outer_dims[d];
+                idx[d] = 0;
+            }
+        }
+    };
+    if super::kernel::worth_parallel(n) {
+        let rows_per_task = (super::kernel::CHUNK / inner).max(1);
+        out.par_chunks_mut(rows_per_task * inner).enumerate().for_each(|(t, c)| fill(t * rows_per_task, c));
+    } else {
+        fill(0, &mut out);
+    }
+    out
+}
+
+/// Below this many multiply-adds (per product) `gemm` runs single-threaded.
+const GEMM_PAR_FLOPS: usize = 1 << 18;
+/// Below this many multiply-adds in total a batched product stays serial.
+const BATCH_PAR_FLOPS: usize = 1 << 16;
+/// Products at least this large are parallelised inside `gemm` rather than
+/// across a batch that does not split evenly over the threads.
+const BIG_PRODUCT_FLOPS: usize = 1 << 24;
+
+/// How to run `batch` independent products of `per` multiply-adds each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// One thread for everything.
+    Serial,
+    /// Batch items in parallel, each product single-threaded; `items` per task.
+    Batch { items: usize },
+    /// Batch items in order, each product split by `gemm` across threads.
+    Inner,
+}
+
+/// Chooses between batch-level and `gemm`-level parallelism.
+pub(crate) fn split(batch: usize, per: usize) -> Split {
+    let threads = rayon::current_num_threads();
+    let total = batch.saturating_mul(per);
+    if threads <= 1 || total < BATCH_PAR_FLOPS {
+        return Split::Serial;
+    }
+    let even = batch >= 4 * threads || batch / threads * threads == batch;
+    if batch > 1 && (per < BIG_PRODUCT_FLOPS || even) {
+        // Enough items per task that each carries real work, yet enough tasks to balance.
+        let items = (BATCH_PAR_FLOPS / per.max(1)).clamp(1, batch.div_ceil(threads));
+        Split::Batch { items }
+    } else if per >= GEMM_PAR_FLOPS {
+        Split::Inner
+    } else {
+        Split::Serial
+    }
+}
+
+/// A read-only strided matrix: element `(i, j)` is `data[i * rs + j * cs]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MatRef<'a, T> {
+    pub data: &'a [T],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// `dst = a @ b` for `a: [m, k]`, `b: [k, n]` and `dst` row-major `[m, n]`
+/// (`dst` is fully overwritten; `k == 0` gives zeros). `parallel` lets `gemm`
+/// split the product across the rayon pool.
+pub(crate) fn gemm_into<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    a: MatRef<T>,
+    b: MatRef<T>,
+    parallel: bool,
+) {
+    assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        dst.fill(T::zero());
+        return;
+    }
+    // The farthest element each view reaches must lie inside its slice.
+    assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "internal error: gemm lhs view out of bounds");
+    assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "internal error: gemm rhs view out of bounds");
+    let threads = rayon::current_num_threads();
+    let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    gemm_f(m, n, k, dst, a, b, par);
+}
+
+/// The one `unsafe` call of the crate: `gemm::gemm` on checked slices.
+#[allow(unsafe_code)]
+fn gemm_f<T: Real>(m: usize, n: usize, k: usize, dst: &mut [T], a: MatRef<T>, b: MatRef<T>, par: gemm::Parallelism) {
+    assert!(T::DTYPE == DType::F32 || T::DTYPE == DType::F64, "internal error: gemm is only called for f32 and f64");
+    assert!(m > 0 && n > 0 && k > 0, "internal error: gemm_f needs non-empty dims");
+    assert!(dst.len() == m * n, "internal error: gemm destination must be m*n");
+    assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "internal error: gemm lhs view out of bounds");
+    assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "internal error: gemm rhs view out of bounds");
+    // Slice lengths are at most isize::MAX elements; the asserts above bound
+    // every stride that is ever multiplied by a non-zero index by the slice
+    // length, and strides of size-1 dims are never stepped, so clamping them
+    // keeps the conversions lossless without changing which elements are read.
+    let st = |s: usize, dim: usize| if dim <= 1 { 0 } else { s as isize };
+    // SAFETY:
+    // - `T` is f32 or f64 (asserted), the types `gemm` supports; it never panics on them.
+    // - dst: `m*n` valid, exclusively borrowed elements; element (i, j) is at
+    //   `i*n + j <= m*n - 1`; with `read_dst = false` (and alpha 0) it is only written.
+    // - lhs: element (i, p) at `i*a.rs + p*a.cs <= (m-1)*a.rs + (k-1)*a.cs < a.data.len()`.
+    // - rhs: element (p, j) at `p*b.rs + j*b.cs <= (k-1)*b.rs + (n-1)*b.cs < b.data.len()`.
+    // - dst is a `&mut` borrow, so it cannot alias the shared lhs/rhs borrows.
+    // - `gemm` only reads/writes within these index ranges and returns before
+    //   the borrows end (its rayon tasks are joined inside the call).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            st(n, m),
+            false,
+            a.data.as_ptr(),
+            st(a.cs, k),
+            st(a.rs, m),
+            b.data.as_ptr(),
+            st(b.cs, n),
+            st(b.rs, k),
+            T::zero(),
+            T::one(),
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+fn float_dot<T: Real>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: &mut [T]) {
+    if o.is_empty() {
+        return;
+    }
+    if d.k == 0 {
+        o.fill(T::zero());
+        return;
+    }
+    let (a, sa) = lp.materialize(a, false);
+    let (b, sb) = rp.materialize(b, false);
+    let (a, b) = (&*a, &*b);
+    let mn = d.m * d.n;
+    let one = |bi: usize, ob: &mut [T], parallel: bool| {
+        let am = MatRef { data: &a[bi * sa.b..], rs: sa.r, cs: sa.c };
+        let bm = MatRef { data: &b[bi * sb.b..], rs: sb.r, cs: sb.c };
+        gemm_into(d.m, d.n, d.k, ob, am, bm, parallel);
+    };
+    match split(d.batch, d.m * d.n * d.k) {
+        Split::Batch { items } => o.par_chunks_mut(items * mn).enumerate().for_each(|(t, chunk)| {
+            for (i, ob) in chunk.chunks_mut(mn).enumerate() {
+                one(t * items + i, ob, false);
+            }
+        }),
+        s => {
+            for (bi, ob) in o.chunks_mut(mn).enumerate() {
+                one(bi, ob, s == Split::Inner);
+            }
+        }
+    }
+}
+
+/// Integer element types: wrapping arithmetic, like NumPy's integer matmul.
+trait IntElem: Element + num_traits::PrimInt + num_traits::WrappingAdd + num_traits::WrappingMul {}
+impl IntElem for i32 {}
+impl IntElem for i64 {}
+
+fn int_dot<T: IntElem>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: &mut [T]) {
+    if o.is_empty() {
+        return;
+    }
+    o.fill(T::zero());
+    if d.k == 0 {
+        return;
+    }
+    let (a, sa) = lp.materialize(a, false);
+    // The i-k-j loop walks rhs rows contiguously.
+    let (b, sb) = rp.materialize(b, true);
+    let (a, b) = (&*a, &*b);
+    let n = d.n;
+    // Output row `row` (= batch * m + i) accumulates a[i, p] * b[p, :].
+    let fill = |row: usize, orow: &mut [T]| {
+        let (bi, i) = (row / d.m, row % d.m);
+        let arow = &a[bi * sa.b + i * sa.r..];
+        let bmat = &b[bi * sb.b..];
+        for p in 0..d.k {
+            let x = arow[p * sa.c];
+            if x == T::zero() {
+                continue;
+            }
+            let brow = &bmat[p * sb.r..p * sb.r + n];
+            for (y, &w) in orow.iter_mut().zip(brow) {
+                *y = y.wrapping_add(&x.wrapping_mul(&w));
+            }
+        }
+    };
+    let rows = d.batch * d.m;
+    if super::kernel::worth_parallel(rows * d.k * n) {
+        let rows_per_task = (super::kernel::CHUNK / (d.k * n).max(1)).max(1);
+        o.par_chunks_mut(rows_per_task * n).enumerate().for_each(|(t, chunk)| {
+            for (i, orow) in chunk.chunks_mut(n).enumerate() {
+                fill(t * rows_per_task + i, orow);
+            }
+        });
+    } else {
+        for (row, orow) in o.chunks_mut(n).enumerate() {
+            fill(row, orow);
+        }
+    }
+}
+
+impl Builder {
+    /// General dot product: contracts `lhs_contract` with `rhs_contract`,
+    /// batched over `lhs_batch`/`rhs_batch` (see [`DotGeneral`]).
+    pub fn dot_general(
+        &mut self,
+        lhs: Value,
+        rhs: Value,
+        lhs_contract: &[usize],
+        rhs_contract: &[usize],
+        lhs_batch: &[usize],
+        rhs_batch: &[usize],
+    ) -> Result<Value, IrError> {
+        let op = DotGeneral {
+            lhs_contract: lhs_contract.to_vec(),
+            rhs_contract: rhs_contract.to_vec(),
+            lhs_batch: lhs_batch.to_vec(),
+            rhs_batch: rhs_batch.to_vec(),
+        };
+        self.emit1(op, &[lhs, rhs])
+    }
+
+    /// Matrix product of two rank-2 operands, `[m, k] x [k, n] -> [m, n]`.
+    pub fn matmul2d(&mut self, a: Value, b: Value) -> Result<Value, IrError> {
+        let op = DotGeneral { lhs_contract: vec![1], rhs_contract: vec![0], lhs_batch: vec![], rhs_batch: vec![] };
+        let tys = [self.ty(a)?.clone(), self.ty(b)?.clone()];
+        if tys.iter().any(|t| t.rank() != 2) {
+            return Err(check::err(&op, &tys, "matmul2d expects two rank-2 operands").into());
+        }
+        self.emit1(op, &[a, b])
+    }
+}
