@@ -19,6 +19,14 @@
 mod error;
 mod function;
 mod trace;
+mod tr_math;
+mod tr_shape;
+pub mod random;
+
+/// Multi-input array functions (NumPy names): `concat`, `stack`, `where_`.
+pub mod ops {
+    pub use crate::tr_shape::{concat, stack, where_};
+}
 
 pub use error::Error;
 pub use function::{compile, jit, Compiled, Jit};
