@@ -55,6 +55,16 @@ pub enum IrError {
         /// What is wrong.
         msg: String,
     },
+    /// A transformation rule is missing or cannot apply (names the primitive and the rule).
+    #[error("{rule} of `{prim}`: {msg}")]
+    NoRule {
+        /// Primitive name.
+        prim: String,
+        /// Which rule (`jvp`, `transpose`, `batch`).
+        rule: &'static str,
+        /// Why it cannot apply.
+        msg: String,
+    },
     /// An argument to a library (composite) op is invalid, e.g. an axis out of range.
     #[error("{op}: {msg}")]
     Invalid {

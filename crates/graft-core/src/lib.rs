@@ -5,6 +5,7 @@
 //! of the `graft` crate), check it with [`ir::verify`], plan it into an
 //! [`exec::Executable`], and run it on [`tensor::Tensor`]s.
 
+pub mod ad;
 pub mod composite;
 pub mod dtype;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod format;
 pub mod ir;
 pub mod npy;
 pub mod ops;
+pub mod opt;
 pub mod tensor;
 pub mod types;
 

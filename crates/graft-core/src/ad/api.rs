@@ -28,14 +28,21 @@ impl Wrt {
                     if p >= f.params.len() {
                         return Err(IrError::invalid(
                             transform,
-                            format!("wrt names parameter {p} of `{}`, which has only {} parameters", f.name, f.params.len()),
+                            format!(
+                                "wrt names parameter {p} of `{}`, which has only {} parameters",
+                                f.name,
+                                f.params.len()
+                            ),
                         ));
                     }
                     let ty = f.ty(f.params[p]);
                     if !ty.dtype.is_float() {
                         return Err(IrError::invalid(
                             transform,
-                            format!("parameter {p} of `{}` has type {ty}, which is not differentiable (only f32/f64 are)", f.name),
+                            format!(
+                                "parameter {p} of `{}` has type {ty}, which is not differentiable (only f32/f64 are)",
+                                f.name
+                            ),
                         ));
                     }
                     if ps[..k].contains(&p) {
@@ -90,8 +97,11 @@ pub fn vjp_func(f: &Func, wrt: &Wrt) -> Result<Func, IrError> {
     let pos = wrt.resolve(f, "vjp")?;
     let mut b = Builder::new(format!("vjp_{}", f.name));
     let primals = copy_params(&mut b, f);
-    let cts: Vec<Option<Value>> =
-        f.outputs.iter().map(|&o| if f.ty(o).dtype.is_float() { Some(b.param(f.ty(o).clone())) } else { None }).collect();
+    let cts: Vec<Option<Value>> = f
+        .outputs
+        .iter()
+        .map(|&o| if f.ty(o).dtype.is_float() { Some(b.param(f.ty(o).clone())) } else { None })
+        .collect();
     let mask: Vec<bool> = (0..f.params.len()).map(|i| pos.contains(&i)).collect();
     let (outs, grads) = linearize_transpose(&mut b, f, &primals, &mask, &cts)?;
     let mut all = outs;

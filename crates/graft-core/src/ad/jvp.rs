@@ -22,7 +22,13 @@ pub fn jvp_inline(
     if primals.len() != f.params.len() || tangents.len() != f.params.len() {
         return Err(IrError::invalid(
             "jvp",
-            format!("`{}` takes {} arguments, got {} primals and {} tangents", f.name, f.params.len(), primals.len(), tangents.len()),
+            format!(
+                "`{}` takes {} arguments, got {} primals and {} tangents",
+                f.name,
+                f.params.len(),
+                primals.len(),
+                tangents.len()
+            ),
         ));
     }
     let n = f.n_values();
@@ -43,7 +49,9 @@ pub fn jvp_inline(
         }
     }
     let get = |env: &[Option<Value>], v: Value| {
-        env[v.index()].ok_or_else(|| IrError::invalid("jvp", format!("internal error: {v} used before definition in `{}`", f.name)))
+        env[v.index()].ok_or_else(|| {
+            IrError::invalid("jvp", format!("internal error: {v} used before definition in `{}`", f.name))
+        })
     };
     for eqn in &f.eqns {
         let ins: Vec<Value> = eqn.inputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;

@@ -88,18 +88,27 @@ pub fn linearize_transpose(
         if out_cts.iter().all(Option::is_none) {
             continue;
         }
-        let inputs: Vec<Option<Value>> =
-            eqn.inputs.iter().map(|&v| if linear[v.index()] { Ok(None) } else { mapped(&map, v).map(Some) }).collect::<Result<_, _>>()?;
+        let inputs: Vec<Option<Value>> = eqn
+            .inputs
+            .iter()
+            .map(|&v| if linear[v.index()] { Ok(None) } else { mapped(&map, v).map(Some) })
+            .collect::<Result<_, _>>()?;
         let in_types: Vec<_> = eqn.inputs.iter().map(|&v| jf.ty(v).clone()).collect();
         let out_types: Vec<_> = eqn.outputs.iter().map(|&v| jf.ty(v).clone()).collect();
         b.set_loc(eqn.loc.clone());
-        let in_cts =
-            eqn.prim.transpose(b, &TransposeCx { inputs: &inputs, in_types: &in_types, out_types: &out_types, cts: &out_cts })?;
+        let in_cts = eqn.prim.transpose(
+            b,
+            &TransposeCx { inputs: &inputs, in_types: &in_types, out_types: &out_types, cts: &out_cts },
+        )?;
         if in_cts.len() != eqn.inputs.len() {
             return Err(IrError::NoRule {
                 prim: eqn.prim.name().into(),
                 rule: "transpose",
-                msg: format!("internal error: rule returned {} cotangents for {} operands", in_cts.len(), eqn.inputs.len()),
+                msg: format!(
+                    "internal error: rule returned {} cotangents for {} operands",
+                    in_cts.len(),
+                    eqn.inputs.len()
+                ),
             });
         }
         for (&v, c) in eqn.inputs.iter().zip(in_cts) {

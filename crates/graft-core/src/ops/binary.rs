@@ -419,3 +419,180 @@ impl Builder {
         self.emit1(Select, &[pred, on_true, on_false])
     }
 }
+
+// Derivative rules. Tangents are combined only by linear ops (add, sub,
+// neg, mul/div by a primal coefficient, select), so the linear part
+// transposes with the rules below.
+impl crate::ad::Diff for Binary {
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        use crate::ad::helpers::{add_opt, full_like, mask_like, scale_opt, sub_opt};
+        let (x, y, out) = (cx.primals[0], cx.primals[1], cx.outputs[0]);
+        let (x_dot, y_dot) = (cx.tangents[0], cx.tangents[1]);
+        let t = match self {
+            Binary::Add => add_opt(b, x_dot, y_dot)?,
+            Binary::Sub => sub_opt(b, x_dot, y_dot)?,
+            // d(xy) = x_dot y + x y_dot
+            Binary::Mul => {
+                let a = scale_opt(b, x_dot, y)?;
+                let c = scale_opt(b, y_dot, x)?;
+                add_opt(b, a, c)?
+            }
+            // d(x/y) = x_dot / y - y_dot (out / y)
+            Binary::Div => {
+                let a = x_dot.map(|t| b.div(t, y)).transpose()?;
+                let c = match y_dot {
+                    Some(t) => {
+                        let q = b.div(out, y)?;
+                        Some(b.mul(t, q)?)
+                    }
+                    None => None,
+                };
+                sub_opt(b, a, c)?
+            }
+            // rem(x, y) = x - y trunc(x/y): d = x_dot - y_dot trunc(x/y), with
+            // trunc(x/y) recovered exactly as (x - out) / y.
+            Binary::Rem => {
+                let c = match y_dot {
+                    Some(t) => {
+                        let diff = b.sub(x, out)?;
+                        let q = b.div(diff, y)?;
+                        Some(b.mul(t, q)?)
+                    }
+                    None => None,
+                };
+                sub_opt(b, x_dot, c)?
+            }
+            // d(x^y) = y x^(y-1) x_dot + out ln(x) y_dot; ln is taken of 1 where
+            // x == 0 so that 0^y has a finite y-derivative (JAX's convention).
+            Binary::Pow => {
+                let a = match x_dot {
+                    Some(t) => {
+                        let one = full_like(b, 1.0, x)?;
+                        let ym1 = b.sub(y, one)?;
+                        let p = b.pow(x, ym1)?;
+                        let c = b.mul(y, p)?;
+                        Some(b.mul(t, c)?)
+                    }
+                    None => None,
+                };
+                let c = match y_dot {
+                    Some(t) => {
+                        let zero = full_like(b, 0.0, x)?;
+                        let one = full_like(b, 1.0, x)?;
+                        let is_zero = b.eq(x, zero)?;
+                        let safe = b.select(is_zero, one, x)?;
+                        let l = b.log(safe)?;
+                        let c = b.mul(out, l)?;
+                        Some(b.mul(t, c)?)
+                    }
+                    None => None,
+                };
+                add_opt(b, a, c)?
+            }
+            // Ties split the derivative equally between the operands (seed 003).
+            Binary::Max | Binary::Min => {
+                let wins = if *self == Binary::Max { b.gt(x, y)? } else { b.lt(x, y)? };
+                let ties = b.eq(x, y)?;
+                let w = mask_like(b, wins, x)?;
+                let tie = mask_like(b, ties, x)?;
+                let half = full_like(b, 0.5, x)?;
+                let half_tie = b.mul(half, tie)?;
+                let cx_ = b.add(w, half_tie)?;
+                let one = full_like(b, 1.0, x)?;
+                let cy_ = b.sub(one, cx_)?;
+                // Where either operand is NaN both coefficients are irrelevant
+                // (the output is NaN); the formula keeps them finite.
+                let a = scale_opt(b, x_dot, cx_)?;
+                let c = scale_opt(b, y_dot, cy_)?;
+                add_opt(b, a, c)?
+            }
+            // atan2(x, y): d = (y x_dot - x y_dot) / (x^2 + y^2)
+            Binary::Atan2 => {
+                let x2 = b.mul(x, x)?;
+                let y2 = b.mul(y, y)?;
+                let r2 = b.add(x2, y2)?;
+                let cx_ = b.div(y, r2)?;
+                let a = scale_opt(b, x_dot, cx_)?;
+                let c = match y_dot {
+                    Some(t) => {
+                        let q = b.div(x, r2)?;
+                        Some(b.mul(t, q)?)
+                    }
+                    None => None,
+                };
+                sub_opt(b, a, c)?
+            }
+            Binary::And | Binary::Or => None,
+        };
+        Ok(vec![t])
+    }
+
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let ct = cx.cts[0];
+        let (lx, ly) = (cx.is_linear(0), cx.is_linear(1));
+        let opt = |c: Option<Value>, on: bool| if on { c } else { None };
+        Ok(match self {
+            Binary::Add => vec![opt(ct, lx), opt(ct, ly)],
+            Binary::Sub => {
+                let n = if ly { ct.map(|c| b.neg(c)).transpose()? } else { None };
+                vec![opt(ct, lx), n]
+            }
+            // Linear in exactly one operand: ct times the other.
+            Binary::Mul => match (lx, ly, ct) {
+                (true, false, Some(c)) => vec![Some(b.mul(c, cx.primal("mul", 1)?)?), None],
+                (false, true, Some(c)) => vec![None, Some(b.mul(cx.primal("mul", 0)?, c)?)],
+                (true, true, _) => return Err(crate::ad::not_linear("mul")),
+                _ => vec![None, None],
+            },
+            // Linear in the numerator only.
+            Binary::Div => match (lx, ly, ct) {
+                (true, false, Some(c)) => vec![Some(b.div(c, cx.primal("div", 1)?)?), None],
+                (_, true, _) => return Err(crate::ad::not_linear("div")),
+                _ => vec![None, None],
+            },
+            _ => return Err(crate::ad::not_linear(self.name())),
+        })
+    }
+}
+
+impl crate::ad::Diff for Compare {
+    fn jvp(&self, _b: &mut Builder, _cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        // A bool result carries no tangent.
+        Ok(vec![None])
+    }
+
+    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Err(crate::ad::not_linear(self.name()))
+    }
+}
+
+impl crate::ad::Diff for Select {
+    // select(p, a, b) is linear in (a, b) for a fixed predicate.
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        use crate::ad::helpers::zeros_like;
+        let (p, on_true, on_false) = (cx.primals[0], cx.primals[1], cx.primals[2]);
+        Ok(vec![match (cx.tangents[1], cx.tangents[2]) {
+            (None, None) => None,
+            (t, f) => {
+                let t = match t {
+                    Some(t) => t,
+                    None => zeros_like(b, on_true)?,
+                };
+                let f = match f {
+                    Some(f) => f,
+                    None => zeros_like(b, on_false)?,
+                };
+                Some(b.select(p, t, f)?)
+            }
+        }])
+    }
+
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let p = cx.primal("select", 0)?;
+        let Some(ct) = cx.cts[0] else { return Ok(vec![None, None, None]) };
+        let zero = crate::ad::helpers::zeros_like(b, ct)?;
+        let t = if cx.is_linear(1) { Some(b.select(p, ct, zero)?) } else { None };
+        let f = if cx.is_linear(2) { Some(b.select(p, zero, ct)?) } else { None };
+        Ok(vec![None, t, f])
+    }
+}

@@ -190,3 +190,30 @@ impl Builder {
         self.emit1(StopGradient, &[x])
     }
 }
+
+impl crate::ad::Diff for Convert {
+    // Float-to-float conversion is linear; conversions to int/bool are
+    // piecewise constant (no tangent).
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        if !self.dtype.is_float() {
+            return Ok(vec![None]);
+        }
+        Ok(vec![cx.tangents[0].map(|t| b.convert(t, self.dtype)).transpose()?])
+    }
+
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let back = cx.in_types[0].dtype;
+        Ok(vec![cx.cts[0].map(|ct| b.convert(ct, back)).transpose()?])
+    }
+}
+
+impl crate::ad::Diff for StopGradient {
+    // Zero derivative in every mode.
+    fn jvp(&self, _b: &mut Builder, _cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Ok(vec![None])
+    }
+
+    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Ok(vec![None])
+    }
+}

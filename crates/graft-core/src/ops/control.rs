@@ -121,3 +121,18 @@ impl Builder {
         self.emit(Call { func }, args)
     }
 }
+
+impl crate::ad::Diff for Call {
+    // The tangent of a call is the callee's JVP, inlined: the tangent
+    // equations then sit in the caller, where reverse mode can split and
+    // transpose them like any other equations.
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let (_, tangents) = crate::ad::jvp_inline(b, &self.func, cx.primals, cx.tangents)?;
+        Ok(tangents)
+    }
+
+    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        // Never reached: the JVP rule inlines the callee, so no call is linear.
+        Err(crate::ad::not_linear(self.name()))
+    }
+}

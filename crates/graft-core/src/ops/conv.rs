@@ -416,3 +416,21 @@ impl Builder {
         self.emit1(params, &[lhs, rhs])
     }
 }
+
+// conv_general is bilinear in (lhs, rhs).
+impl crate::ad::Diff for ConvGeneral {
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let (x, w) = (cx.primals[0], cx.primals[1]);
+        let a = cx.tangents[0].map(|t| b.conv_general(t, w, self.clone())).transpose()?;
+        let c = cx.tangents[1].map(|t| b.conv_general(x, t, self.clone())).transpose()?;
+        Ok(vec![crate::ad::helpers::add_opt(b, a, c)?])
+    }
+
+    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Err(IrError::NoRule {
+            prim: "conv_general".into(),
+            rule: "transpose",
+            msg: "transpose rule in progress".into(),
+        })
+    }
+}

@@ -216,3 +216,24 @@ impl Builder {
         self.full(1.0, ty)
     }
 }
+
+// Creation ops have no operands: nothing to differentiate or transpose.
+impl crate::ad::Diff for Iota {
+    fn jvp(&self, _b: &mut Builder, _cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Ok(vec![None])
+    }
+
+    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Ok(Vec::new())
+    }
+}
+
+impl crate::ad::Diff for Constant {
+    fn jvp(&self, _b: &mut Builder, _cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Ok(vec![None])
+    }
+
+    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        Ok(Vec::new())
+    }
+}

@@ -738,3 +738,95 @@ impl Builder {
         self.emit1(DynamicUpdateSlice, &ins)
     }
 }
+
+// Derivative rules. All four ops are linear in their data operands (the
+// indices are integers and carry no tangent); each transposes into the
+// other op of its pair with the same mode and geometry, so the clip/fill
+// semantics stay consistent between forward and reverse mode.
+mod diff {
+    use super::*;
+    use crate::ad::helpers::or_zeros;
+    use crate::ad::{Diff, JvpCx, TransposeCx};
+
+    impl Diff for Gather {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let idx = cx.primals[1];
+            Ok(vec![cx.tangents[0]
+                .map(|t| b.gather(t, idx, self.batch_dims, &self.index_dims, self.mode))
+                .transpose()?])
+        }
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let Some(ct) = cx.cts[0] else { return Ok(vec![None, None]) };
+            let idx = cx.primal("gather", 1)?;
+            let zeros = b.zeros(&cx.in_types[0])?;
+            Ok(vec![Some(b.scatter_add(zeros, idx, ct, self.batch_dims, &self.index_dims, self.mode)?), None])
+        }
+    }
+
+    impl Diff for ScatterAdd {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let (op, idx, upd) = (cx.primals[0], cx.primals[1], cx.primals[2]);
+            if cx.tangents[0].is_none() && cx.tangents[2].is_none() {
+                return Ok(vec![None]);
+            }
+            let t_op = or_zeros(b, cx.tangents[0], op)?;
+            let t_upd = or_zeros(b, cx.tangents[2], upd)?;
+            Ok(vec![Some(b.scatter_add(t_op, idx, t_upd, self.batch_dims, &self.index_dims, self.mode)?)])
+        }
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let Some(ct) = cx.cts[0] else { return Ok(vec![None, None, None]) };
+            let idx = cx.primal("scatter_add", 1)?;
+            let op_bar = if cx.is_linear(0) { Some(ct) } else { None };
+            let upd_bar = if cx.is_linear(2) {
+                Some(b.gather(ct, idx, self.batch_dims, &self.index_dims, self.mode)?)
+            } else {
+                None
+            };
+            Ok(vec![op_bar, None, upd_bar])
+        }
+    }
+
+    impl Diff for DynamicSlice {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let starts = &cx.primals[1..];
+            Ok(vec![cx.tangents[0].map(|t| b.dynamic_slice(t, starts, &self.sizes)).transpose()?])
+        }
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let mut res = vec![None; cx.inputs.len()];
+            if let Some(ct) = cx.cts[0] {
+                let starts: Vec<Value> =
+                    (1..cx.inputs.len()).map(|i| cx.primal("dynamic_slice", i)).collect::<Result<_, _>>()?;
+                let zeros = b.zeros(&cx.in_types[0])?;
+                res[0] = Some(b.dynamic_update_slice(zeros, ct, &starts)?);
+            }
+            Ok(res)
+        }
+    }
+
+    impl Diff for DynamicUpdateSlice {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            if cx.tangents[0].is_none() && cx.tangents[1].is_none() {
+                return Ok(vec![None]);
+            }
+            let t_op = or_zeros(b, cx.tangents[0], cx.primals[0])?;
+            let t_upd = or_zeros(b, cx.tangents[1], cx.primals[1])?;
+            Ok(vec![Some(b.dynamic_update_slice(t_op, t_upd, &cx.primals[2..])?)])
+        }
+        // The operand's cotangent is ct with the updated window zeroed; the
+        // update's is that window of ct (the same clamped starts apply).
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let mut res = vec![None; cx.inputs.len()];
+            let Some(ct) = cx.cts[0] else { return Ok(res) };
+            let starts: Vec<Value> =
+                (2..cx.inputs.len()).map(|i| cx.primal("dynamic_update_slice", i)).collect::<Result<_, _>>()?;
+            if cx.is_linear(0) {
+                let z = b.zeros(&cx.in_types[1])?;
+                res[0] = Some(b.dynamic_update_slice(ct, z, &starts)?);
+            }
+            if cx.is_linear(1) {
+                res[1] = Some(b.dynamic_slice(ct, &starts, &cx.in_types[1].shape)?);
+            }
+            Ok(res)
+        }
+    }
+}

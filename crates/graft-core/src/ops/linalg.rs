@@ -557,3 +557,70 @@ impl Builder {
         self.emit1(op, &[a, b])
     }
 }
+
+// dot_general is bilinear: the JVP is the sum of the two one-sided products
+// and the transpose in one operand is another dot_general with the
+// cotangent, followed by a transpose back into that operand's layout.
+impl crate::ad::Diff for DotGeneral {
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let (x, y) = (cx.primals[0], cx.primals[1]);
+        let emit = |b: &mut Builder, l: Value, r: Value| {
+            b.dot_general(l, r, &self.lhs_contract, &self.rhs_contract, &self.lhs_batch, &self.rhs_batch)
+        };
+        let a = cx.tangents[0].map(|t| emit(b, t, y)).transpose()?;
+        let c = cx.tangents[1].map(|t| emit(b, x, t)).transpose()?;
+        Ok(vec![crate::ad::helpers::add_opt(b, a, c)?])
+    }
+
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let Some(ct) = cx.cts[0] else { return Ok(vec![None, None]) };
+        let (lx, ly) = (cx.is_linear(0), cx.is_linear(1));
+        if lx && ly {
+            return Err(crate::ad::not_linear("dot_general"));
+        }
+        let nb = self.lhs_batch.len();
+        let (rx, ry) = (cx.in_types[0].rank(), cx.in_types[1].rank());
+        let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
+            (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect()
+        };
+        let lf = free(rx, &self.lhs_batch, &self.lhs_contract);
+        let rf = free(ry, &self.rhs_batch, &self.rhs_contract);
+        let batch_ct: Vec<usize> = (0..nb).collect();
+        let lf_ct: Vec<usize> = (nb..nb + lf.len()).collect();
+        let rf_ct: Vec<usize> = (nb + lf.len()..nb + lf.len() + rf.len()).collect();
+        // `src[j]` is the operand axis that result axis j stands for; the
+        // transpose puts each operand axis back in place.
+        let back = |b: &mut Builder, res: Value, src: Vec<usize>| -> Result<Value, IrError> {
+            let mut perm = vec![0; src.len()];
+            for (j, &a) in src.iter().enumerate() {
+                perm[a] = j;
+            }
+            if perm.iter().enumerate().all(|(i, &p)| i == p) {
+                Ok(res)
+            } else {
+                b.transpose(res, &perm)
+            }
+        };
+        // The contracted axes of the other operand come out in ascending order.
+        let paired = |own: &[usize], other: &[usize]| -> Vec<usize> {
+            let mut idx: Vec<usize> = (0..own.len()).collect();
+            idx.sort_by_key(|&k| other[k]);
+            idx.into_iter().map(|k| own[k]).collect()
+        };
+        if lx {
+            let y = cx.primal("dot_general", 1)?;
+            let res = b.dot_general(ct, y, &rf_ct, &rf, &batch_ct, &self.rhs_batch)?;
+            let mut src = self.lhs_batch.clone();
+            src.extend(&lf);
+            src.extend(paired(&self.lhs_contract, &self.rhs_contract));
+            Ok(vec![Some(back(b, res, src)?), None])
+        } else {
+            let x = cx.primal("dot_general", 0)?;
+            let res = b.dot_general(ct, x, &lf_ct, &lf, &batch_ct, &self.lhs_batch)?;
+            let mut src = self.rhs_batch.clone();
+            src.extend(&rf);
+            src.extend(paired(&self.rhs_contract, &self.lhs_contract));
+            Ok(vec![None, Some(back(b, res, src)?)])
+        }
+    }
+}

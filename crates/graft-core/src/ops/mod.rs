@@ -11,14 +11,17 @@
 pub mod binary;
 pub mod cast;
 pub mod control;
+pub mod conv;
 pub mod create;
+pub mod cumulative;
 pub mod index;
 pub mod kernel;
-pub mod random;
-pub mod shape;
-pub mod conv;
 pub mod linalg;
+pub mod random;
+pub mod reduce;
+pub mod shape;
 pub mod unary;
+pub mod window;
 
 use crate::error::{ExecError, TypeError};
 use crate::ir::Func;
@@ -71,6 +74,15 @@ macro_rules! define_prims {
             }
             fn subfuncs(&self) -> Vec<Arc<Func>> {
                 match self { $( Prim::$variant(p) => p.subfuncs(), )* }
+            }
+        }
+
+        impl crate::ad::Diff for Prim {
+            fn jvp(&self, b: &mut crate::ir::Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<crate::ir::Value>>, crate::error::IrError> {
+                match self { $( Prim::$variant(p) => p.jvp(b, cx), )* }
+            }
+            fn transpose(&self, b: &mut crate::ir::Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<crate::ir::Value>>, crate::error::IrError> {
+                match self { $( Prim::$variant(p) => p.transpose(b, cx), )* }
             }
         }
 
@@ -131,6 +143,14 @@ define_prims! {
     DotGeneral(linalg::DotGeneral),
     /// General N-d grouped, strided, padded, dilated convolution.
     ConvGeneral(conv::ConvGeneral),
+    /// Reductions over axes (reduce_sum, reduce_max, ...).
+    Reduce(reduce::Reduce),
+    /// Index of the extreme along one axis (argmax, argmin).
+    ArgReduce(reduce::ArgReduce),
+    /// Inclusive scans along one axis (cumsum, cummax, ...).
+    Cumulative(cumulative::Cumulative),
+    /// Sliding-window reductions (pooling).
+    ReduceWindow(window::ReduceWindow),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.

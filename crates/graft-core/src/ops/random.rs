@@ -232,3 +232,19 @@ impl Builder {
         self.emit1(RandomUniform { shape: shape.to_vec(), dtype }, &[key])
     }
 }
+
+// Random primitives take integer keys, so no tangent ever reaches them; their
+// outputs are constants with respect to every differentiable input.
+macro_rules! no_derivative {
+    ($($t:ty),*) => {$(
+        impl crate::ad::Diff for $t {
+            fn jvp(&self, _b: &mut Builder, _cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+                Ok(vec![None])
+            }
+            fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+                Err(crate::ad::not_linear(self.name()))
+            }
+        }
+    )*};
+}
+no_derivative!(RandomSplit, RandomBits, RandomUniform);

@@ -859,3 +859,175 @@ impl Builder {
         self.emit1(Reverse { axes: axes.to_vec() }, &[x])
     }
 }
+
+// Derivative rules. Every shape op is linear: the JVP applies the op to the
+// tangent, and the transpose maps cotangents back (broadcast <-> reduce_sum,
+// slice <-> pad, concatenate <-> slices; reshape/transpose/reverse invert).
+mod diff {
+    use super::*;
+    use crate::ad::helpers::or_zeros;
+    use crate::ad::{Diff, JvpCx, TransposeCx};
+
+    fn lin1(
+        b: &mut Builder,
+        t: Option<Value>,
+        f: impl FnOnce(&mut Builder, Value) -> Result<Value, IrError>,
+    ) -> Result<Vec<Option<Value>>, IrError> {
+        Ok(vec![t.map(|t| f(b, t)).transpose()?])
+    }
+
+    impl Diff for BroadcastInDim {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            lin1(b, cx.tangents[0], |b, t| b.broadcast_in_dim(t, &self.shape, &self.dims))
+        }
+        // Sum over the axes the broadcast created or stretched, then restore the operand shape.
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let in_shape = cx.in_types[0].shape.clone();
+            lin1(b, cx.cts[0], |b, ct| {
+                let mut axes: Vec<usize> = (0..self.shape.len()).filter(|a| !self.dims.contains(a)).collect();
+                for (i, &d) in self.dims.iter().enumerate() {
+                    if in_shape[i] == 1 && self.shape[d] != 1 {
+                        axes.push(d);
+                    }
+                }
+                axes.sort_unstable();
+                let summed = if axes.is_empty() { ct } else { b.reduce_sum(ct, &axes)? };
+                if b.ty(summed)?.shape == in_shape {
+                    Ok(summed)
+                } else {
+                    b.reshape(summed, &in_shape)
+                }
+            })
+        }
+    }
+
+    impl Diff for Reshape {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            lin1(b, cx.tangents[0], |b, t| b.reshape(t, &self.shape))
+        }
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let in_shape = cx.in_types[0].shape.clone();
+            lin1(b, cx.cts[0], |b, ct| b.reshape(ct, &in_shape))
+        }
+    }
+
+    impl Diff for Transpose {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            lin1(b, cx.tangents[0], |b, t| b.transpose(t, &self.perm))
+        }
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let mut inv = vec![0; self.perm.len()];
+            for (i, &p) in self.perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            lin1(b, cx.cts[0], |b, ct| b.transpose(ct, &inv))
+        }
+    }
+
+    impl Diff for Slice {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            lin1(b, cx.tangents[0], |b, t| b.slice(t, &self.start, &self.stop, &self.stride))
+        }
+        // Scatter the cotangent back into zeros: a pad with the slice's start
+        // before, stride-1 between, and the remainder after.
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let in_ty = cx.in_types[0].clone();
+            let out_shape = cx.out_types[0].shape.clone();
+            lin1(b, cx.cts[0], |b, ct| {
+                let (mut lo, mut hi, mut interior) = (Vec::new(), Vec::new(), Vec::new());
+                for d in 0..in_ty.rank() {
+                    let n = in_ty.shape[d] as i64;
+                    if out_shape[d] == 0 {
+                        lo.push(n);
+                        hi.push(0);
+                        interior.push(0);
+                    } else {
+                        let start = self.start[d] as i64;
+                        let last = start + (out_shape[d] as i64 - 1) * self.stride[d] as i64;
+                        lo.push(start);
+                        hi.push(n - last - 1);
+                        interior.push(self.stride[d] - 1);
+                    }
+                }
+                let zero = b.scalar(0.0, in_ty.dtype)?;
+                b.pad(ct, zero, &lo, &hi, &interior)
+            })
+        }
+    }
+
+    impl Diff for Pad {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let (x_dot, v_dot) = (cx.tangents[0], cx.tangents[1]);
+            if x_dot.is_none() && v_dot.is_none() {
+                return Ok(vec![None]);
+            }
+            let x_dot = or_zeros(b, x_dot, cx.primals[0])?;
+            let v_dot = or_zeros(b, v_dot, cx.primals[1])?;
+            Ok(vec![Some(b.pad(x_dot, v_dot, &self.lo, &self.hi, &self.interior)?)])
+        }
+        // Undo the edge padding (negated lo/hi), then take every
+        // (interior+1)-th element; the pad value gets everything else.
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let Some(ct) = cx.cts[0] else { return Ok(vec![None, None]) };
+            let dtype = cx.in_types[0].dtype;
+            let zero = b.scalar(0.0, dtype)?;
+            let neg_lo: Vec<i64> = self.lo.iter().map(|v| -v).collect();
+            let neg_hi: Vec<i64> = self.hi.iter().map(|v| -v).collect();
+            let unpadded = b.pad(ct, zero, &neg_lo, &neg_hi, &vec![0; self.lo.len()])?;
+            let shape = b.ty(unpadded)?.shape.clone();
+            let strides: Vec<usize> = self.interior.iter().map(|i| i + 1).collect();
+            let x_bar = b.slice(unpadded, &vec![0; shape.len()], &shape, &strides)?;
+            let v_bar = if cx.is_linear(1) {
+                let all: Vec<usize> = (0..shape.len()).collect();
+                let total = b.reduce_sum(ct, &all)?;
+                let inner = b.reduce_sum(x_bar, &all)?;
+                Some(b.sub(total, inner)?)
+            } else {
+                None
+            };
+            Ok(vec![if cx.is_linear(0) { Some(x_bar) } else { None }, v_bar])
+        }
+    }
+
+    impl Diff for Concatenate {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            if cx.tangents.iter().all(Option::is_none) {
+                return Ok(vec![None]);
+            }
+            let mut ts = Vec::with_capacity(cx.tangents.len());
+            for (&t, &p) in cx.tangents.iter().zip(cx.primals) {
+                ts.push(or_zeros(b, t, p)?);
+            }
+            Ok(vec![Some(b.concatenate(&ts, self.axis)?)])
+        }
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            let Some(ct) = cx.cts[0] else { return Ok(vec![None; cx.inputs.len()]) };
+            let out_shape = cx.out_types[0].shape.clone();
+            let mut offset = 0;
+            let mut res = Vec::with_capacity(cx.inputs.len());
+            for (i, ty) in cx.in_types.iter().enumerate() {
+                let len = ty.shape[self.axis];
+                if cx.is_linear(i) {
+                    let mut start = vec![0; out_shape.len()];
+                    let mut stop = out_shape.clone();
+                    start[self.axis] = offset;
+                    stop[self.axis] = offset + len;
+                    res.push(Some(b.slice(ct, &start, &stop, &vec![1; out_shape.len()])?));
+                } else {
+                    res.push(None);
+                }
+                offset += len;
+            }
+            Ok(res)
+        }
+    }
+
+    impl Diff for Reverse {
+        fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            lin1(b, cx.tangents[0], |b, t| b.reverse(t, &self.axes))
+        }
+        fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+            lin1(b, cx.cts[0], |b, ct| b.reverse(ct, &self.axes))
+        }
+    }
+}

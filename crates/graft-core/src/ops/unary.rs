@@ -238,3 +238,90 @@ unary_builders! {
     tanh => Tanh, logistic => Logistic, erf => Erf, floor => Floor, ceil => Ceil,
     round => Round, not => Not,
 }
+
+// Derivative rules. Each JVP computes a primal coefficient `c = f'(x)` and
+// scales the tangent by it; only `neg` is linear, so only it transposes.
+impl crate::ad::Diff for Unary {
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        use crate::ad::helpers::{full_like, scale_opt};
+        let (x, y, x_dot) = (cx.primals[0], cx.outputs[0], cx.tangents[0]);
+        let c = match self {
+            // Linear: the tangent goes through the op itself.
+            Unary::Neg => return Ok(vec![x_dot.map(|t| b.neg(t)).transpose()?]),
+            // f'(x) = sign(x); abs'(0) = 0 by convention (sign(0) = 0).
+            Unary::Abs => b.sign(x)?,
+            // Piecewise constant: zero derivative everywhere (conventions of seed 003).
+            Unary::Sign | Unary::Floor | Unary::Ceil | Unary::Round | Unary::Not => return Ok(vec![None]),
+            // f'(x) = e^x = y
+            Unary::Exp => y,
+            // f'(x) = e^x = y + 1
+            Unary::Expm1 => {
+                let one = full_like(b, 1.0, x)?;
+                b.add(y, one)?
+            }
+            // f'(x) = 1/x
+            Unary::Log => {
+                let one = full_like(b, 1.0, x)?;
+                b.div(one, x)?
+            }
+            // f'(x) = 1/(1+x)
+            Unary::Log1p => {
+                let one = full_like(b, 1.0, x)?;
+                let d = b.add(one, x)?;
+                b.div(one, d)?
+            }
+            // f'(x) = 1/(2 sqrt x) = 0.5 / y
+            Unary::Sqrt => {
+                let half = full_like(b, 0.5, x)?;
+                b.div(half, y)?
+            }
+            // f'(x) = -1/2 x^(-3/2) = -0.5 * y / x
+            Unary::Rsqrt => {
+                let h = full_like(b, -0.5, x)?;
+                let yx = b.div(y, x)?;
+                b.mul(h, yx)?
+            }
+            // f'(x) = cos x
+            Unary::Sin => b.cos(x)?,
+            // f'(x) = -sin x
+            Unary::Cos => {
+                let s = b.sin(x)?;
+                b.neg(s)?
+            }
+            // f'(x) = 1 + tan^2 x = 1 + y^2
+            Unary::Tan => {
+                let y2 = b.mul(y, y)?;
+                let one = full_like(b, 1.0, x)?;
+                b.add(one, y2)?
+            }
+            // f'(x) = 1 - tanh^2 x = 1 - y^2
+            Unary::Tanh => {
+                let y2 = b.mul(y, y)?;
+                let one = full_like(b, 1.0, x)?;
+                b.sub(one, y2)?
+            }
+            // f'(x) = y (1 - y)
+            Unary::Logistic => {
+                let one = full_like(b, 1.0, x)?;
+                let one_minus = b.sub(one, y)?;
+                b.mul(y, one_minus)?
+            }
+            // f'(x) = 2/sqrt(pi) e^(-x^2)
+            Unary::Erf => {
+                let x2 = b.mul(x, x)?;
+                let minus_x2 = b.neg(x2)?;
+                let e = b.exp(minus_x2)?;
+                let k = full_like(b, std::f64::consts::FRAC_2_SQRT_PI, x)?;
+                b.mul(k, e)?
+            }
+        };
+        Ok(vec![scale_opt(b, x_dot, c)?])
+    }
+
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        match self {
+            Unary::Neg => Ok(vec![cx.cts[0].map(|ct| b.neg(ct)).transpose()?]),
+            _ => Err(crate::ad::not_linear(self.name())),
+        }
+    }
+}

@@ -27,7 +27,7 @@ pub fn dce(f: &Func) -> Func {
 pub(crate) fn renumber(f: &Func, keep: &[bool]) -> Func {
     let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
     let mut types = Vec::new();
-    let mut fresh = |v: Value, types: &mut Vec<_>, map: &mut Vec<Option<Value>>| {
+    let fresh = |v: Value, types: &mut Vec<_>, map: &mut Vec<Option<Value>>| {
         let nv = Value(types.len() as u32);
         types.push(f.ty(v).clone());
         map[v.index()] = Some(nv);
@@ -36,10 +36,18 @@ pub(crate) fn renumber(f: &Func, keep: &[bool]) -> Func {
     let params: Vec<Value> = f.params.iter().map(|&p| fresh(p, &mut types, &mut map)).collect();
     let mut eqns = Vec::new();
     for (eqn, _) in f.eqns.iter().zip(keep).filter(|(_, k)| **k) {
-        let inputs = eqn.inputs.iter().map(|v| map[v.index()].expect("internal error: kept equation reads a dropped value")).collect();
+        let inputs = eqn
+            .inputs
+            .iter()
+            .map(|v| map[v.index()].expect("internal error: kept equation reads a dropped value"))
+            .collect();
         let outputs = eqn.outputs.iter().map(|&v| fresh(v, &mut types, &mut map)).collect();
         eqns.push(Eqn { prim: eqn.prim.clone(), inputs, outputs, loc: eqn.loc.clone() });
     }
-    let outputs = f.outputs.iter().map(|v| map[v.index()].expect("internal error: an output is defined by a dropped equation")).collect();
+    let outputs = f
+        .outputs
+        .iter()
+        .map(|v| map[v.index()].expect("internal error: an output is defined by a dropped equation"))
+        .collect();
     Func { name: f.name.clone(), types, params, eqns, outputs }
 }

@@ -1,0 +1,267 @@
+//! Inclusive scans along one axis: `cumsum`, `cumprod`, `cummax`, `cummin`.
+//!
+//! Semantics: same shape and dtype as the operand. Forward:
+//! `y[.., i, ..] = x[.., 0, ..] ⊕ ... ⊕ x[.., i, ..]`; with `reverse`,
+//! `y[.., i, ..] = x[.., i, ..] ⊕ ... ⊕ x[.., n-1, ..]`. Each line is scanned
+//! sequentially in axis order, so results never depend on the thread count.
+//! Combiners are those of `reduce` (see `reduce.rs`): integer sums/products
+//! wrap, max/min propagate NaN (once a NaN is seen the rest of the line is
+//! NaN), and bool is accepted by `cummax` (running "any") and `cummin`
+//! (running "all") only. A size-0 axis gives an empty result.
+
+use super::kernel::{input, output, worth_parallel, CHUNK};
+use super::reduce::{split_at_axis, with_monoid, Combine, Monoid, RedElem, COLS};
+use super::{check, Op};
+use crate::error::{ExecError, IrError, TypeError};
+use crate::ir::{Builder, Value};
+use crate::tensor::Tensor;
+use crate::types::TensorType;
+use rayon::prelude::*;
+
+/// Which combiner a [`Cumulative`] scans with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CumKind {
+    /// Running sum.
+    Sum,
+    /// Running NaN-propagating maximum.
+    Max,
+    /// Running NaN-propagating minimum.
+    Min,
+    /// Running product.
+    Prod,
+}
+
+impl CumKind {
+    /// Every kind, for tests and name tables.
+    pub const ALL: [CumKind; 4] = [CumKind::Sum, CumKind::Max, CumKind::Min, CumKind::Prod];
+
+    /// The shared combiner.
+    pub fn combine(self) -> Combine {
+        match self {
+            CumKind::Sum => Combine::Sum,
+            CumKind::Max => Combine::Max,
+            CumKind::Min => Combine::Min,
+            CumKind::Prod => Combine::Prod,
+        }
+    }
+}
+
+/// Inclusive scan along `axis`, forwards or (with `reverse`) backwards.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cumulative {
+    /// The combiner.
+    pub kind: CumKind,
+    /// The scanned axis.
+    pub axis: usize,
+    /// Scan from the last element towards the first.
+    pub reverse: bool,
+}
+
+impl Op for Cumulative {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            CumKind::Sum => "cumsum",
+            CumKind::Max => "cummax",
+            CumKind::Min => "cummin",
+            CumKind::Prod => "cumprod",
+        }
+    }
+
+    fn params(&self) -> String {
+        format!("axis={}, reverse={}", self.axis, self.reverse)
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        let x = &ins[0];
+        let comb = self.kind.combine();
+        if !comb.accepts(x.dtype) {
+            return Err(check::err(self, ins, comb.expected()));
+        }
+        if self.axis >= x.rank() {
+            return Err(check::err(self, ins, format!("axis {} is out of range for rank {}", self.axis, x.rank())));
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let (x, y) = (ins[0], &mut outs[0]);
+        if self.axis >= x.rank() {
+            return Err(ExecError::kernel(self.name(), "axis out of range"));
+        }
+        let dims = split_at_axis(x.shape(), self.axis);
+        let rev = self.reverse;
+        with_monoid!(self.kind.combine(), x.dtype(), self.name(), cum_kernel(x, dims, rev, y))
+    }
+}
+
+fn cum_kernel<T: RedElem, M: Monoid<T>>(
+    x: &Tensor,
+    (outer, r, inner): (usize, usize, usize),
+    reverse: bool,
+    y: &mut Tensor,
+) -> Result<(), ExecError> {
+    let xs = input::<T>(x)?;
+    let ys = output::<T>(y)?;
+    if ys.is_empty() {
+        return Ok(());
+    }
+    let line = r * inner;
+    if !worth_parallel(ys.len()) {
+        for (xb, yb) in xs.chunks(line).zip(ys.chunks_mut(line)) {
+            scan_block::<T, M>(xb, yb, inner, reverse);
+        }
+    } else if inner == 1 || outer >= 4 * rayon::current_num_threads() {
+        // Enough independent blocks: one task per group of blocks.
+        let min_len = (CHUNK / line).max(1);
+        ys.par_chunks_mut(line)
+            .with_min_len(min_len)
+            .zip(xs.par_chunks(line))
+            .for_each(|(yb, xb)| scan_block::<T, M>(xb, yb, inner, reverse));
+    } else {
+        // Few wide blocks: split each block into column strips. Each strip's
+        // rows are disjoint sub-slices, gathered so tasks own them safely.
+        for (xb, yb) in xs.chunks(line).zip(ys.chunks_mut(line)) {
+            let strips = inner.div_ceil(COLS);
+            let mut cols: Vec<Vec<&mut [T]>> = (0..strips).map(|_| Vec::with_capacity(r)).collect();
+            for row in yb.chunks_mut(inner) {
+                for (c, piece) in row.chunks_mut(COLS).enumerate() {
+                    cols[c].push(piece);
+                }
+            }
+            cols.into_par_iter()
+                .enumerate()
+                .for_each(|(c, mut rows)| scan_strip::<T, M>(&xb[c * COLS..], inner, &mut rows, reverse));
+        }
+    }
+    Ok(())
+}
+
+/// Scans one `[r, inner]` block (`x` and `y` of length `r * inner`) along its rows.
+fn scan_block<T: RedElem, M: Monoid<T>>(x: &[T], y: &mut [T], inner: usize, reverse: bool) {
+    if inner == 1 {
+        // Starting from the first element (not the identity) keeps e.g. the
+        // sign of a leading negative zero.
+        let n = x.len();
+        if n == 0 {
+            return;
+        }
+        if reverse {
+            let mut acc = x[n - 1];
+            y[n - 1] = acc;
+            for (o, &v) in y[..n - 1].iter_mut().zip(&x[..n - 1]).rev() {
+                acc = M::op(acc, v);
+                *o = acc;
+            }
+        } else {
+            let mut acc = x[0];
+            y[0] = acc;
+            for (o, &v) in y[1..].iter_mut().zip(&x[1..]) {
+                acc = M::op(acc, v);
+                *o = acc;
+            }
+        }
+        return;
+    }
+    let r = x.len() / inner;
+    if r == 0 {
+        return;
+    }
+    if reverse {
+        let last = (r - 1) * inner;
+        y[last..].copy_from_slice(&x[last..]);
+        for k in (0..r - 1).rev() {
+            let (cur, next) = y.split_at_mut((k + 1) * inner);
+            let cur = &mut cur[k * inner..];
+            let xr = &x[k * inner..(k + 1) * inner];
+            for ((c, &p), &v) in cur.iter_mut().zip(&next[..inner]).zip(xr) {
+                *c = M::op(p, v);
+            }
+        }
+    } else {
+        y[..inner].copy_from_slice(&x[..inner]);
+        for k in 1..r {
+            let (prev, cur) = y.split_at_mut(k * inner);
+            let prev = &prev[(k - 1) * inner..];
+            let xr = &x[k * inner..(k + 1) * inner];
+            for ((c, &p), &v) in cur[..inner].iter_mut().zip(prev).zip(xr) {
+                *c = M::op(p, v);
+            }
+        }
+    }
+}
+
+/// Scans one column strip: `rows[k]` is row `k` of the output strip and row
+/// `k` of the input strip starts at `x[k * stride]`.
+fn scan_strip<T: RedElem, M: Monoid<T>>(x: &[T], stride: usize, rows: &mut [&mut [T]], reverse: bool) {
+    let r = rows.len();
+    let w = rows.first().map_or(0, |row| row.len());
+    let xrow = |k: usize| &x[k * stride..k * stride + w];
+    let step = |cur: &mut [T], prev: &[T], xr: &[T]| {
+        for ((c, &p), &v) in cur.iter_mut().zip(prev).zip(xr) {
+            *c = M::op(p, v);
+        }
+    };
+    if r == 0 {
+        return;
+    }
+    if reverse {
+        rows[r - 1].copy_from_slice(xrow(r - 1));
+        for k in (0..r - 1).rev() {
+            let (a, b) = rows.split_at_mut(k + 1);
+            step(&mut a[k][..], &b[0][..], xrow(k));
+        }
+    } else {
+        rows[0].copy_from_slice(xrow(0));
+        for k in 1..r {
+            let (a, b) = rows.split_at_mut(k);
+            step(&mut b[0][..], &a[k - 1][..], xrow(k));
+        }
+    }
+}
+
+impl Builder {
+    /// Inclusive scan of `x` along `axis` with `kind` (backwards if `reverse`).
+    pub fn cumulative(&mut self, kind: CumKind, x: Value, axis: usize, reverse: bool) -> Result<Value, IrError> {
+        self.emit1(Cumulative { kind, axis, reverse }, &[x])
+    }
+
+    /// Running sum along `axis`.
+    pub fn cumsum(&mut self, x: Value, axis: usize, reverse: bool) -> Result<Value, IrError> {
+        self.cumulative(CumKind::Sum, x, axis, reverse)
+    }
+
+    /// Running NaN-propagating maximum along `axis`.
+    pub fn cummax(&mut self, x: Value, axis: usize, reverse: bool) -> Result<Value, IrError> {
+        self.cumulative(CumKind::Max, x, axis, reverse)
+    }
+
+    /// Running NaN-propagating minimum along `axis`.
+    pub fn cummin(&mut self, x: Value, axis: usize, reverse: bool) -> Result<Value, IrError> {
+        self.cumulative(CumKind::Min, x, axis, reverse)
+    }
+
+    /// Running product along `axis`.
+    pub fn cumprod(&mut self, x: Value, axis: usize, reverse: bool) -> Result<Value, IrError> {
+        self.cumulative(CumKind::Prod, x, axis, reverse)
+    }
+}
+
+// Derivative rules. cumsum is linear; its transpose is the cumsum running the
+// other way.
+impl crate::ad::Diff for Cumulative {
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let Some(t) = cx.tangents[0] else { return Ok(vec![None]) };
+        match self.kind {
+            CumKind::Sum => Ok(vec![Some(b.cumsum(t, self.axis, self.reverse)?)]),
+            _ => Err(IrError::NoRule { prim: self.name().into(), rule: "jvp", msg: "rule in progress".into() }),
+        }
+    }
+
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        match self.kind {
+            CumKind::Sum => Ok(vec![cx.cts[0].map(|ct| b.cumsum(ct, self.axis, !self.reverse)).transpose()?]),
+            _ => Err(crate::ad::not_linear(self.name())),
+        }
+    }
+}
