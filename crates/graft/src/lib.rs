@@ -19,12 +19,17 @@
 mod error;
 mod function;
 mod trace;
-mod tr_math;
-mod tr_shape;
+pub mod nn;
 pub mod random;
+mod tr_linalg;
+mod tr_math;
+mod tr_reduce;
+mod tr_shape;
 
-/// Multi-input array functions (NumPy names): `concat`, `stack`, `where_`.
+/// Multi-input array functions with NumPy names: `concat`, `stack`,
+/// `where_`, `matmul`, `einsum`.
 pub mod ops {
+    pub use crate::tr_linalg::{einsum, matmul};
     pub use crate::tr_shape::{concat, stack, where_};
 }
 

@@ -4,7 +4,12 @@
 //! API and the graft language both call these functions, so each composite
 //! has one definition.
 
+pub mod attention;
 pub mod broadcast;
+pub mod linalg;
+pub mod loss;
 pub mod math;
-pub mod shape;
+pub mod norm;
 pub mod random;
+pub mod reduce;
+pub mod shape;
