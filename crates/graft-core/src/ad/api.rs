@@ -155,3 +155,98 @@ pub fn grad(f: &Func, wrt: &Wrt) -> Result<Func, IrError> {
 pub fn value_and_grad(f: &Func, wrt: &Wrt) -> Result<Func, IrError> {
     grad_impl(f, wrt, true)
 }
+
+/// Reverse mode split into a forward function and a pullback, so one forward
+/// pass serves several cotangents:
+/// - `forward: (primals...) -> (outputs..., residuals...)`
+/// - `pullback: (residuals..., cotangents of float outputs...) -> (cotangents of wrt params...)`
+///
+/// It is [`vjp_func`] partially evaluated: equations that do not depend on
+/// the cotangents form the forward function, the rest the pullback, and the
+/// forward values the pullback reads become the residuals.
+#[derive(Debug, Clone)]
+pub struct VjpSplit {
+    /// Primals to outputs and residuals.
+    pub forward: Func,
+    /// Residuals and output cotangents to input cotangents.
+    pub pullback: Func,
+    /// Number of primal outputs at the front of `forward`'s outputs.
+    pub n_outputs: usize,
+}
+
+/// Builds the forward/pullback pair of `f` (see [`VjpSplit`]).
+pub fn vjp_split(f: &Func, wrt: &Wrt) -> Result<VjpSplit, IrError> {
+    let v = vjp_func(f, wrt)?;
+    let n_primals = f.params.len();
+    let n_out = f.outputs.len();
+    // Values that depend on a cotangent parameter belong to the pullback.
+    let mut late = vec![false; v.n_values()];
+    for &p in &v.params[n_primals..] {
+        late[p.index()] = true;
+    }
+    for eqn in &v.eqns {
+        if eqn.inputs.iter().any(|x| late[x.index()]) {
+            for o in &eqn.outputs {
+                late[o.index()] = true;
+            }
+        }
+    }
+    // Residuals: early values read by late equations, or returned as gradients.
+    let mut residuals: Vec<Value> = Vec::new();
+    let mut is_res = vec![false; v.n_values()];
+    let mut add_res = |x: Value, residuals: &mut Vec<Value>| {
+        if !late[x.index()] && !is_res[x.index()] {
+            is_res[x.index()] = true;
+            residuals.push(x);
+        }
+    };
+    for eqn in v.eqns.iter().filter(|e| e.outputs.iter().any(|o| late[o.index()])) {
+        for &x in &eqn.inputs {
+            add_res(x, &mut residuals);
+        }
+    }
+    for &g in &v.outputs[n_out..] {
+        add_res(g, &mut residuals);
+    }
+    // Forward: primal params, early equations; outputs = primal outs ++ residuals.
+    let mut fb = Builder::new(format!("fwd_{}", f.name));
+    let mut map: Vec<Option<Value>> = vec![None; v.n_values()];
+    for &p in &v.params[..n_primals] {
+        map[p.index()] = Some(fb.param(v.ty(p).clone()));
+    }
+    let get = |map: &[Option<Value>], x: Value| {
+        map[x.index()]
+            .ok_or_else(|| IrError::invalid("vjp", format!("internal error: {x} unavailable while splitting")))
+    };
+    for eqn in v.eqns.iter().filter(|e| !e.outputs.iter().any(|o| late[o.index()])) {
+        let ins: Vec<Value> = eqn.inputs.iter().map(|&x| get(&map, x)).collect::<Result<_, _>>()?;
+        fb.set_loc(eqn.loc.clone());
+        for (&o, n) in eqn.outputs.iter().zip(fb.emit(eqn.prim.clone(), &ins)?) {
+            map[o.index()] = Some(n);
+        }
+    }
+    let mut fwd_outs: Vec<Value> = v.outputs[..n_out].iter().map(|&x| get(&map, x)).collect::<Result<_, _>>()?;
+    for &r in &residuals {
+        fwd_outs.push(get(&map, r)?);
+    }
+    let forward = opt::simplify(&fb.finish(&fwd_outs)?);
+    // Pullback: residual and cotangent params, late equations.
+    let mut pb = Builder::new(format!("pullback_{}", f.name));
+    let mut pmap: Vec<Option<Value>> = vec![None; v.n_values()];
+    for &r in &residuals {
+        pmap[r.index()] = Some(pb.param(v.ty(r).clone()));
+    }
+    for &c in &v.params[n_primals..] {
+        pmap[c.index()] = Some(pb.param(v.ty(c).clone()));
+    }
+    for eqn in v.eqns.iter().filter(|e| e.outputs.iter().any(|o| late[o.index()])) {
+        let ins: Vec<Value> = eqn.inputs.iter().map(|&x| get(&pmap, x)).collect::<Result<_, _>>()?;
+        pb.set_loc(eqn.loc.clone());
+        for (&o, n) in eqn.outputs.iter().zip(pb.emit(eqn.prim.clone(), &ins)?) {
+            pmap[o.index()] = Some(n);
+        }
+    }
+    let grads: Vec<Value> = v.outputs[n_out..].iter().map(|&x| get(&pmap, x)).collect::<Result<_, _>>()?;
+    let pullback = pb.finish(&grads)?;
+    Ok(VjpSplit { forward, pullback, n_outputs: n_out })
+}
