@@ -65,10 +65,8 @@ fn compatible_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
         let r = out.len();
         (Just(out), 0..=r, 0..=r, prop::collection::vec(any::<bool>(), r), prop::collection::vec(any::<bool>(), r))
             .prop_map(move |(out, ra, rb, ma, mb)| {
-                let a: Vec<usize> =
-                    (r - ra..r).map(|i| if ma[i] { 1 } else { out[i] }).collect();
-                let b: Vec<usize> =
-                    (r - rb..r).map(|i| if mb[i] { 1 } else { out[i] }).collect();
+                let a: Vec<usize> = (r - ra..r).map(|i| if ma[i] { 1 } else { out[i] }).collect();
+                let b: Vec<usize> = (r - rb..r).map(|i| if mb[i] { 1 } else { out[i] }).collect();
                 (a, b)
             })
     })

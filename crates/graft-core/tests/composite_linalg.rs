@@ -129,9 +129,7 @@ fn einsum_integers_and_dtypes() {
     let c = ti32(&[2, 2], &[5, 6, 7, 8]);
     let y = eval(&[&a, &c], |b, p| linalg::einsum(b, "ij,jk->ik", p));
     assert_eq!(y.to_vec::<i32>().unwrap(), vec![19, 22, 43, 50]);
-    let y = eval(&[&to32(&t64(&[2], &[1.0, 2.0])), &to32(&t64(&[2], &[3.0, 4.0]))], |b, p| {
-        linalg::einsum(b, "i,i", p)
-    });
+    let y = eval(&[&to32(&t64(&[2], &[1.0, 2.0])), &to32(&t64(&[2], &[3.0, 4.0]))], |b, p| linalg::einsum(b, "i,i", p));
     assert_eq!(y.dtype(), DType::F32);
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![11.0]);
 }
@@ -230,7 +228,12 @@ fn matmul_numpy_semantics() {
 
 #[test]
 fn matmul_emits_no_copies_when_shapes_match() {
-    for (sx, sy) in [(vec![4, 2, 3], vec![3, 5]), (vec![4, 2, 3], vec![4, 3, 5]), (vec![3], vec![4, 3, 5]), (vec![4, 2, 3], vec![3])] {
+    for (sx, sy) in [
+        (vec![4, 2, 3], vec![3, 5]),
+        (vec![4, 2, 3], vec![4, 3, 5]),
+        (vec![3], vec![4, 3, 5]),
+        (vec![4, 2, 3], vec![3]),
+    ] {
         let mut b = Builder::new("f");
         let x = b.param(TensorType::new(DType::F32, sx.clone()));
         let y = b.param(TensorType::new(DType::F32, sy.clone()));
@@ -242,9 +245,8 @@ fn matmul_emits_no_copies_when_shapes_match() {
 
 #[test]
 fn matmul_errors() {
-    let e = |sx: &[usize], sy: &[usize]| {
-        err_msg(&[&rand64(sx, 0), &rand64(sy, 1)], |b, p| linalg::matmul(b, p[0], p[1]))
-    };
+    let e =
+        |sx: &[usize], sy: &[usize]| err_msg(&[&rand64(sx, 0), &rand64(sy, 1)], |b, p| linalg::matmul(b, p[0], p[1]));
     let msg = e(&[2, 3], &[4, 5]);
     assert!(msg.contains("matmul") && msg.contains("f64[2,3]") && msg.contains("f64[4,5]"), "{msg}");
     assert!(e(&[], &[3]).contains("rank >= 1"));

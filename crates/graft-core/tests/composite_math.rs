@@ -67,7 +67,12 @@ fn ref_erf(x: f64) -> f64 {
     }
 }
 
-fn check_unary(f: impl Fn(&mut graft_core::Builder, graft_core::Value) -> Result<graft_core::Value, graft_core::IrError> + Copy, r: impl Fn(f64) -> f64, tol64: f64, tol32: f64) {
+fn check_unary(
+    f: impl Fn(&mut graft_core::Builder, graft_core::Value) -> Result<graft_core::Value, graft_core::IrError> + Copy,
+    r: impl Fn(f64) -> f64,
+    tol64: f64,
+    tol32: f64,
+) {
     let want: Vec<f64> = XS.iter().map(|&x| r(x)).collect();
     let out = eval(&[&xs()], |b, p| f(b, p[0]));
     assert_eq!(out.dtype(), DType::F64);

@@ -137,14 +137,17 @@ fn mse_and_bce() {
     let logits = t64(&[6], &[-800.0, -2.0, 0.0, 0.5, 3.0, 800.0]);
     let targets = t64(&[6], &[0.0, 1.0, 0.5, 0.0, 1.0, 1.0]);
     // Reference with the exact log1p(exp(x)) for moderate x and asymptotics for huge |x|.
-    let sp = |x: f64| if x > 30.0 { x } else if x < -30.0 { x.exp() } else { x.exp().ln_1p() };
-    let want: f64 = logits
-        .to_f64_vec()
-        .iter()
-        .zip(targets.to_f64_vec())
-        .map(|(&x, t)| sp(x) - x * t)
-        .sum::<f64>()
-        / 6.0;
+    let sp = |x: f64| {
+        if x > 30.0 {
+            x
+        } else if x < -30.0 {
+            x.exp()
+        } else {
+            x.exp().ln_1p()
+        }
+    };
+    let want: f64 =
+        logits.to_f64_vec().iter().zip(targets.to_f64_vec()).map(|(&x, t)| sp(x) - x * t).sum::<f64>() / 6.0;
     let got = eval(&[&logits, &targets], |b, v| loss::binary_cross_entropy_with_logits(b, v[0], v[1]));
     assert!(got.to_f64_vec()[0].is_finite());
     assert_close(&got.to_f64_vec(), &[want], 1e-14);
@@ -189,12 +192,27 @@ fn cross_entropy_integer_labels() {
 // ------------------------------------------------------------------ attention
 
 /// Naive attention for one [L, d] slice: scores, mask (keep = true), softmax, weighted sum.
-fn ref_attn(q: &[f64], k: &[f64], v: &[f64], lq: usize, lk: usize, d: usize, dv: usize, keep: &dyn Fn(usize, usize) -> bool) -> Vec<f64> {
+fn ref_attn(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    lq: usize,
+    lk: usize,
+    d: usize,
+    dv: usize,
+    keep: &dyn Fn(usize, usize) -> bool,
+) -> Vec<f64> {
     let scale = 1.0 / (d as f64).sqrt();
     let mut out = vec![0.0; lq * dv];
     for i in 0..lq {
         let s: Vec<f64> = (0..lk)
-            .map(|j| if keep(i, j) { (0..d).map(|t| q[i * d + t] * k[j * d + t]).sum::<f64>() * scale } else { f64::NEG_INFINITY })
+            .map(|j| {
+                if keep(i, j) {
+                    (0..d).map(|t| q[i * d + t] * k[j * d + t]).sum::<f64>() * scale
+                } else {
+                    f64::NEG_INFINITY
+                }
+            })
             .collect();
         let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let (e, z): (Vec<f64>, f64) = if m == f64::NEG_INFINITY {
@@ -241,7 +259,7 @@ fn scaled_dot_product_attention_masks() {
     let y = eval(&[&q, &k, &v], |b, p| attention::scaled_dot_product_attention(b, p[0], p[1], p[2], true, None, None));
     assert_tensor(&y, &[bsz, lq, dv], &reference(&|_, i, j| j <= i), 1e-12);
     // Bool mask [Lq, Lk] broadcast over the batch, with a fully masked row.
-    let keep = |i: usize, j: usize| i != 1 && (i + j) % 2 == 0;
+    let keep = |i: usize, j: usize| i != 1 && (i + j).is_multiple_of(2);
     let mask: Vec<bool> = (0..lq * lk).map(|t| keep(t / lk, t % lk)).collect();
     let mt = Tensor::from_vec(vec![lq, lk], mask).unwrap();
     let y = eval(&[&q, &k, &v, &mt], |b, p| {
@@ -310,7 +328,8 @@ fn multi_head_attention_reference() {
                 let slice = |m: &[f64], rows: usize| -> Vec<f64> {
                     (0..rows * dh).map(|t| m[(t / dh) * dm + h * dh + t % dh]).collect()
                 };
-                let o = ref_attn(&slice(&q, lq), &slice(&k, lk), &slice(&v, lk), lq, lk, dh, dh, &|i, j| !causal || j <= i);
+                let o =
+                    ref_attn(&slice(&q, lq), &slice(&k, lk), &slice(&v, lk), lq, lk, dh, dh, &|i, j| !causal || j <= i);
                 for i in 0..lq {
                     for t in 0..dh {
                         concat[i * dm + h * dh + t] = o[i * dh + t];
@@ -322,19 +341,26 @@ fn multi_head_attention_reference() {
         assert_tensor(&y, &[bsz, lq, dm], &want, 1e-12);
     }
     // f32 path and a bool mask [B, 1, Lq, Lk] broadcast over heads.
-    let mask = Tensor::from_vec(vec![bsz, 1, lq, lk], (0..bsz * lq * lk).map(|t| t % 4 != 3).collect::<Vec<_>>()).unwrap();
+    let mask =
+        Tensor::from_vec(vec![bsz, 1, lq, lk], (0..bsz * lq * lk).map(|t| t % 4 != 3).collect::<Vec<_>>()).unwrap();
     let ins32: Vec<Tensor> = [&qi, &ki, &vi, &ws[0], &ws[1], &ws[2], &ws[3]].iter().map(|t| to32(t)).collect();
     let mut refs: Vec<&Tensor> = ins32.iter().collect();
     refs.push(&mask);
-    let y = eval(&refs, |b, p| attention::multi_head_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], p[6], nh, false, Some(p[7])));
+    let y = eval(&refs, |b, p| {
+        attention::multi_head_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], p[6], nh, false, Some(p[7]))
+    });
     assert_eq!(y.dtype(), DType::F32);
     assert!(y.to_f64_vec().iter().all(|x| x.is_finite()));
     // Errors.
     let ins: Vec<&Tensor> = vec![&qi, &ki, &vi, &ws[0], &ws[1], &ws[2], &ws[3]];
-    let msg = err_msg(&ins, |b, p| attention::multi_head_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], p[6], 4, false, None));
+    let msg = err_msg(&ins, |b, p| {
+        attention::multi_head_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], p[6], 4, false, None)
+    });
     assert!(msg.contains("n_heads = 4 must divide d_model = 6"), "{msg}");
     let bad_w = rand64(&[dm, dm + 1], 0);
     let ins: Vec<&Tensor> = vec![&qi, &ki, &vi, &ws[0], &bad_w, &ws[2], &ws[3]];
-    let msg = err_msg(&ins, |b, p| attention::multi_head_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], p[6], nh, false, None));
+    let msg = err_msg(&ins, |b, p| {
+        attention::multi_head_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], p[6], nh, false, None)
+    });
     assert!(msg.contains("wk must be [d_model, d_model]"), "{msg}");
 }

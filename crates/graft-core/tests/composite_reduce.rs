@@ -44,7 +44,8 @@ fn ref_lse(g: &[f64]) -> f64 {
     m + g.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
 }
 
-type Red = fn(&mut graft_core::Builder, graft_core::Value, &[usize], bool) -> Result<graft_core::Value, graft_core::IrError>;
+type Red =
+    fn(&mut graft_core::Builder, graft_core::Value, &[usize], bool) -> Result<graft_core::Value, graft_core::IrError>;
 
 fn all_reductions() -> Vec<(&'static str, Red, Box<dyn Fn(&[f64]) -> f64>)> {
     vec![

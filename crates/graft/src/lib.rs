@@ -18,13 +18,13 @@
 
 mod error;
 mod function;
-mod trace;
 pub mod nn;
 pub mod random;
 mod tr_linalg;
 mod tr_math;
 mod tr_reduce;
 mod tr_shape;
+mod trace;
 
 /// Multi-input array functions with NumPy names: `concat`, `stack`,
 /// `where_`, `matmul`, `einsum`.

@@ -37,13 +37,7 @@ pub fn normalize(x: &Tr, axes: impl Into<Axes>, eps: f64) -> Tr {
 /// Batch norm in training mode over every axis but axis 1 (`[N, C, ...]`),
 /// or over `axes` if given. Returns `(y, batch_mean, batch_var)` (biased
 /// variance), statistics shaped like the kept axes.
-pub fn batch_norm(
-    x: &Tr,
-    gamma: Option<&Tr>,
-    beta: Option<&Tr>,
-    axes: Option<Axes>,
-    eps: f64,
-) -> (Tr, Tr, Tr) {
+pub fn batch_norm(x: &Tr, gamma: Option<&Tr>, beta: Option<&Tr>, axes: Option<Axes>, eps: f64) -> (Tr, Tr, Tr) {
     let mut others = vec![];
     others.extend(gamma);
     others.extend(beta);
@@ -115,14 +109,7 @@ pub fn binary_cross_entropy_with_logits(logits: &Tr, targets: &Tr) -> Tr {
 /// `softmax(q k^T * scale + mask) v` over `[..., L, d]` tensors; a bool
 /// mask means "may attend", a float mask is added; `scale` defaults to
 /// `1/sqrt(d)`.
-pub fn scaled_dot_product_attention(
-    q: &Tr,
-    k: &Tr,
-    v: &Tr,
-    causal: bool,
-    mask: Option<&Tr>,
-    scale: Option<f64>,
-) -> Tr {
+pub fn scaled_dot_product_attention(q: &Tr, k: &Tr, v: &Tr, causal: bool, mask: Option<&Tr>, scale: Option<f64>) -> Tr {
     let mut others = vec![k, v];
     others.extend(mask);
     q.lift_with(&others, |b, x| {

@@ -23,6 +23,7 @@ pub fn matmul(x: &Tr, y: &Tr) -> Tr {
 /// If `operands` is empty: with no tensor there is no trace to record the
 /// error in.
 pub fn einsum(spec: &str, operands: &[&Tr]) -> Tr {
-    let (first, rest) = operands.split_first().expect("einsum: need at least one operand (there is no trace without one)");
+    let (first, rest) =
+        operands.split_first().expect("einsum: need at least one operand (there is no trace without one)");
     first.lift_with(rest, |b, v| linalg::einsum(b, spec, v))
 }

@@ -87,7 +87,13 @@ impl Tr {
 }
 
 /// Resolves an axis against the rank of the first tensor (plus `extra`).
-fn first_rank_axis(b: &graft_core::Builder, op: &str, v: graft_core::Value, axis: isize, extra: usize) -> Result<usize, graft_core::IrError> {
+fn first_rank_axis(
+    b: &graft_core::Builder,
+    op: &str,
+    v: graft_core::Value,
+    axis: isize,
+    extra: usize,
+) -> Result<usize, graft_core::IrError> {
     Axes::resolve_axis(op, axis, b.ty(v)?.rank() + extra)
 }
 

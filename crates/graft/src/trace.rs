@@ -243,7 +243,9 @@ impl Tr {
             }
         }
         match f(&mut st.b, &vals) {
-            Ok(outs) if outs.len() == n_out => outs.into_iter().map(|v| Tr { st: self.st.clone(), v: Some(v) }).collect(),
+            Ok(outs) if outs.len() == n_out => {
+                outs.into_iter().map(|v| Tr { st: self.st.clone(), v: Some(v) }).collect()
+            }
             Ok(outs) => {
                 st.err = Some(IrError::invalid(
                     "trace",
@@ -259,11 +261,7 @@ impl Tr {
     }
 
     /// Single-result form of [`Tr::lift_many`]: `f` gets `[self, others...]`.
-    pub fn lift_with(
-        &self,
-        others: &[&Tr],
-        f: impl FnOnce(&mut Builder, &[Value]) -> Result<Value, IrError>,
-    ) -> Tr {
+    pub fn lift_with(&self, others: &[&Tr], f: impl FnOnce(&mut Builder, &[Value]) -> Result<Value, IrError>) -> Tr {
         self.lift_many(others, 1, |b, vals| Ok(vec![f(b, vals)?])).remove(0)
     }
 

@@ -40,7 +40,11 @@ fn activations_and_elementwise() {
         ("relu", Box::new(|x: &Tr| x.relu()), Box::new(|v: f64| v.max(0.0))),
         ("silu", Box::new(|x: &Tr| x.silu()), Box::new(move |v| v * sig(v))),
         ("softplus", Box::new(|x: &Tr| x.softplus()), Box::new(|v: f64| v.max(0.0) + (-v.abs()).exp().ln_1p())),
-        ("log_sigmoid", Box::new(|x: &Tr| x.log_sigmoid()), Box::new(|v: f64| -((-v).max(0.0) + (-v.abs()).exp().ln_1p()))),
+        (
+            "log_sigmoid",
+            Box::new(|x: &Tr| x.log_sigmoid()),
+            Box::new(|v: f64| -((-v).max(0.0) + (-v.abs()).exp().ln_1p())),
+        ),
         ("square", Box::new(|x: &Tr| x.square()), Box::new(|v| v * v)),
         ("reciprocal", Box::new(|x: &Tr| x.reciprocal()), Box::new(|v| 1.0 / v)),
         ("clamp", Box::new(|x: &Tr| x.clamp(-1.0, 1.0)), Box::new(|v: f64| v.clamp(-1.0, 1.0))),
@@ -48,7 +52,9 @@ fn activations_and_elementwise() {
         (
             "gelu_approx",
             Box::new(|x: &Tr| x.gelu_approx()),
-            Box::new(|v: f64| 0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())),
+            Box::new(|v: f64| {
+                0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+            }),
         ),
     ];
     for (name, f, r) in cases {

@@ -82,13 +82,15 @@ pub fn scaled_dot_product_attention(
     let low = b.scalar(lowest(qt.dtype), qt.dtype)?;
     if let Some(m) = mask {
         let mt = b.ty(m)?.clone();
-        let fits = broadcast::broadcast_shapes(op, &mt.shape, &score_shape)
-            .map(|sh| sh == score_shape)
-            .unwrap_or(false);
+        let fits =
+            broadcast::broadcast_shapes(op, &mt.shape, &score_shape).map(|sh| sh == score_shape).unwrap_or(false);
         if !fits || !(mt.dtype == DType::Bool || mt.dtype == qt.dtype) {
             return Err(IrError::invalid(
                 op,
-                format!("mask must be bool or {} and broadcast to the scores' shape {score_shape:?}; got {mt}", qt.dtype),
+                format!(
+                    "mask must be bool or {} and broadcast to the scores' shape {score_shape:?}; got {mt}",
+                    qt.dtype
+                ),
             ));
         }
         s = if mt.dtype == DType::Bool {

@@ -325,7 +325,8 @@ pub fn einsum(b: &mut Builder, spec: &str, operands: &[Value]) -> Result<Value, 
             ls.remove(q);
         }
         // Sum letters used nowhere else.
-        let used_elsewhere = |l: &Label| output.contains(l) || labels.iter().enumerate().any(|(j, o)| j != i && o.contains(l));
+        let used_elsewhere =
+            |l: &Label| output.contains(l) || labels.iter().enumerate().any(|(j, o)| j != i && o.contains(l));
         let lonely: Vec<usize> = (0..ls.len()).filter(|&k| !used_elsewhere(&ls[k])).collect();
         if !lonely.is_empty() {
             x = b.reduce_sum(x, &lonely)?;
@@ -339,11 +340,11 @@ pub fn einsum(b: &mut Builder, spec: &str, operands: &[Value]) -> Result<Value, 
     let (mut acc, mut acc_ls) = iter.next().expect("internal error: einsum has at least one operand");
     let rest: Vec<(Value, Vec<Label>)> = iter.collect();
     for (i, (y, y_ls)) in rest.iter().enumerate() {
-        let needed_after =
-            |l: &Label| output.contains(l) || rest[i + 1..].iter().any(|(_, ls)| ls.contains(l));
+        let needed_after = |l: &Label| output.contains(l) || rest[i + 1..].iter().any(|(_, ls)| ls.contains(l));
         // Labels of acc that neither y nor anything later uses (possible only
         // in unusual specs) are summed before the product.
-        let dead: Vec<usize> = (0..acc_ls.len()).filter(|&k| !y_ls.contains(&acc_ls[k]) && !needed_after(&acc_ls[k])).collect();
+        let dead: Vec<usize> =
+            (0..acc_ls.len()).filter(|&k| !y_ls.contains(&acc_ls[k]) && !needed_after(&acc_ls[k])).collect();
         if !dead.is_empty() {
             acc = b.reduce_sum(acc, &dead)?;
             acc_ls = acc_ls.into_iter().enumerate().filter(|(k, _)| !dead.contains(k)).map(|(_, l)| l).collect();

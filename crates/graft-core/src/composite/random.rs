@@ -94,14 +94,7 @@ fn check_float(op: &str, dtype: DType) -> Result<(), IrError> {
 /// Floats uniform in `[lo, hi)` (`jax.random.uniform`): `lo + u (hi - lo)`
 /// with `u` uniform in `[0, 1)`, then `max(., lo)` so rounding never goes
 /// below `lo`. Requires finite `lo <= hi`.
-pub fn uniform(
-    b: &mut Builder,
-    key: Value,
-    shape: &[usize],
-    dtype: DType,
-    lo: f64,
-    hi: f64,
-) -> Result<Value, IrError> {
+pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Result<Value, IrError> {
     check_key(b, "random.uniform", key)?;
     check_float("random.uniform", dtype)?;
     if !(lo.is_finite() && hi.is_finite() && lo <= hi) {

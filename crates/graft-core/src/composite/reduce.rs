@@ -137,7 +137,14 @@ pub fn std(b: &mut Builder, x: Value, axes: &[usize], ddof: usize, keepdims: boo
     b.sqrt(v)
 }
 
-fn arg(b: &mut Builder, max: bool, x: Value, axis: usize, keepdims: bool, index_dtype: DType) -> Result<Value, IrError> {
+fn arg(
+    b: &mut Builder,
+    max: bool,
+    x: Value,
+    axis: usize,
+    keepdims: bool,
+    index_dtype: DType,
+) -> Result<Value, IrError> {
     let op = if max { "argmax" } else { "argmin" };
     let shape = b.ty(x)?.shape.clone();
     check_axes(op, &[axis], shape.len())?;

@@ -215,7 +215,7 @@ pub fn infer_shape(op: &str, numel: usize, shape: &[isize]) -> Result<Shape, IrE
     let mut out: Shape = shape.iter().map(|&d| d.max(0) as usize).collect();
     match infer {
         Some(i) => {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(IrError::invalid(
                     op,
                     format!("cannot reshape {numel} elements into {shape:?}: the -1 dimension is not determined"),

@@ -23,7 +23,10 @@ pub fn run_multi(
 }
 
 /// Single-output form of [`run_multi`].
-pub fn run(xs: &[&Tensor], f: impl FnOnce(&mut Builder, &[Value]) -> Result<Value, IrError>) -> Result<Tensor, IrError> {
+pub fn run(
+    xs: &[&Tensor],
+    f: impl FnOnce(&mut Builder, &[Value]) -> Result<Value, IrError>,
+) -> Result<Tensor, IrError> {
     Ok(run_multi(xs, |b, p| Ok(vec![f(b, p)?]))?.remove(0))
 }
 
