@@ -136,3 +136,140 @@ impl crate::ad::Diff for Call {
         Err(crate::ad::not_linear(self.name()))
     }
 }
+
+/// `checkpoint(f)`: calls `f`, but reverse mode recomputes `f`'s
+/// intermediates in the backward pass instead of keeping them alive, so only
+/// `f`'s inputs are saved (rematerialisation, JAX's `remat`).
+///
+/// How: the JVP of a checkpoint is another checkpoint, of the function that
+/// maps (primals, tangents) to the output tangents; the transpose of such a
+/// checkpoint is a checkpoint of its VJP, which recomputes the forward values
+/// it needs from the saved primals when the backward pass runs. Both rules
+/// emit checkpoints again, so remat survives higher-order differentiation.
+#[derive(Clone)]
+pub struct Checkpoint {
+    /// The function whose intermediates are recomputed.
+    pub func: Arc<Func>,
+}
+
+impl PartialEq for Checkpoint {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.func, &other.func)
+    }
+}
+
+impl Eq for Checkpoint {}
+
+impl Hash for Checkpoint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.func).hash(state);
+    }
+}
+
+impl fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Checkpoint(@{})", self.func.name)
+    }
+}
+
+impl Op for Checkpoint {
+    fn name(&self) -> &'static str {
+        "checkpoint"
+    }
+
+    fn params(&self) -> String {
+        format!("func=@{}", self.func.name)
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        Call { func: self.func.clone() }.infer(ins).map_err(|mut e| {
+            e.prim = crate::ops::display_prim(self);
+            e
+        })
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        Call { func: self.func.clone() }.kernel(ins, outs)
+    }
+
+    fn subfuncs(&self) -> Vec<Arc<Func>> {
+        vec![self.func.clone()]
+    }
+}
+
+impl Builder {
+    /// Applies `func` under rematerialisation (see [`Checkpoint`]).
+    pub fn checkpoint(&mut self, func: Arc<Func>, args: &[Value]) -> Result<Vec<Value>, IrError> {
+        self.emit(Checkpoint { func }, args)
+    }
+}
+
+impl crate::ad::Diff for Checkpoint {
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let f = &self.func;
+        // tan_f(primals..., present tangents...) -> tangents of float outputs.
+        let mut tb = Builder::new(format!("{}_jvp", f.name));
+        let ps: Vec<Value> = f.params.iter().map(|&p| tb.param(f.ty(p).clone())).collect();
+        let ts: Vec<Option<Value>> =
+            cx.tangents.iter().zip(&f.params).map(|(t, &p)| t.map(|_| tb.param(f.ty(p).clone()))).collect();
+        let (outs, touts) = crate::ad::jvp_inline(&mut tb, f, &ps, &ts)?;
+        let float_outs: Vec<usize> = (0..outs.len()).filter(|&i| f.ty(f.outputs[i]).dtype.is_float()).collect();
+        let mut results = Vec::with_capacity(float_outs.len());
+        for &i in &float_outs {
+            results.push(match touts[i] {
+                Some(t) => t,
+                None => tb.zeros(&f.ty(f.outputs[i]).clone())?,
+            });
+        }
+        let tan_f = crate::opt::simplify(&tb.finish(&results)?);
+        let mut args = cx.primals.to_vec();
+        args.extend(cx.tangents.iter().flatten());
+        let tan_outs = b.checkpoint(Arc::new(tan_f), &args)?;
+        let mut res = vec![None; outs.len()];
+        for (&i, v) in float_outs.iter().zip(tan_outs) {
+            res[i] = Some(v);
+        }
+        Ok(res)
+    }
+
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let g = &self.func;
+        let linear: Vec<usize> = (0..cx.inputs.len()).filter(|&i| cx.is_linear(i)).collect();
+        // vjp of g in its linear operands; keep only the cotangent outputs.
+        let mut v = crate::ad::vjp_func(g, &crate::ad::Wrt::Positions(linear.clone()))?;
+        let n_out = g.outputs.len();
+        v.outputs.drain(..n_out);
+        let v = crate::opt::dce(&v);
+        // The linear operands' values are not needed by a transpose: drop them
+        // from the parameters (an error if g was not linear in them after all).
+        let drop: Vec<Value> = linear.iter().map(|&i| v.params[i]).collect();
+        if v.eqns.iter().any(|e| e.inputs.iter().any(|x| drop.contains(x)))
+            || v.outputs.iter().any(|x| drop.contains(x))
+        {
+            return Err(IrError::NoRule {
+                prim: "checkpoint".into(),
+                rule: "transpose",
+                msg: format!("internal error: @{} is not linear in its tangent operands", g.name),
+            });
+        }
+        let mut t_f = v;
+        t_f.params.retain(|p| !drop.contains(p));
+        t_f.name = format!("{}_transpose", g.name);
+        let t_f = crate::opt::dce(&t_f);
+        let mut args: Vec<Value> = cx.inputs.iter().flatten().copied().collect();
+        for (i, ty) in cx.out_types.iter().enumerate() {
+            if ty.dtype.is_float() {
+                args.push(match cx.cts[i] {
+                    Some(c) => c,
+                    None => b.zeros(ty)?,
+                });
+            }
+        }
+        let cts = b.checkpoint(Arc::new(t_f), &args)?;
+        let mut res = vec![None; cx.inputs.len()];
+        for (&i, c) in linear.iter().zip(cts) {
+            res[i] = Some(c);
+        }
+        Ok(res)
+    }
+}

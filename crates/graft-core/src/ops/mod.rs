@@ -105,6 +105,8 @@ define_prims! {
     StopGradient(cast::StopGradient),
     /// Sub-function application.
     Call(control::Call),
+    /// A call whose intermediates are recomputed in reverse mode.
+    Checkpoint(control::Checkpoint),
     /// Slice at run-time start indices.
     DynamicSlice(index::DynamicSlice),
     /// Overwrite a block at run-time start indices.
