@@ -10,10 +10,13 @@ use std::hint::black_box;
 
 fn tensor(ty: &TensorType, seed: u64) -> Tensor {
     let mut s = seed;
-    Tensor::from_fn(ty, |_| {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((s >> 33) as f64 / (1u64 << 31) as f64) - 0.5
-    })
+    let vals: Vec<f64> = (0..ty.numel())
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 33) as f64 / (1u64 << 31) as f64) - 0.5
+        })
+        .collect();
+    Tensor::from_fn(ty, |i| vals[i])
 }
 
 fn build(name: &str, types: &[TensorType], body: impl FnOnce(&mut Builder, &[Value]) -> Vec<Value>) -> Func {
