@@ -56,8 +56,8 @@ pub mod ops {
 
 pub use error::Error;
 pub use function::{compile, jit, jit_n, Compiled, Jit, Pullback, Transform};
-pub use graft_core::ad::Wrt;
 pub use graft_core::ad;
+pub use graft_core::ad::Wrt;
 pub use graft_core::composite;
 pub use graft_core::npy;
 pub use graft_core::{
