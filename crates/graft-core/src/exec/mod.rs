@@ -27,6 +27,7 @@ use crate::ops::Op;
 use crate::tensor::Tensor;
 use crate::types::TensorType;
 use fuse::{Plan, Scalar, Step};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -118,11 +119,15 @@ impl Executable {
     /// Runs and also reports memory and kernel figures.
     pub fn run_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, RunStats), ExecError> {
         self.check_inputs(inputs)?;
+        // See Note [Nested peak bytes].
+        let enclosing = NESTED_PEAK.with(Cell::get);
         // Take the pool so concurrent runs never share buffers; a concurrent
         // run simply starts with an empty pool.
         let mut pool = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
         let result = self.run_inner(inputs, &mut pool);
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = pool;
+        let mine = result.as_ref().map_or(0, |(_, s)| s.peak_bytes);
+        NESTED_PEAK.with(|c| c.set(enclosing.max(mine)));
         result
     }
 
@@ -160,7 +165,10 @@ impl Executable {
                     let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
                     let ins: Vec<&Tensor> =
                         eqn.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
+                    NESTED_PEAK.with(|c| c.set(0));
                     eqn.prim.kernel(&ins, &mut outs)?;
+                    let nested = NESTED_PEAK.with(Cell::get);
+                    pool.peak = pool.peak.max(pool.held + nested);
                     (&eqn.outputs, outs)
                 }
                 Step::Group(g) => {
@@ -214,6 +222,16 @@ impl Executable {
         stats.peak_bytes = pool.peak;
         Ok((results, stats))
     }
+}
+
+// Note [Nested peak bytes]
+// Primitives that hold sub-functions (call, checkpoint, custom rules) run
+// them with a nested executor on the same thread. A nested run publishes its
+// peak in NESTED_PEAK; the enclosing run clears it before each kernel and
+// afterwards counts `held + nested peak` towards its own peak, so the figure
+// of the outer run includes the memory its sub-functions used.
+thread_local! {
+    static NESTED_PEAK: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Runs a function once (verifying and planning it first). Convenience for
