@@ -5,3 +5,7 @@
 //! has one definition.
 
 pub mod broadcast;
+pub mod conv;
+pub mod dropout;
+pub mod embed;
+pub mod pool;
