@@ -108,7 +108,7 @@ fn element_formatter<'a>(t: &'a Tensor, shown: &[usize]) -> Box<dyn Fn(usize) ->
             let vals: Vec<f64> = shown.iter().map(|&i| t.storage().get_f64(i)).filter(|v| v.is_finite()).collect();
             let max = vals.iter().fold(0.0f64, |m, v| m.max(v.abs()));
             let min_nz = vals.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));
-            let sci = max >= 1e8 || (min_nz < 1e-4) || (min_nz.is_finite() && max / min_nz > 1e3 && min_nz < 1e-4);
+            let sci = max >= 1e8 || min_nz < 1e-4 || (min_nz.is_finite() && max / min_nz > 1e3);
             // Align decimal points: pad the fractional part to the longest one shown.
             let frac_len = if sci {
                 shown

@@ -20,7 +20,7 @@ pub mod types;
 
 pub use dtype::DType;
 pub use error::{ExecError, IrError, TypeError};
-pub use exec::{Executable, RunStats};
+pub use exec::{ExecOptions, Executable, RunStats};
 pub use ir::{Builder, Func, Value};
 pub use ops::{Op, Prim};
 pub use tensor::{Element, Tensor, TensorError};

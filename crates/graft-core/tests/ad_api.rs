@@ -218,7 +218,7 @@ fn pullback_serves_several_cotangents_from_one_forward_pass() {
     let split = vjp_split(&f, &Wrt::All).unwrap();
     assert_eq!(split.pullback.count_prim("sin") + split.pullback.count_prim("cos"), 0, "{}", split.pullback);
     let x = Tensor::vec1(&[0.1f64, 0.7, -1.3]);
-    let fwd = run(&split.forward, &[x.clone()]);
+    let fwd = run(&split.forward, std::slice::from_ref(&x));
     let residuals = &fwd[split.n_outputs..];
     let full = vjp_func(&f, &Wrt::All).unwrap();
     for u in [[1.0f64, 0.0, 0.0], [0.5, -2.0, 3.0]] {

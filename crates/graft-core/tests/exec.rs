@@ -1,9 +1,15 @@
 //! Executor: liveness-based buffer reuse, peak-bytes reporting, input checks.
+//! Buffer-reuse figures are checked with fusion off (one kernel per
+//! equation) and on (the whole chain is one group).
 
 use graft_core::ops::unary::Unary;
-use graft_core::{Builder, DType, ExecError, Executable, Tensor, TensorType};
+use graft_core::{Builder, DType, ExecError, ExecOptions, Executable, Tensor, TensorType};
 
 fn chain(n_ops: usize, numel: usize) -> Executable {
+    chain_with(n_ops, numel, ExecOptions::default())
+}
+
+fn chain_with(n_ops: usize, numel: usize, options: ExecOptions) -> Executable {
     let ty = TensorType::new(DType::F32, vec![numel]);
     let mut b = Builder::new("chain");
     let mut v = b.param(ty);
@@ -12,22 +18,12 @@ fn chain(n_ops: usize, numel: usize) -> Executable {
         v = b.unary(ops[i % ops.len()], v).unwrap();
     }
     let f = b.finish(&[v]).unwrap();
-    Executable::new(f).unwrap()
+    Executable::with_options(f, options).unwrap()
 }
 
-#[test]
-fn hundred_op_chain_on_1mib_tensors_reuses_buffers() {
-    let numel = 1 << 18; // 1 MiB of f32
-    let exe = chain(100, numel);
-    let x = Tensor::from_fn(&TensorType::new(DType::F32, vec![numel]), |i| (i % 7) as f64 * 0.1);
-    let (out, stats) = exe.run_with_stats(&[&x]).unwrap();
-    assert_eq!(stats.kernels, 100);
-    assert!(stats.peak_bytes < 4 << 20, "peak {} bytes", stats.peak_bytes);
-    // Two buffers ping-pong: the output of op k and the output of op k+1.
-    assert_eq!(stats.fresh_bytes, 2 << 20);
-    assert_eq!(stats.reused_buffers, 98);
-    // Values are right: compare with a scalar reference of the same chain.
-    let mut r = (3 % 7) as f32 * 0.1;
+/// The chain's value at element 3 by a scalar loop.
+fn chain_reference() -> f32 {
+    let mut r = 3.0f32 * 0.1; // input element 3: (3 % 7) * 0.1
     for i in 0..100 {
         r = match i % 4 {
             0 => r.sin(),
@@ -36,11 +32,43 @@ fn hundred_op_chain_on_1mib_tensors_reuses_buffers() {
             _ => r.tanh(),
         };
     }
-    assert_eq!(out[0].to_vec::<f32>().unwrap()[3], r);
+    r
+}
+
+#[test]
+fn hundred_op_chain_on_1mib_tensors_reuses_buffers() {
+    let numel = 1 << 18; // 1 MiB of f32
+    let exe = chain_with(100, numel, ExecOptions { fuse: false, ..ExecOptions::default() });
+    let x = Tensor::from_fn(&TensorType::new(DType::F32, vec![numel]), |i| (i % 7) as f64 * 0.1);
+    let (out, stats) = exe.run_with_stats(&[&x]).unwrap();
+    assert_eq!(stats.kernels, 100);
+    assert!(stats.peak_bytes < 4 << 20, "peak {} bytes", stats.peak_bytes);
+    // Two buffers ping-pong: the output of op k and the output of op k+1.
+    assert_eq!(stats.fresh_bytes, 2 << 20);
+    assert_eq!(stats.reused_buffers, 98);
+    // Values are right: compare with a scalar reference of the same chain.
+    assert_eq!(out[0].to_vec::<f32>().unwrap()[3], chain_reference());
     // A second call serves every buffer from the pool.
     let (_, again) = exe.run_with_stats(&[&x]).unwrap();
     assert!(again.peak_bytes < 4 << 20);
     assert!(again.fresh_bytes <= 1 << 20, "second run allocated {}", again.fresh_bytes);
+}
+
+#[test]
+fn fused_hundred_op_chain_needs_only_the_output_buffer() {
+    let numel = 1 << 18; // 1 MiB of f32
+    let exe = chain_with(100, numel, ExecOptions::default());
+    let x = Tensor::from_fn(&TensorType::new(DType::F32, vec![numel]), |i| (i % 7) as f64 * 0.1);
+    let (out, stats) = exe.run_with_stats(&[&x]).unwrap();
+    // One fused group; the 99 intermediates live in per-block scratch.
+    assert_eq!(stats.kernels, 1);
+    assert_eq!(stats.peak_bytes, 1 << 20);
+    assert_eq!(stats.fresh_bytes, 1 << 20);
+    assert_eq!(stats.reused_buffers, 0);
+    assert_eq!(out[0].to_vec::<f32>().unwrap()[3], chain_reference());
+    // The returned buffer leaves the executor, so a second run allocates it afresh.
+    let (_, again) = exe.run_with_stats(&[&x]).unwrap();
+    assert_eq!((again.peak_bytes, again.fresh_bytes, again.reused_buffers), (1 << 20, 1 << 20, 0));
 }
 
 #[test]

@@ -15,14 +15,49 @@
 //! let expected: f64 = [0.0f64, 1.0, 2.0].iter().map(|v| v.sin() * v).sum();
 //! assert!((y[0].to_scalar_f64().unwrap() - expected).abs() < 1e-12);
 //! ```
+//!
+//! The traced API follows jax.numpy / PyTorch names: methods on [`Tr`]
+//! (`sum`, `mean`, `softmax`, `matmul`, `reshape`, `relu`, ...; axes may be
+//! negative, `()`/`None` means all axes), multi-input functions in [`ops`]
+//! (`concat`, `stack`, `einsum`, ...), layers and losses in [`nn`], and
+//! explicit-key random numbers in [`random`]. All of them expand to
+//! primitives through [`composite`], so every transform applies:
+//!
+//! ```
+//! use graft::{jit_n, nn, Tensor, Wrt};
+//! // A linear classifier's loss and its gradient with respect to the weight.
+//! let loss = jit_n("loss", |v| nn::cross_entropy(&nn::linear(&v[0], &v[1], None), &v[2], -1));
+//! let x = Tensor::from_vec(vec![2, 3], vec![1.0f64, 0.0, -1.0, 0.5, 2.0, 0.0]).unwrap();
+//! let w = Tensor::from_vec(vec![4, 3], vec![0.1f64; 12]).unwrap();
+//! let labels = Tensor::from_vec(vec![2], vec![3i32, 0]).unwrap();
+//! let l = loss.call(&[&x, &w, &labels]).unwrap();
+//! // Equal weights give equal logits: the loss is log(4 classes).
+//! assert!((l[0].to_scalar_f64().unwrap() - 4f64.ln()).abs() < 1e-12);
+//! let g = loss.grad(Wrt::Positions(vec![1])).call(&[&x, &w, &labels]).unwrap();
+//! assert_eq!(g[0].shape(), &[4, 3]);
+//! ```
 
 mod error;
 mod function;
+pub mod nn;
+pub mod random;
+mod tr_linalg;
+mod tr_math;
+mod tr_reduce;
+mod tr_shape;
 mod trace;
+
+/// Multi-input array functions with NumPy names: `concat`, `stack`,
+/// `where_`, `matmul`, `einsum`.
+pub mod ops {
+    pub use crate::tr_linalg::{einsum, matmul};
+    pub use crate::tr_shape::{concat, stack, where_};
+}
 
 pub use error::Error;
 pub use function::{compile, jit, jit_n, Compiled, Jit, Pullback, Transform};
 pub use graft_core::ad::Wrt;
+pub use graft_core::ad;
 pub use graft_core::composite;
 pub use graft_core::npy;
 pub use graft_core::{

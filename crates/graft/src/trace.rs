@@ -80,6 +80,11 @@ impl<const N: usize> From<[i32; N]> for Axes {
 }
 
 impl Axes {
+    /// Normalises one axis (negative = from the end) for a given rank.
+    pub fn resolve_axis(op: &str, axis: isize, rank: usize) -> Result<usize, IrError> {
+        Ok(Axes::List(vec![axis]).resolve(op, rank)?[0])
+    }
+
     /// Normalises to sorted, unique, non-negative axes for a given rank.
     pub fn resolve(&self, op: &str, rank: usize) -> Result<Vec<usize>, IrError> {
         match self {
@@ -207,6 +212,57 @@ impl Tr {
             }
         }
         Some(first.lift(|b, _| f(b, &vals)))
+    }
+
+    /// Applies a builder operation with several results to this value and
+    /// `others` (all from one trace). `f` receives `[self, others...]` and
+    /// must return exactly `n_out` values; on any error the trace is
+    /// poisoned and `n_out` failed handles are returned.
+    pub fn lift_many(
+        &self,
+        others: &[&Tr],
+        n_out: usize,
+        f: impl FnOnce(&mut Builder, &[Value]) -> Result<Vec<Value>, IrError>,
+    ) -> Vec<Tr> {
+        let failed = |st: &Rc<RefCell<State>>| (0..n_out).map(|_| Tr { st: st.clone(), v: None }).collect();
+        let mut st = self.st.borrow_mut();
+        if st.err.is_some() {
+            return failed(&self.st);
+        }
+        let mut vals = Vec::with_capacity(1 + others.len());
+        for x in std::iter::once(self).chain(others.iter().copied()) {
+            match (Rc::ptr_eq(&x.st, &self.st), x.v) {
+                (true, Some(v)) => vals.push(v),
+                (same, _) => {
+                    st.err = Some(IrError::invalid(
+                        "trace",
+                        if same { "an operand comes from a failed op" } else { "operands come from different traces" },
+                    ));
+                    return failed(&self.st);
+                }
+            }
+        }
+        match f(&mut st.b, &vals) {
+            Ok(outs) if outs.len() == n_out => {
+                outs.into_iter().map(|v| Tr { st: self.st.clone(), v: Some(v) }).collect()
+            }
+            Ok(outs) => {
+                st.err = Some(IrError::invalid(
+                    "trace",
+                    format!("internal error: an op promised {n_out} results and returned {}", outs.len()),
+                ));
+                failed(&self.st)
+            }
+            Err(e) => {
+                st.err = Some(e);
+                failed(&self.st)
+            }
+        }
+    }
+
+    /// Single-result form of [`Tr::lift_many`]: `f` gets `[self, others...]`.
+    pub fn lift_with(&self, others: &[&Tr], f: impl FnOnce(&mut Builder, &[Value]) -> Result<Value, IrError>) -> Tr {
+        self.lift_many(others, 1, |b, vals| Ok(vec![f(b, vals)?])).remove(0)
     }
 
     /// The IR value, or `None` if the trace already failed.

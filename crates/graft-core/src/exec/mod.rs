@@ -7,15 +7,26 @@
 //! pool before allocating. The pool survives between calls, so a function
 //! called repeatedly in a training loop stops allocating after its first call.
 //!
+//! Planning also fuses chains of elementwise equations into groups that
+//! walk memory once, block by block (see [`fuse`]); liveness then runs over
+//! the resulting schedule of steps (plain equations and fused groups). Values
+//! that live only inside a group never get a buffer. Fusion is on by
+//! default; `GRAFT_NO_FUSION=1` in the environment (read when an
+//! [`Executable`] is planned) or `ExecOptions { fuse: false, .. }` turns it off.
+//!
 //! Peak bytes: the high-water mark of bytes the executor holds (live
 //! intermediates plus pooled buffers) during one run. Caller-owned inputs
-//! are not counted; outputs are counted until they are returned.
+//! are not counted; outputs are counted until they are returned. Fused
+//! groups' per-task block scratch is not counted (see [`fuse`]).
+
+pub mod fuse;
 
 use crate::error::ExecError;
 use crate::ir::{verify, Func, Value};
 use crate::ops::Op;
 use crate::tensor::Tensor;
 use crate::types::TensorType;
+use fuse::{Plan, Scalar, Step};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -28,26 +39,70 @@ pub struct RunStats {
     pub fresh_bytes: usize,
     /// Output buffers served from the pool.
     pub reused_buffers: usize,
-    /// Kernels launched.
+    /// Kernels launched: one per equation run on its own, one per fused
+    /// group (however many equations it holds). Constants folded into fused
+    /// groups at plan time launch nothing.
     pub kernels: usize,
+}
+
+/// Planning choices of an [`Executable`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// Fuse chains of elementwise equations (default true). Off, every
+    /// equation runs its own kernel over whole tensors; results are bitwise
+    /// the same either way.
+    pub fuse: bool,
+    /// Elements per block in fused groups; `None` sizes blocks from the
+    /// bytes one block of each group touches (see [`fuse::BLOCK_BUDGET`]).
+    /// For tests and tuning: results do not depend on it.
+    pub block_elems: Option<usize>,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions { fuse: true, block_elems: None }
+    }
+}
+
+impl ExecOptions {
+    /// The defaults, with fusion off when the environment variable
+    /// `GRAFT_NO_FUSION` is set to anything but empty or `0`.
+    pub fn from_env() -> Self {
+        let off = std::env::var_os("GRAFT_NO_FUSION").is_some_and(|v| !v.is_empty() && v != "0");
+        ExecOptions { fuse: !off, ..ExecOptions::default() }
+    }
 }
 
 /// A verified, planned function ready to run.
 #[derive(Debug)]
 pub struct Executable {
     func: Arc<Func>,
-    /// For each equation, the owned values to release after it ran.
+    /// The schedule: plain equations and fused groups.
+    plan: Plan,
+    /// For each step, the owned values to release after it ran.
     release_after: Vec<Vec<Value>>,
     pool: Mutex<Pool>,
 }
 
 impl Executable {
-    /// Verifies and plans a function.
+    /// Verifies and plans a function with [`ExecOptions::from_env`].
     pub fn new(func: impl Into<Arc<Func>>) -> Result<Executable, ExecError> {
+        Executable::with_options(func, ExecOptions::from_env())
+    }
+
+    /// Verifies and plans a function with explicit options (the environment
+    /// is not consulted).
+    pub fn with_options(func: impl Into<Arc<Func>>, options: ExecOptions) -> Result<Executable, ExecError> {
         let func = func.into();
         verify(&func)?;
-        let release_after = plan_releases(&func);
-        Ok(Executable { func, release_after, pool: Mutex::new(Pool::default()) })
+        let plan = fuse::plan(&func, &options);
+        let release_after = plan_releases(&func, &plan);
+        Ok(Executable { func, plan, release_after, pool: Mutex::new(Pool::default()) })
+    }
+
+    /// Number of fused groups in the plan and the equations they hold.
+    pub fn fusion_summary(&self) -> (usize, usize) {
+        (self.plan.groups.len(), self.plan.groups.iter().map(|g| g.len()).sum())
     }
 
     /// The function this executable runs.
@@ -98,14 +153,35 @@ impl Executable {
         for (&p, &t) in f.params.iter().zip(inputs) {
             env[p.index()] = Slot::Borrowed(t);
         }
-        for (i, eqn) in f.eqns.iter().enumerate() {
-            let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
-            {
-                let ins: Vec<&Tensor> = eqn.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
-                eqn.prim.kernel(&ins, &mut outs)?;
-            }
+        for (i, step) in self.plan.steps.iter().enumerate() {
+            let (outputs, outs) = match *step {
+                Step::Eqn(e) => {
+                    let eqn = &f.eqns[e];
+                    let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
+                    let ins: Vec<&Tensor> =
+                        eqn.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
+                    eqn.prim.kernel(&ins, &mut outs)?;
+                    (&eqn.outputs, outs)
+                }
+                Step::Group(g) => {
+                    let group = &self.plan.groups[g];
+                    let mut outs: Vec<Tensor> = group.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
+                    let ins: Vec<&Tensor> =
+                        group.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
+                    let scalars: Vec<&Tensor> = group
+                        .scalars
+                        .iter()
+                        .map(|s| match s {
+                            Scalar::Value(v) => env[v.index()].get(),
+                            Scalar::Folded(t) => Ok(t),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    group.run(&ins, &scalars, &mut outs)?;
+                    (&group.outputs, outs)
+                }
+            };
             stats.kernels += 1;
-            for (&v, t) in eqn.outputs.iter().zip(outs) {
+            for (&v, t) in outputs.iter().zip(outs) {
                 env[v.index()] = Slot::Owned(t);
             }
             for &v in &self.release_after[i] {
@@ -166,11 +242,25 @@ impl Slot<'_> {
     }
 }
 
-/// Liveness: for each equation, the equation-defined values whose last
-/// reader it is (or that nobody reads, released right after definition).
+/// Liveness over the schedule: for each step, the step-defined values whose
+/// last reader it is (or that nobody reads, released right after
+/// definition). Values private to a fused group are never defined here.
 /// Parameters are caller-owned and outputs are returned, so neither is released.
-fn plan_releases(func: &Func) -> Vec<Vec<Value>> {
+fn plan_releases(func: &Func, plan: &Plan) -> Vec<Vec<Value>> {
     let n = func.n_values();
+    let steps = &plan.steps;
+    let reads = |s: &Step| -> Vec<Value> {
+        match *s {
+            Step::Eqn(e) => func.eqns[e].inputs.clone(),
+            Step::Group(g) => plan.groups[g].reads().collect(),
+        }
+    };
+    let defs = |s: &Step| -> &[Value] {
+        match *s {
+            Step::Eqn(e) => &func.eqns[e].outputs,
+            Step::Group(g) => &plan.groups[g].outputs,
+        }
+    };
     let mut last_use: Vec<Option<usize>> = vec![None; n];
     let mut keep = vec![false; n];
     for &p in &func.params {
@@ -179,14 +269,14 @@ fn plan_releases(func: &Func) -> Vec<Vec<Value>> {
     for &v in &func.outputs {
         keep[v.index()] = true;
     }
-    for (i, eqn) in func.eqns.iter().enumerate() {
-        for &v in &eqn.inputs {
+    for (i, s) in steps.iter().enumerate() {
+        for v in reads(s) {
             last_use[v.index()] = Some(i);
         }
     }
-    let mut release = vec![Vec::new(); func.eqns.len()];
-    for (i, eqn) in func.eqns.iter().enumerate() {
-        for &v in &eqn.outputs {
+    let mut release = vec![Vec::new(); steps.len()];
+    for (i, s) in steps.iter().enumerate() {
+        for &v in defs(s) {
             if keep[v.index()] {
                 continue;
             }

@@ -27,14 +27,14 @@
 //!   branches, which have identical types (any dtype). Both branches are already
 //!   computed; `select` only picks elementwise.
 
-use super::kernel::{input, map2, map3, output, unsupported, Real};
+use super::kernel::{check_block, for_blocks, unsupported, zip2, zip3, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
+use crate::dispatch_any;
 use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Value};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Tensor;
 use crate::types::TensorType;
-use crate::{dispatch_any, dispatch_float};
 
 /// An elementwise binary primitive on two operands of identical type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,48 +123,50 @@ fn fmin<T: Real>(a: T, b: T) -> T {
     }
 }
 
-/// Float binary kernel: one `match` on the op, then a monomorphic loop.
-fn float_binary<T: Real>(op: Binary, x: &Tensor, y: &Tensor, z: &mut Tensor) -> Result<(), ExecError> {
-    let (a, b, o) = (input::<T>(x)?, input::<T>(y)?, output::<T>(z)?);
+/// Float binary block: one `match` on the op, then a monomorphic loop.
+fn float_binary<T: Real>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError> {
+    let name = op.name();
+    let (a, b, o) = (x.typed::<T>(name)?, y.typed::<T>(name)?, z.typed::<T>(name)?);
     match op {
-        Binary::Add => map2(a, b, o, |a, b| a + b),
-        Binary::Sub => map2(a, b, o, |a, b| a - b),
-        Binary::Mul => map2(a, b, o, |a, b| a * b),
-        Binary::Div => map2(a, b, o, |a, b| a / b),
+        Binary::Add => zip2(a, b, o, |a, b| a + b),
+        Binary::Sub => zip2(a, b, o, |a, b| a - b),
+        Binary::Mul => zip2(a, b, o, |a, b| a * b),
+        Binary::Div => zip2(a, b, o, |a, b| a / b),
         // Rust's float `%` is C `fmod`: the result has the dividend's sign.
-        Binary::Rem => map2(a, b, o, |a, b| a % b),
-        Binary::Pow => map2(a, b, o, |a, b| a.powf(b)),
-        Binary::Max => map2(a, b, o, fmax),
-        Binary::Min => map2(a, b, o, fmin),
-        Binary::Atan2 => map2(a, b, o, |a, b| a.atan2(b)),
-        Binary::And | Binary::Or => return Err(unsupported(op.name(), T::DTYPE)),
+        Binary::Rem => zip2(a, b, o, |a, b| a % b),
+        Binary::Pow => zip2(a, b, o, |a, b| a.powf(b)),
+        Binary::Max => zip2(a, b, o, fmax),
+        Binary::Min => zip2(a, b, o, fmin),
+        Binary::Atan2 => zip2(a, b, o, |a, b| a.atan2(b)),
+        Binary::And | Binary::Or => return Err(unsupported(name, T::DTYPE)),
     }
     Ok(())
 }
 
-/// Integer binary kernel: wrapping arithmetic, division by zero gives 0.
-fn int_binary<T>(op: Binary, x: &Tensor, y: &Tensor, z: &mut Tensor) -> Result<(), ExecError>
+/// Integer binary block: wrapping arithmetic, division by zero gives 0.
+fn int_binary<T>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError>
 where
-    T: Element
+    T: BlockElem
         + num_traits::PrimInt
         + num_traits::WrappingAdd
         + num_traits::WrappingSub
         + num_traits::WrappingMul
         + WrappingDivRem,
 {
-    let (a, b, o) = (input::<T>(x)?, input::<T>(y)?, output::<T>(z)?);
+    let name = op.name();
+    let (a, b, o) = (x.typed::<T>(name)?, y.typed::<T>(name)?, z.typed::<T>(name)?);
     let zero = T::zero();
     match op {
-        Binary::Add => map2(a, b, o, |a, b| a.wrapping_add(&b)),
-        Binary::Sub => map2(a, b, o, |a, b| a.wrapping_sub(&b)),
-        Binary::Mul => map2(a, b, o, |a, b| a.wrapping_mul(&b)),
-        Binary::Div => map2(a, b, o, |a, b| if b == zero { zero } else { a.wrap_div(b) }),
-        Binary::Rem => map2(a, b, o, |a, b| if b == zero { zero } else { a.wrap_rem(b) }),
-        Binary::Max => map2(a, b, o, |a, b| if a >= b { a } else { b }),
-        Binary::Min => map2(a, b, o, |a, b| if a <= b { a } else { b }),
-        Binary::And => map2(a, b, o, |a, b| a & b),
-        Binary::Or => map2(a, b, o, |a, b| a | b),
-        Binary::Pow | Binary::Atan2 => return Err(unsupported(op.name(), T::DTYPE)),
+        Binary::Add => zip2(a, b, o, |a, b| a.wrapping_add(&b)),
+        Binary::Sub => zip2(a, b, o, |a, b| a.wrapping_sub(&b)),
+        Binary::Mul => zip2(a, b, o, |a, b| a.wrapping_mul(&b)),
+        Binary::Div => zip2(a, b, o, |a, b| if b == zero { zero } else { a.wrap_div(b) }),
+        Binary::Rem => zip2(a, b, o, |a, b| if b == zero { zero } else { a.wrap_rem(b) }),
+        Binary::Max => zip2(a, b, o, |a, b| if a >= b { a } else { b }),
+        Binary::Min => zip2(a, b, o, |a, b| if a <= b { a } else { b }),
+        Binary::And => zip2(a, b, o, |a, b| a & b),
+        Binary::Or => zip2(a, b, o, |a, b| a | b),
+        Binary::Pow | Binary::Atan2 => return Err(unsupported(name, T::DTYPE)),
     }
     Ok(())
 }
@@ -198,23 +200,31 @@ impl WrappingDivRem for i64 {
     }
 }
 
-fn bool_binary(op: Binary, x: &Tensor, y: &Tensor, z: &mut Tensor) -> Result<(), ExecError> {
-    let (a, b, o) = (input::<bool>(x)?, input::<bool>(y)?, output::<bool>(z)?);
+fn bool_binary(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError> {
+    let name = op.name();
+    let (a, b, o) = (x.typed::<bool>(name)?, y.typed::<bool>(name)?, z.typed::<bool>(name)?);
     match op {
-        Binary::And => map2(a, b, o, |a, b| a & b),
-        Binary::Or => map2(a, b, o, |a, b| a | b),
-        _ => return Err(unsupported(op.name(), DType::Bool)),
+        Binary::And => zip2(a, b, o, |a, b| a & b),
+        Binary::Or => zip2(a, b, o, |a, b| a | b),
+        _ => return Err(unsupported(name, DType::Bool)),
     }
     Ok(())
 }
 
-/// Kernel-side guard: the shape rule guarantees equal sizes, but a mismatch
-/// must be an error rather than a silently truncated zip.
-fn check_lens(prim: &str, ins: &[&Tensor], out: &Tensor) -> Result<(), ExecError> {
-    if ins.iter().all(|t| t.numel() == out.numel()) {
-        Ok(())
-    } else {
-        Err(ExecError::kernel(prim, "operand and result sizes differ"))
+impl Binary {
+    /// Evaluates the op on one block: `out[i] = ins[0][i] op ins[1][i]`. The
+    /// only implementation of the binary math: the kernel and the executor's
+    /// fused groups both call it. Dispatches on the dtype once per block.
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 2, &out)?;
+        let (op, x, y) = (*self, ins[0], ins[1]);
+        match x.dtype() {
+            DType::F32 => float_binary::<f32>(op, x, y, out),
+            DType::F64 => float_binary::<f64>(op, x, y, out),
+            DType::I32 => int_binary::<i32>(op, x, y, out),
+            DType::I64 => int_binary::<i64>(op, x, y, out),
+            DType::Bool => bool_binary(op, x, y, out),
+        }
     }
 }
 
@@ -249,15 +259,7 @@ impl Op for Binary {
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let (x, y, z) = (ins[0], ins[1], &mut outs[0]);
-        check_lens(self.name(), ins, z)?;
-        let op = *self;
-        match x.dtype() {
-            DType::F32 | DType::F64 => dispatch_float!(x.dtype(), self.name(), float_binary(op, x, y, z)),
-            DType::I32 => int_binary::<i32>(op, x, y, z),
-            DType::I64 => int_binary::<i64>(op, x, y, z),
-            DType::Bool => bool_binary(op, x, y, z),
-        }
+        for_blocks(self.name(), ins, &mut outs[0], |ins, out| self.eval_block(ins, out))
     }
 }
 
@@ -283,18 +285,34 @@ impl Compare {
     pub const ALL: [Compare; 6] = [Compare::Eq, Compare::Ne, Compare::Lt, Compare::Le, Compare::Gt, Compare::Ge];
 }
 
-fn compare_kernel<T: Element>(op: Compare, x: &Tensor, y: &Tensor, z: &mut Tensor) -> Result<(), ExecError> {
-    let (a, b, o) = (input::<T>(x)?, input::<T>(y)?, output::<bool>(z)?);
+fn compare_block<T: BlockElem>(
+    op: Compare,
+    x: BlockRef<'_>,
+    y: BlockRef<'_>,
+    z: BlockMut<'_>,
+) -> Result<(), ExecError> {
+    let name = op.name();
+    let (a, b, o) = (x.typed::<T>(name)?, y.typed::<T>(name)?, z.typed::<bool>(name)?);
     // `PartialOrd` gives IEEE semantics for floats (NaN unordered, -0 == +0).
     match op {
-        Compare::Eq => map2(a, b, o, |a, b| a == b),
-        Compare::Ne => map2(a, b, o, |a, b| a != b),
-        Compare::Lt => map2(a, b, o, |a, b| a < b),
-        Compare::Le => map2(a, b, o, |a, b| a <= b),
-        Compare::Gt => map2(a, b, o, |a, b| a > b),
-        Compare::Ge => map2(a, b, o, |a, b| a >= b),
+        Compare::Eq => zip2(a, b, o, |a, b| a == b),
+        Compare::Ne => zip2(a, b, o, |a, b| a != b),
+        Compare::Lt => zip2(a, b, o, |a, b| a < b),
+        Compare::Le => zip2(a, b, o, |a, b| a <= b),
+        Compare::Gt => zip2(a, b, o, |a, b| a > b),
+        Compare::Ge => zip2(a, b, o, |a, b| a >= b),
     }
     Ok(())
+}
+
+impl Compare {
+    /// Evaluates the comparison on one block (the kernel and fused groups
+    /// both call it). Dispatches on the operand dtype once per block.
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 2, &out)?;
+        let (op, x, y) = (*self, ins[0], ins[1]);
+        dispatch_any!(x.dtype(), compare_block(op, x, y, out))
+    }
 }
 
 impl Op for Compare {
@@ -320,10 +338,7 @@ impl Op for Compare {
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let (x, y, z) = (ins[0], ins[1], &mut outs[0]);
-        check_lens(self.name(), ins, z)?;
-        let op = *self;
-        dispatch_any!(x.dtype(), compare_kernel(op, x, y, z))
+        for_blocks(self.name(), ins, &mut outs[0], |ins, out| self.eval_block(ins, out))
     }
 }
 
@@ -331,10 +346,26 @@ impl Op for Compare {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Select;
 
-fn select_kernel<T: Element>(p: &Tensor, t: &Tensor, f: &Tensor, z: &mut Tensor) -> Result<(), ExecError> {
-    let (p, t, f, o) = (input::<bool>(p)?, input::<T>(t)?, input::<T>(f)?, output::<T>(z)?);
-    map3(p, t, f, o, |p, t, f| if p { t } else { f });
+fn select_block<T: BlockElem>(
+    p: BlockRef<'_>,
+    t: BlockRef<'_>,
+    f: BlockRef<'_>,
+    z: BlockMut<'_>,
+) -> Result<(), ExecError> {
+    let name = "select";
+    let (p, t, f, o) = (p.typed::<bool>(name)?, t.typed::<T>(name)?, f.typed::<T>(name)?, z.typed::<T>(name)?);
+    zip3(p, t, f, o, |p, t, f| if p { t } else { f });
     Ok(())
+}
+
+impl Select {
+    /// Evaluates `select` on one block (the kernel and fused groups both
+    /// call it). Dispatches on the branches' dtype once per block.
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 3, &out)?;
+        let (p, t, f) = (ins[0], ins[1], ins[2]);
+        dispatch_any!(t.dtype(), select_block(p, t, f, out))
+    }
 }
 
 impl Op for Select {
@@ -366,9 +397,7 @@ impl Op for Select {
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let (p, t, f, z) = (ins[0], ins[1], ins[2], &mut outs[0]);
-        check_lens(self.name(), ins, z)?;
-        dispatch_any!(t.dtype(), select_kernel(p, t, f, z))
+        for_blocks(self.name(), ins, &mut outs[0], |ins, out| self.eval_block(ins, out))
     }
 }
 

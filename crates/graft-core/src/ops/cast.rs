@@ -17,13 +17,13 @@
 //! autodiff pass gives it a zero derivative, which is why it is a primitive
 //! and not simply elided.
 
-use super::kernel::{input, map1, output};
+use super::kernel::{check_block, for_blocks, zip1, BlockElem, BlockMut, BlockRef};
 use super::{check, Op};
 use crate::dispatch_any;
 use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Value};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Tensor;
 use crate::types::TensorType;
 
 /// Converts elements to another dtype (see the module docs for the rules).
@@ -98,22 +98,36 @@ impl CastTo<bool> for bool {
 }
 
 /// An element type convertible to every element type.
-trait CastAll: Element + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool> {}
-impl<T: Element + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll for T {}
+trait CastAll: BlockElem + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool> {}
+impl<T: BlockElem + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll for T {}
 
-fn convert_to<S: CastTo<D> + Element, D: Element>(x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
-    map1(input::<S>(x)?, output::<D>(y)?, |v| v.cast_to());
+/// Converts a block whose source type is known, dispatching on the target
+/// type once per block.
+fn convert_from<S: CastAll>(x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
+    let a = x.typed::<S>("convert")?;
+    match y {
+        BlockMut::F32(o) => zip1(a, o, |v| v.cast_to()),
+        BlockMut::F64(o) => zip1(a, o, |v| v.cast_to()),
+        BlockMut::I32(o) => zip1(a, o, |v| v.cast_to()),
+        BlockMut::I64(o) => zip1(a, o, |v| v.cast_to()),
+        BlockMut::Bool(o) => zip1(a, o, |v| v.cast_to()),
+    }
     Ok(())
 }
 
-/// Dispatches on the target dtype once the source type is known.
-fn convert_from<S: CastAll>(dtype: DType, x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
-    match dtype {
-        DType::F32 => convert_to::<S, f32>(x, y),
-        DType::F64 => convert_to::<S, f64>(x, y),
-        DType::I32 => convert_to::<S, i32>(x, y),
-        DType::I64 => convert_to::<S, i64>(x, y),
-        DType::Bool => convert_to::<S, bool>(x, y),
+impl Convert {
+    /// Converts one block (the kernel and the executor's fused groups both
+    /// call it); the dtype dispatch happens once per block.
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 1, &out)?;
+        if out.dtype() != self.dtype {
+            return Err(ExecError::kernel(
+                self.name(),
+                format!("expected a {} result, got {}", self.dtype, out.dtype()),
+            ));
+        }
+        let x = ins[0];
+        dispatch_any!(x.dtype(), convert_from(x, out))
     }
 }
 
@@ -132,10 +146,7 @@ impl Op for Convert {
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let (x, y) = (ins[0], &mut outs[0]);
-        check_len(self.name(), x, y)?;
-        let dtype = self.dtype;
-        dispatch_any!(x.dtype(), convert_from(dtype, x, y))
+        for_blocks(self.name(), ins, &mut outs[0], |ins, out| self.eval_block(ins, out))
     }
 }
 
@@ -143,9 +154,18 @@ impl Op for Convert {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StopGradient;
 
-fn copy_kernel<T: Element>(x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
-    map1(input::<T>(x)?, output::<T>(y)?, |v| v);
+fn copy_block<T: BlockElem>(x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
+    y.typed::<T>("stop_gradient")?.copy_from_slice(x.typed::<T>("stop_gradient")?);
     Ok(())
+}
+
+impl StopGradient {
+    /// Copies one block (the kernel and the executor's fused groups both call it).
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 1, &out)?;
+        let x = ins[0];
+        dispatch_any!(x.dtype(), copy_block(x, out))
+    }
 }
 
 impl Op for StopGradient {
@@ -163,19 +183,7 @@ impl Op for StopGradient {
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let (x, y) = (ins[0], &mut outs[0]);
-        check_len(self.name(), x, y)?;
-        dispatch_any!(x.dtype(), copy_kernel(x, y))
-    }
-}
-
-/// Kernel-side guard: the shape rule guarantees equal sizes, but a mismatch
-/// must be an error rather than a silently truncated loop.
-fn check_len(prim: &str, x: &Tensor, y: &Tensor) -> Result<(), ExecError> {
-    if x.numel() == y.numel() {
-        Ok(())
-    } else {
-        Err(ExecError::kernel(prim, "operand and result sizes differ"))
+        for_blocks(self.name(), ins, &mut outs[0], |ins, out| self.eval_block(ins, out))
     }
 }
 

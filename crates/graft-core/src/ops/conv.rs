@@ -417,7 +417,35 @@ impl Builder {
     }
 }
 
-// conv_general is bilinear in (lhs, rhs).
+// Derivative rules. conv_general is bilinear in (lhs, rhs): the JVP applies
+// the op with one tangent operand at a time, and each transpose is again a
+// conv_general (JAX's `_conv_general_dilated_transpose_lhs/_rhs`), so the
+// rules are closed under differentiation.
+//
+// Per spatial dim write `dil(n, d) = (n - 1) d + 1` (0 for n = 0), `in`,
+// `k`, `out` for the input, kernel and output sizes, `s` the stride, `ld` /
+// `rd` the lhs / rhs dilations and `(lo, hi)` the padding. Forward, output
+// `o` with tap `t` reads input `i` iff `o s + t rd - lo = i ld`.
+//
+// lhs cotangent: a convolution of `ct` dilated by `s` (lhs_dilation = s)
+// with the spatially flipped kernel, stride `ld`, rhs_dilation `rd`, and
+// padding `before = dil(k, rd) - 1 - lo`, `after = dil(in, ld) + dil(k, rd)
+// - 1 - dil(out, s) - before`. Then output `i`, flipped tap `t' = k-1-t`,
+// reads dilated `ct` position `i ld + t' rd - before = o s` exactly when the
+// forward pair (o, t) reads `i`, and the padded length `dil(in, ld) + dil(k,
+// rd) - 1` yields exactly `in` outputs. The kernel `[O, C/g, *k]` becomes
+// `[C, O/g, *k]` by swapping the per-group in/out channel dims.
+//
+// rhs cotangent: the batch dim plays the role of input features. With
+// `x_t = [C/g, g N, *in]` (group-major features) and `ct_t = [O, N, *out]`,
+// a grouped convolution with stride `rd`, rhs_dilation `s`, lhs_dilation
+// `ld` and padding `(lo, hi')` puts at output position `t` the sum over
+// kernel taps `o` of `ct[o] x[i]` with `t rd + o s - lo = i ld`: the forward
+// relation. `hi' = dil(out, s) - dil(in, ld) + dil(k, rd) - lo - 1` makes the
+// padded length `dil(out, s) + dil(k, rd) - 1`, so the result has exactly `k`
+// positions; input rows a strided forward conv never read (when
+// `in + lo + hi - dil(k, rd)` is not a multiple of `s`) are cropped by the
+// smaller (possibly negative) `hi'` instead of contributing.
 impl crate::ad::Diff for ConvGeneral {
     fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let (x, w) = (cx.primals[0], cx.primals[1]);
@@ -426,11 +454,134 @@ impl crate::ad::Diff for ConvGeneral {
         Ok(vec![crate::ad::helpers::add_opt(b, a, c)?])
     }
 
-    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
-        Err(IrError::NoRule {
-            prim: "conv_general".into(),
-            rule: "transpose",
-            msg: "transpose rule in progress".into(),
-        })
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let Some(ct) = cx.cts[0] else { return Ok(vec![None, None]) };
+        let (lx, lw) = (cx.is_linear(0), cx.is_linear(1));
+        if lx && lw {
+            return Err(crate::ad::not_linear("conv_general"));
+        }
+        let (xt, wt) = (&cx.in_types[0], &cx.in_types[1]);
+        // A zero-size operand makes every output read zeros: both cotangents vanish.
+        if xt.numel() == 0 || wt.numel() == 0 {
+            let z = if lx { b.zeros(xt)? } else { b.zeros(wt)? };
+            return Ok(if lx { vec![Some(z), None] } else { vec![None, Some(z)] });
+        }
+        if lx {
+            let w = cx.primal("conv_general", 1)?;
+            Ok(vec![Some(self.lhs_cotangent(b, ct, w, xt, wt, &cx.out_types[0].shape)?), None])
+        } else {
+            let x = cx.primal("conv_general", 0)?;
+            Ok(vec![None, Some(self.rhs_cotangent(b, ct, x, xt, wt, &cx.out_types[0].shape)?)])
+        }
+    }
+}
+
+impl ConvGeneral {
+    /// The cotangent of the lhs given the output cotangent `ct` and the kernel `w`.
+    fn lhs_cotangent(
+        &self,
+        b: &mut Builder,
+        ct: Value,
+        w: Value,
+        xt: &TensorType,
+        wt: &TensorType,
+        out_shape: &[usize],
+    ) -> Result<Value, IrError> {
+        let s = xt.rank() - 2;
+        let g = self.feature_group_count;
+        let (c, o, cg) = (xt.shape[1], wt.shape[0], wt.shape[1]);
+        let k_sp = &wt.shape[2..];
+        let spatial: Vec<usize> = (2..s + 2).collect();
+        // [O, C/g, *k] -> [C, O/g, *k], swapping in/out channels within each group.
+        let swapped = if g == 1 {
+            let mut perm = vec![1, 0];
+            perm.extend(&spatial);
+            b.transpose(w, &perm)?
+        } else {
+            let mut grouped = vec![g, o / g, cg];
+            grouped.extend_from_slice(k_sp);
+            let w1 = b.reshape(w, &grouped)?;
+            let mut perm = vec![0, 2, 1];
+            perm.extend(spatial.iter().map(|d| d + 1));
+            let w2 = b.transpose(w1, &perm)?;
+            let mut flat = vec![c, o / g];
+            flat.extend_from_slice(k_sp);
+            b.reshape(w2, &flat)?
+        };
+        let flipped = if s == 0 { swapped } else { b.reverse(swapped, &spatial)? };
+        let padding = (0..s)
+            .map(|d| {
+                let window = dilated(k_sp[d], self.rhs_dilation[d]) as i64;
+                let before = window - 1 - self.padding[d].0;
+                let after = dilated(xt.shape[d + 2], self.lhs_dilation[d]) as i64 + window
+                    - 1
+                    - dilated(out_shape[d + 2], self.strides[d]) as i64
+                    - before;
+                (before, after)
+            })
+            .collect();
+        let params = ConvGeneral {
+            strides: self.lhs_dilation.clone(),
+            padding,
+            lhs_dilation: self.strides.clone(),
+            rhs_dilation: self.rhs_dilation.clone(),
+            feature_group_count: g,
+        };
+        b.conv_general(ct, flipped, params)
+    }
+
+    /// The cotangent of the rhs given the output cotangent `ct` and the input `x`.
+    fn rhs_cotangent(
+        &self,
+        b: &mut Builder,
+        ct: Value,
+        x: Value,
+        xt: &TensorType,
+        wt: &TensorType,
+        out_shape: &[usize],
+    ) -> Result<Value, IrError> {
+        let s = xt.rank() - 2;
+        let g = self.feature_group_count;
+        let (n, cg) = (xt.shape[0], wt.shape[1]);
+        let in_sp = &xt.shape[2..];
+        let spatial: Vec<usize> = (2..s + 2).collect();
+        let mut swap01 = vec![1, 0];
+        swap01.extend(&spatial);
+        // [N, C, *in] -> [C/g, g N, *in]: feature (group, batch) pairs, group-major.
+        let x_t = if g == 1 {
+            b.transpose(x, &swap01)?
+        } else {
+            let mut grouped = vec![n, g, cg];
+            grouped.extend_from_slice(in_sp);
+            let x1 = b.reshape(x, &grouped)?;
+            let mut perm = vec![2, 1, 0];
+            perm.extend(spatial.iter().map(|d| d + 1));
+            let x2 = b.transpose(x1, &perm)?;
+            let mut flat = vec![cg, g * n];
+            flat.extend_from_slice(in_sp);
+            b.reshape(x2, &flat)?
+        };
+        let ct_t = b.transpose(ct, &swap01)?;
+        let padding = (0..s)
+            .map(|d| {
+                let lo = self.padding[d].0;
+                let hi = dilated(out_shape[d + 2], self.strides[d]) as i64
+                    - dilated(in_sp[d], self.lhs_dilation[d]) as i64
+                    + dilated(wt.shape[d + 2], self.rhs_dilation[d]) as i64
+                    - lo
+                    - 1;
+                (lo, hi)
+            })
+            .collect();
+        let params = ConvGeneral {
+            strides: self.rhs_dilation.clone(),
+            padding,
+            lhs_dilation: self.lhs_dilation.clone(),
+            rhs_dilation: self.strides.clone(),
+            feature_group_count: g,
+        };
+        // [C/g, O, *k] -> [O, C/g, *k]
+        let r = b.conv_general(x_t, ct_t, params)?;
+        b.transpose(r, &swap01)
     }
 }

@@ -8,6 +8,10 @@
 //! wrap, max/min propagate NaN (once a NaN is seen the rest of the line is
 //! NaN), and bool is accepted by `cummax` (running "any") and `cummin`
 //! (running "all") only. A size-0 axis gives an empty result.
+//!
+//! Derivatives (see the rules at the end): cumsum is linear; cummax/cummin
+//! follow the element that set the running extreme (the first extreme in
+//! scan order); cumprod's rule never divides by `x`, so it is exact at zeros.
 
 use super::kernel::{input, output, worth_parallel, CHUNK};
 use super::reduce::{split_at_axis, with_monoid, Combine, Monoid, RedElem, COLS};
@@ -247,14 +251,34 @@ impl Builder {
     }
 }
 
-// Derivative rules. cumsum is linear; its transpose is the cumsum running the
-// other way.
+// Derivative rules.
+//
+// - cumsum is linear; its transpose is the cumsum running the other way.
+// - cummax / cummin: the derivative at `i` is the tangent of the element that
+//   set the running extreme, i.e. the FIRST extreme element in scan order
+//   (smallest index forwards, largest with `reverse`; so the reverse scan is
+//   exactly the mirror image of the forward one). From primals: an element
+//   is a record where the running value differs from its scan predecessor
+//   (the first element always is); a running max/min over `select(record,
+//   index, ...)` gives each position its record's index, and the tangent is
+//   one `gather` of the flattened tangent there (linear; its transpose is
+//   `scatter_add`). After a NaN every position is its own record (NaN != NaN),
+//   so the derivative there is the element's own tangent; the value is NaN.
+// - cumprod: `dy[i] = sum_{j<=i} t[j] prod_{k<=i, k!=j} x[k]`, computed
+//   without dividing by `x` (exact at zeros) as the linear recurrence
+//   `dy[i] = x[i] dy[i-1] + e[i] t[i]` with `e` the exclusive cumprod
+//   (`e[i] = y[i-1]`, `e[0] = 1`), solved by a Hillis–Steele scan of affine
+//   maps: ceil(log2 n) steps `B += A * shift(B, d)`, `A *= shift(A, d)` with
+//   `d = 1, 2, 4, ...`. `A` (products of `x` over ranges) is primal; the
+//   tangent `B` only meets pad and multiplication by `A`, so the rule is
+//   linear, and its work is O(n log n) per line.
 impl crate::ad::Diff for Cumulative {
     fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let Some(t) = cx.tangents[0] else { return Ok(vec![None]) };
         match self.kind {
             CumKind::Sum => Ok(vec![Some(b.cumsum(t, self.axis, self.reverse)?)]),
-            _ => Err(IrError::NoRule { prim: self.name().into(), rule: "jvp", msg: "rule in progress".into() }),
+            CumKind::Max | CumKind::Min => self.record_tangent(b, cx.outputs[0], t),
+            CumKind::Prod => self.prod_tangent(b, cx.primals[0], cx.outputs[0], t),
         }
     }
 
@@ -263,5 +287,87 @@ impl crate::ad::Diff for Cumulative {
             CumKind::Sum => Ok(vec![cx.cts[0].map(|ct| b.cumsum(ct, self.axis, !self.reverse)).transpose()?]),
             _ => Err(crate::ad::not_linear(self.name())),
         }
+    }
+}
+
+impl Cumulative {
+    /// `v` moved `d` places along the scan direction, `fill` entering at the start.
+    fn shift(&self, b: &mut Builder, v: Value, d: usize, fill: Value) -> Result<Value, IrError> {
+        let rank = b.ty(v)?.rank();
+        let (mut lo, mut hi) = (vec![0i64; rank], vec![0i64; rank]);
+        let d = d as i64;
+        if self.reverse {
+            (lo[self.axis], hi[self.axis]) = (-d, d);
+        } else {
+            (lo[self.axis], hi[self.axis]) = (d, -d);
+        }
+        b.pad(v, fill, &lo, &hi, &vec![0; rank])
+    }
+
+    /// cummax / cummin JVP: the tangent at each position's record.
+    fn record_tangent(&self, b: &mut Builder, y: Value, t: Value) -> Result<Vec<Option<Value>>, IrError> {
+        let ty = b.ty(y)?.clone();
+        let (numel, n) = (ty.numel(), ty.shape[self.axis]);
+        if numel == 0 {
+            return Ok(vec![None]);
+        }
+        if n == 1 {
+            return Ok(vec![Some(t)]);
+        }
+        let idx_dtype = if numel < i32::MAX as usize { crate::dtype::DType::I32 } else { crate::dtype::DType::I64 };
+        let nan = b.scalar(f64::NAN, ty.dtype)?;
+        let prev = self.shift(b, y, 1, nan)?;
+        let record = b.ne(y, prev)?;
+        let along = b.iota(idx_dtype, &ty.shape, self.axis)?;
+        let idx_ty = TensorType::new(idx_dtype, ty.shape.clone());
+        // Forwards the latest record at or before i; backwards the earliest at
+        // or after i. The scan's first element is always a record, so the
+        // fill value is never the answer.
+        let fill = b.full(if self.reverse { (n - 1) as f64 } else { 0.0 }, &idx_ty)?;
+        let cand = b.select(record, along, fill)?;
+        let src = if self.reverse { b.cummin(cand, self.axis, true)? } else { b.cummax(cand, self.axis, false)? };
+        // Flat position: own flat index moved by (src - i) steps along the axis.
+        let inner: usize = ty.shape[self.axis + 1..].iter().product();
+        let flat = b.iota(idx_dtype, &[numel], 0)?;
+        let flat = b.reshape(flat, &ty.shape)?;
+        let steps = b.sub(src, along)?;
+        let moved = if inner == 1 {
+            steps
+        } else {
+            let stride = b.full(inner as f64, &idx_ty)?;
+            b.mul(steps, stride)?
+        };
+        let pos = b.add(flat, moved)?;
+        let mut idx_shape = ty.shape.clone();
+        idx_shape.push(1);
+        let idx = b.reshape(pos, &idx_shape)?;
+        let t_flat = b.reshape(t, &[numel])?;
+        Ok(vec![Some(b.gather(t_flat, idx, 0, &[0], crate::ops::index::IndexMode::Clip)?)])
+    }
+
+    /// cumprod JVP by a log-step scan of affine maps (no division).
+    fn prod_tangent(&self, b: &mut Builder, x: Value, y: Value, t: Value) -> Result<Vec<Option<Value>>, IrError> {
+        let ty = b.ty(x)?.clone();
+        let n = ty.shape[self.axis];
+        if ty.numel() == 0 {
+            return Ok(vec![None]);
+        }
+        let one = b.scalar(1.0, ty.dtype)?;
+        let zero = b.scalar(0.0, ty.dtype)?;
+        let exclusive = self.shift(b, y, 1, one)?;
+        let mut acc = b.mul(t, exclusive)?;
+        let mut coef = x;
+        let mut d = 1;
+        while d < n {
+            let prev = self.shift(b, acc, d, zero)?;
+            let scaled = b.mul(prev, coef)?;
+            acc = b.add(acc, scaled)?;
+            if 2 * d < n {
+                let prev_coef = self.shift(b, coef, d, one)?;
+                coef = b.mul(coef, prev_coef)?;
+            }
+            d *= 2;
+        }
+        Ok(vec![Some(acc)])
     }
 }

@@ -1,11 +1,22 @@
-//! Shared kernel machinery: parallel loops over contiguous slices and dtype
-//! dispatch. Kernels are tight loops over typed slices; the dtype `match`
-//! happens once per kernel call, never per element.
+//! Shared kernel machinery: parallel loops over contiguous slices, dtype
+//! dispatch, and the typed block views of elementwise evaluation.
+//!
+//! Kernels are tight loops over typed slices; the dtype `match` happens once
+//! per kernel call (or once per block), never per element.
+//!
+//! Elementwise families (unary, binary/compare/select, convert/stop_gradient)
+//! implement their math once, as `eval_block` over a [`BlockRef`]/[`BlockMut`]
+//! sub-slice. Their `Op::kernel` runs `eval_block` over chunks of whole
+//! tensors ([`for_blocks`]), and the executor's fusion (`exec/fuse.rs`) runs
+//! it over cache-sized blocks of a whole chain of ops. Both paths call the
+//! same function on the same elements, so fused and unfused results are
+//! bitwise identical, whatever the block size or thread count.
 
 use crate::dtype::DType;
 use crate::error::ExecError;
-use crate::tensor::{Element, Tensor};
+use crate::tensor::{Element, Storage, Tensor};
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Below this many elements a kernel stays on the calling thread: spawning
 /// rayon tasks costs more than the work.
@@ -89,7 +100,7 @@ pub fn unsupported(prim: &str, dtype: DType) -> ExecError {
 }
 
 /// Floating-point element types, with the special functions kernels need.
-pub trait Real: Element + num_traits::Float + Send + Sync {
+pub trait Real: BlockElem + num_traits::Float + Send + Sync {
     /// The error function.
     fn erf(self) -> Self;
     /// Round to nearest, ties to even.
@@ -115,11 +126,331 @@ impl Real for f64 {
 }
 
 /// Numeric (non-bool) element types.
-pub trait Num: Element + num_traits::Num + num_traits::NumCast + Copy + Send + Sync {}
+pub trait Num: BlockElem + num_traits::Num + num_traits::NumCast + Copy + Send + Sync {}
 impl Num for f32 {}
 impl Num for f64 {}
 impl Num for i32 {}
 impl Num for i64 {}
+
+/// A borrowed contiguous run of elements of one dtype: an elementwise
+/// operand, either a whole tensor or a block of one.
+#[derive(Debug, Clone, Copy)]
+pub enum BlockRef<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// f64 elements.
+    F64(&'a [f64]),
+    /// i32 elements.
+    I32(&'a [i32]),
+    /// i64 elements.
+    I64(&'a [i64]),
+    /// bool elements.
+    Bool(&'a [bool]),
+}
+
+/// A mutably borrowed contiguous run of elements of one dtype: where an
+/// elementwise op writes its result (every element must be written).
+#[derive(Debug)]
+pub enum BlockMut<'a> {
+    /// f32 elements.
+    F32(&'a mut [f32]),
+    /// f64 elements.
+    F64(&'a mut [f64]),
+    /// i32 elements.
+    I32(&'a mut [i32]),
+    /// i64 elements.
+    I64(&'a mut [i64]),
+    /// bool elements.
+    Bool(&'a mut [bool]),
+}
+
+/// Applies `$body` to the typed slice inside a block enum; with `wrap`, the
+/// body yields a slice that is re-wrapped in the same variant.
+macro_rules! each_block {
+    ($ty:ident, $b:expr, $s:ident => wrap $body:expr) => {
+        match $b {
+            $ty::F32($s) => $ty::F32($body),
+            $ty::F64($s) => $ty::F64($body),
+            $ty::I32($s) => $ty::I32($body),
+            $ty::I64($s) => $ty::I64($body),
+            $ty::Bool($s) => $ty::Bool($body),
+        }
+    };
+    ($ty:ident, $b:expr, $s:ident => $body:expr) => {
+        match $b {
+            $ty::F32($s) => $body,
+            $ty::F64($s) => $body,
+            $ty::I32($s) => $body,
+            $ty::I64($s) => $body,
+            $ty::Bool($s) => $body,
+        }
+    };
+}
+
+impl<'a> BlockRef<'a> {
+    /// The whole of a storage.
+    pub fn of_storage(s: &'a Storage) -> BlockRef<'a> {
+        match s {
+            Storage::F32(v) => BlockRef::F32(v),
+            Storage::F64(v) => BlockRef::F64(v),
+            Storage::I32(v) => BlockRef::I32(v),
+            Storage::I64(v) => BlockRef::I64(v),
+            Storage::Bool(v) => BlockRef::Bool(v),
+        }
+    }
+
+    /// The whole of a tensor's data.
+    pub fn of(t: &'a Tensor) -> BlockRef<'a> {
+        BlockRef::of_storage(t.storage())
+    }
+
+    /// An empty block (a placeholder in fixed-size operand arrays).
+    pub const EMPTY: BlockRef<'static> = BlockRef::F32(&[]);
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            BlockRef::F32(_) => DType::F32,
+            BlockRef::F64(_) => DType::F64,
+            BlockRef::I32(_) => DType::I32,
+            BlockRef::I64(_) => DType::I64,
+            BlockRef::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        each_block!(BlockRef, self, s => s.len())
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The sub-block `range`. Panics when out of bounds: callers slice
+    /// ranges they computed from this block's length.
+    pub fn slice(self, range: Range<usize>) -> BlockRef<'a> {
+        each_block!(BlockRef, self, s => wrap &s[range])
+    }
+
+    /// The typed slice, or a kernel error naming `prim` when the dtype differs.
+    pub fn typed<T: BlockElem>(self, prim: &str) -> Result<&'a [T], ExecError> {
+        let dtype = self.dtype();
+        T::from_ref(self).ok_or_else(|| dtype_mismatch(prim, T::DTYPE, dtype))
+    }
+}
+
+impl<'a> BlockMut<'a> {
+    /// The whole of a storage.
+    pub fn of_storage(s: &'a mut Storage) -> BlockMut<'a> {
+        match s {
+            Storage::F32(v) => BlockMut::F32(v),
+            Storage::F64(v) => BlockMut::F64(v),
+            Storage::I32(v) => BlockMut::I32(v),
+            Storage::I64(v) => BlockMut::I64(v),
+            Storage::Bool(v) => BlockMut::Bool(v),
+        }
+    }
+
+    /// The whole of a tensor's data.
+    pub fn of(t: &'a mut Tensor) -> BlockMut<'a> {
+        BlockMut::of_storage(t.storage_mut())
+    }
+
+    /// An empty block (a placeholder while a block is moved out of a list).
+    pub fn empty() -> BlockMut<'a> {
+        BlockMut::F32(&mut [])
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            BlockMut::F32(_) => DType::F32,
+            BlockMut::F64(_) => DType::F64,
+            BlockMut::I32(_) => DType::I32,
+            BlockMut::I64(_) => DType::I64,
+            BlockMut::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        each_block!(BlockMut, self, s => s.len())
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A shorter-lived mutable view of the same elements.
+    pub fn reborrow(&mut self) -> BlockMut<'_> {
+        each_block!(BlockMut, self, s => wrap &mut s[..])
+    }
+
+    /// A shared view of the same elements.
+    pub fn as_ref(&self) -> BlockRef<'_> {
+        match self {
+            BlockMut::F32(s) => BlockRef::F32(s),
+            BlockMut::F64(s) => BlockRef::F64(s),
+            BlockMut::I32(s) => BlockRef::I32(s),
+            BlockMut::I64(s) => BlockRef::I64(s),
+            BlockMut::Bool(s) => BlockRef::Bool(s),
+        }
+    }
+
+    /// The sub-block `range`. Panics when out of bounds: callers slice
+    /// ranges they computed from this block's length.
+    pub fn slice(self, range: Range<usize>) -> BlockMut<'a> {
+        each_block!(BlockMut, self, s => wrap &mut s[range])
+    }
+
+    /// Consecutive disjoint sub-blocks of `size` elements (the last may be shorter).
+    pub fn chunks(self, size: usize) -> Vec<BlockMut<'a>> {
+        match self {
+            BlockMut::F32(s) => s.chunks_mut(size).map(BlockMut::F32).collect(),
+            BlockMut::F64(s) => s.chunks_mut(size).map(BlockMut::F64).collect(),
+            BlockMut::I32(s) => s.chunks_mut(size).map(BlockMut::I32).collect(),
+            BlockMut::I64(s) => s.chunks_mut(size).map(BlockMut::I64).collect(),
+            BlockMut::Bool(s) => s.chunks_mut(size).map(BlockMut::Bool).collect(),
+        }
+    }
+
+    /// The typed slice, or a kernel error naming `prim` when the dtype differs.
+    pub fn typed<T: BlockElem>(self, prim: &str) -> Result<&'a mut [T], ExecError> {
+        let dtype = self.dtype();
+        T::from_mut(self).ok_or_else(|| dtype_mismatch(prim, T::DTYPE, dtype))
+    }
+
+    /// Writes element 0 of `x` to every element (the value of a
+    /// `broadcast_in_dim` of a one-element operand).
+    pub fn splat(self, prim: &str, x: BlockRef<'_>) -> Result<(), ExecError> {
+        if x.is_empty() {
+            return Err(ExecError::kernel(prim, "internal error: splat of an empty operand"));
+        }
+        match (self, x) {
+            (BlockMut::F32(o), BlockRef::F32(x)) => o.fill(x[0]),
+            (BlockMut::F64(o), BlockRef::F64(x)) => o.fill(x[0]),
+            (BlockMut::I32(o), BlockRef::I32(x)) => o.fill(x[0]),
+            (BlockMut::I64(o), BlockRef::I64(x)) => o.fill(x[0]),
+            (BlockMut::Bool(o), BlockRef::Bool(x)) => o.fill(x[0]),
+            (o, x) => return Err(dtype_mismatch(prim, o.dtype(), x.dtype())),
+        }
+        Ok(())
+    }
+}
+
+fn dtype_mismatch(prim: &str, expected: DType, got: DType) -> ExecError {
+    ExecError::kernel(prim, format!("expected a {expected} operand or result, got {got}"))
+}
+
+/// An element type that can be viewed through [`BlockRef`]/[`BlockMut`].
+pub trait BlockElem: Element {
+    /// The typed slice if the block has this element type.
+    fn from_ref(b: BlockRef<'_>) -> Option<&[Self]>;
+    /// The typed mutable slice if the block has this element type.
+    fn from_mut(b: BlockMut<'_>) -> Option<&mut [Self]>;
+}
+
+macro_rules! impl_block_elem {
+    ($t:ty, $v:ident) => {
+        impl BlockElem for $t {
+            #[inline]
+            fn from_ref(b: BlockRef<'_>) -> Option<&[Self]> {
+                match b {
+                    BlockRef::$v(s) => Some(s),
+                    _ => None,
+                }
+            }
+            #[inline]
+            fn from_mut(b: BlockMut<'_>) -> Option<&mut [Self]> {
+                match b {
+                    BlockMut::$v(s) => Some(s),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+impl_block_elem!(f32, F32);
+impl_block_elem!(f64, F64);
+impl_block_elem!(i32, I32);
+impl_block_elem!(i64, I64);
+impl_block_elem!(bool, Bool);
+
+/// Most operands of an elementwise primitive (`select` has three).
+pub const MAX_BLOCK_INPUTS: usize = 3;
+
+/// Requires `ins.len() == arity` and every operand as long as `out`; the
+/// shape rules guarantee both, so a failure is an executor bug reported as
+/// an error rather than a silently truncated loop.
+pub fn check_block(prim: &str, ins: &[BlockRef<'_>], arity: usize, out: &BlockMut<'_>) -> Result<(), ExecError> {
+    if ins.len() != arity {
+        return Err(ExecError::kernel(prim, format!("expected {arity} operands, got {}", ins.len())));
+    }
+    if ins.iter().any(|b| b.len() != out.len()) {
+        return Err(ExecError::kernel(prim, "operand and result sizes differ"));
+    }
+    Ok(())
+}
+
+/// Runs an elementwise block function over whole tensors: once on the whole
+/// data when small, else over [`CHUNK`]-sized blocks in parallel. `f` sees
+/// operands and result sliced to the same element range.
+pub fn for_blocks(
+    prim: &str,
+    ins: &[&Tensor],
+    out: &mut Tensor,
+    f: impl Fn(&[BlockRef<'_>], BlockMut<'_>) -> Result<(), ExecError> + Sync,
+) -> Result<(), ExecError> {
+    let n = out.numel();
+    if ins.len() > MAX_BLOCK_INPUTS || ins.iter().any(|t| t.numel() != n) {
+        return Err(ExecError::kernel(prim, "operand and result sizes differ"));
+    }
+    let mut whole = [BlockRef::EMPTY; MAX_BLOCK_INPUTS];
+    for (w, t) in whole.iter_mut().zip(ins) {
+        *w = BlockRef::of(t);
+    }
+    let whole = &whole[..ins.len()];
+    let out = BlockMut::of(out);
+    if !worth_parallel(n) {
+        return f(whole, out);
+    }
+    out.chunks(CHUNK).into_par_iter().enumerate().try_for_each(|(k, o)| {
+        let lo = k * CHUNK;
+        let range = lo..lo + o.len();
+        let mut part = [BlockRef::EMPTY; MAX_BLOCK_INPUTS];
+        for (p, w) in part.iter_mut().zip(whole) {
+            *p = w.slice(range.clone());
+        }
+        f(&part[..whole.len()], o)
+    })
+}
+
+/// `o[i] = f(a[i])` on one thread (the body of a block function).
+#[inline(always)]
+pub fn zip1<A: Copy, O>(a: &[A], o: &mut [O], f: impl Fn(A) -> O) {
+    for (o, &a) in o.iter_mut().zip(a) {
+        *o = f(a);
+    }
+}
+
+/// `o[i] = f(a[i], b[i])` on one thread (the body of a block function).
+#[inline(always)]
+pub fn zip2<A: Copy, B: Copy, O>(a: &[A], b: &[B], o: &mut [O], f: impl Fn(A, B) -> O) {
+    for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
+        *o = f(a, b);
+    }
+}
+
+/// `o[i] = f(a[i], b[i], c[i])` on one thread (the body of a block function).
+#[inline(always)]
+pub fn zip3<A: Copy, B: Copy, C: Copy, O>(a: &[A], b: &[B], c: &[C], o: &mut [O], f: impl Fn(A, B, C) -> O) {
+    for (((o, &a), &b), &c) in o.iter_mut().zip(a).zip(b).zip(c) {
+        *o = f(a, b, c);
+    }
+}
 
 /// Calls `$f::<T>(args)` with `T` the Rust type of a float dtype.
 #[macro_export]

@@ -14,6 +14,7 @@ pub mod control;
 pub mod conv;
 pub mod create;
 pub mod cumulative;
+pub mod custom;
 pub mod index;
 pub mod kernel;
 pub mod linalg;
@@ -107,6 +108,12 @@ define_prims! {
     Call(control::Call),
     /// A call whose intermediates are recomputed in reverse mode.
     Checkpoint(control::Checkpoint),
+    /// A function with a user JVP rule.
+    CustomJvp(custom::CustomJvp),
+    /// A function with user forward/backward functions.
+    CustomVjp(custom::CustomVjp),
+    /// The tangent map of a custom_vjp function (transposes to its bwd).
+    CustomVjpTangent(custom::CustomVjpTangent),
     /// Slice at run-time start indices.
     DynamicSlice(index::DynamicSlice),
     /// Overwrite a block at run-time start indices.

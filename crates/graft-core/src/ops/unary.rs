@@ -4,14 +4,13 @@
 //! bool (logical) or integers (bitwise); everything else needs a float.
 //! `round` rounds half to even (NumPy's `round`, not C's `round`).
 
-use super::kernel::{input, map1, output, Real};
+use super::kernel::{check_block, for_blocks, unsupported, zip1, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
 use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Value};
-use crate::tensor::{Element, Tensor};
+use crate::tensor::Tensor;
 use crate::types::TensorType;
-use crate::{dispatch_float, dispatch_num};
 
 /// An elementwise unary primitive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,6 +89,7 @@ impl Unary {
     }
 
     /// The float function (the semantic definition for f32 and f64).
+    #[inline(always)]
     fn apply<T: Real>(self, x: T) -> T {
         let one = T::one();
         match self {
@@ -126,35 +126,64 @@ impl Unary {
     }
 }
 
-fn float_kernel<T: Real>(op: Unary, x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
-    map1(input::<T>(x)?, output::<T>(y)?, |v| op.apply(v));
+/// Float block: one `match` on the op outside the loop, so each arm is a
+/// monomorphic loop (`apply` folds to a single function per arm).
+fn float_block<T: Real>(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
+    let (a, o) = (x.typed::<T>(op.name())?, y.typed::<T>(op.name())?);
+    macro_rules! per_op {
+        ($($v:ident),*) => {
+            match op {
+                $(Unary::$v => zip1(a, o, |v| Unary::$v.apply(v)),)*
+                Unary::Not => return Err(unsupported(op.name(), T::DTYPE)),
+            }
+        };
+    }
+    per_op!(
+        Neg, Abs, Sign, Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Sin, Cos, Tan, Tanh, Logistic, Erf, Floor, Ceil, Round
+    );
     Ok(())
 }
 
-fn int_kernel<T: Element + num_traits::PrimInt + num_traits::Signed + num_traits::WrappingSub>(
+fn int_block<T: BlockElem + num_traits::PrimInt + num_traits::Signed + num_traits::WrappingSub>(
     op: Unary,
-    x: &Tensor,
-    y: &mut Tensor,
+    x: BlockRef<'_>,
+    y: BlockMut<'_>,
 ) -> Result<(), ExecError> {
-    let (a, o) = (input::<T>(x)?, output::<T>(y)?);
+    let (a, o) = (x.typed::<T>(op.name())?, y.typed::<T>(op.name())?);
     match op {
         // Integer negation and abs wrap on the minimum value, like NumPy.
-        Unary::Neg => map1(a, o, |v| T::zero().wrapping_sub(&v)),
-        Unary::Abs => map1(a, o, |v| if v < T::zero() { T::zero().wrapping_sub(&v) } else { v }),
-        Unary::Sign => map1(a, o, |v| v.signum()),
-        Unary::Not => map1(a, o, |v| !v),
-        _ => return Err(super::kernel::unsupported(op.name(), T::DTYPE)),
+        Unary::Neg => zip1(a, o, |v| T::zero().wrapping_sub(&v)),
+        Unary::Abs => zip1(a, o, |v| if v < T::zero() { T::zero().wrapping_sub(&v) } else { v }),
+        Unary::Sign => zip1(a, o, |v| v.signum()),
+        Unary::Not => zip1(a, o, |v| !v),
+        _ => return Err(unsupported(op.name(), T::DTYPE)),
     }
     Ok(())
 }
 
-fn num_kernel<T: Element>(op: Unary, x: &Tensor, y: &mut Tensor) -> Result<(), ExecError> {
-    match T::DTYPE {
-        DType::F32 => float_kernel::<f32>(op, x, y),
-        DType::F64 => float_kernel::<f64>(op, x, y),
-        DType::I32 => int_kernel::<i32>(op, x, y),
-        DType::I64 => int_kernel::<i64>(op, x, y),
-        DType::Bool => Err(super::kernel::unsupported(op.name(), DType::Bool)),
+fn bool_block(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
+    let (a, o) = (x.typed::<bool>(op.name())?, y.typed::<bool>(op.name())?);
+    match op {
+        Unary::Not => zip1(a, o, |v| !v),
+        _ => return Err(unsupported(op.name(), DType::Bool)),
+    }
+    Ok(())
+}
+
+impl Unary {
+    /// Evaluates the op on one block: `out[i] = f(ins[0][i])`. The only
+    /// implementation of the unary math: the kernel and the executor's
+    /// fused groups both call it. Dispatches on the dtype once per block.
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 1, &out)?;
+        let (op, x) = (*self, ins[0]);
+        match x.dtype() {
+            DType::F32 => float_block::<f32>(op, x, out),
+            DType::F64 => float_block::<f64>(op, x, out),
+            DType::I32 => int_block::<i32>(op, x, out),
+            DType::I64 => int_block::<i64>(op, x, out),
+            DType::Bool => bool_block(op, x, out),
+        }
     }
 }
 
@@ -201,17 +230,7 @@ impl Op for Unary {
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let (x, y) = (ins[0], &mut outs[0]);
-        if x.dtype() == DType::Bool {
-            // Only `not` accepts bool (checked by `infer`).
-            map1(input::<bool>(x)?, output::<bool>(y)?, |v| !v);
-            return Ok(());
-        }
-        let op = *self;
-        if x.dtype().is_float() {
-            return dispatch_float!(x.dtype(), self.name(), float_kernel(op, x, y));
-        }
-        dispatch_num!(x.dtype(), self.name(), num_kernel(op, x, y))
+        for_blocks(self.name(), ins, &mut outs[0], |ins, out| self.eval_block(ins, out))
     }
 }
 

@@ -20,6 +20,12 @@
 //! (logical or/and). Each output combines its window positions in
 //! row-major window order, so results do not depend on the thread count.
 //! A rank-0 operand is returned unchanged.
+//!
+//! Derivatives (see the rules at the end): the sum is linear; max/min route
+//! each output's derivative to the FIRST extreme element of its window in
+//! row-major window order (the pooling convention; `reduce_max` instead
+//! splits ties equally); an output whose window holds only padding has
+//! derivative 0.
 
 use super::kernel::{input, output, worth_parallel, CHUNK};
 use super::reduce::{with_monoid, Combine, Monoid, RedElem};
@@ -342,12 +348,127 @@ impl Builder {
     }
 }
 
+// Derivative rules.
+//
+// `reduce_window_sum` is linear. Its transpose sends each output cotangent
+// back to every operand element of its window: with `span = (w - 1) d + 1`
+// and `dil(n, s) = (n - 1) s + 1`, pad `ct` with `s - 1` interior zeros and
+// edges `before = span - 1 - lo`, `after = dil(n, b) + span - 1 - dil(out, s)
+// - before` (negative edges crop), then sum windows of `w` taps dilated by
+// `d` with stride `b` (the base dilation). Operand element `i` then sums the
+// cotangents of exactly the outputs `o` with `o s + k d - lo = i b` for some
+// tap `k` (the window is all ones, so its flip is itself), and the padded
+// length `dil(n, b) + span - 1` gives exactly `n` outputs. Both emitted ops
+// (pad, reduce_window_sum) are linear with rules of their own.
+//
+// `reduce_window_max` / `min` (pooling convention): the derivative of each
+// output is the tangent of the FIRST element of its window, in row-major
+// window order, that equals the output. This differs from `reduce_max`,
+// which splits ties equally. It is computed from primals only: the operand
+// and an index tensor (flat operand positions) get the window's padding and
+// base dilation, with NaN in the holes so they never match; one strided
+// slice per window offset, visited last to first, overwrites the chosen
+// position wherever that offset's element equals the output. The tangent is
+// then one `gather` of the flattened tangent at the chosen positions (its
+// transpose is one `scatter_add`). A window with no matching element (only
+// padding, or a NaN result) keeps the out-of-range position `numel`, which
+// the `Fill` gather reads as 0. The forward part emits O(window volume)
+// equations of output size each.
 impl crate::ad::Diff for ReduceWindow {
-    fn jvp(&self, _b: &mut Builder, _cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
-        Err(IrError::NoRule { prim: self.name().into(), rule: "jvp", msg: "rule in progress".into() })
+    fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        let Some(t) = cx.tangents[0] else { return Ok(vec![None]) };
+        match self.kind {
+            WindowKind::Sum => Ok(vec![Some(b.emit1(self.clone(), &[t])?)]),
+            WindowKind::Max | WindowKind::Min => self.chosen_tangent(b, cx.primals[0], cx.outputs[0], t),
+        }
     }
 
-    fn transpose(&self, _b: &mut Builder, _cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
-        Err(IrError::NoRule { prim: self.name().into(), rule: "transpose", msg: "rule in progress".into() })
+    fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        if self.kind != WindowKind::Sum {
+            return Err(crate::ad::not_linear(self.name()));
+        }
+        let Some(ct) = cx.cts[0] else { return Ok(vec![None]) };
+        let (in_ty, out_shape) = (&cx.in_types[0], &cx.out_types[0].shape);
+        if in_ty.rank() == 0 {
+            return Ok(vec![Some(ct)]);
+        }
+        if in_ty.numel() == 0 {
+            return Ok(vec![Some(b.zeros(in_ty)?)]);
+        }
+        let dil = |n: usize, s: usize| if n == 0 { 0 } else { ((n - 1) * s + 1) as i64 };
+        let (mut lo, mut hi, mut interior) = (Vec::new(), Vec::new(), Vec::new());
+        for (d, &n) in in_ty.shape.iter().enumerate() {
+            let span = ((self.window[d] - 1) * self.window_dilation[d] + 1) as i64;
+            let before = span - 1 - self.padding[d].0 as i64;
+            lo.push(before);
+            hi.push(dil(n, self.base_dilation[d]) + span - 1 - dil(out_shape[d], self.strides[d]) - before);
+            interior.push(self.strides[d] - 1);
+        }
+        let zero = b.scalar(0.0, in_ty.dtype)?;
+        let padded = b.pad(ct, zero, &lo, &hi, &interior)?;
+        let rank = in_ty.rank();
+        let x_bar = b.reduce_window(
+            WindowKind::Sum,
+            padded,
+            &self.window,
+            &self.base_dilation,
+            &vec![(0, 0); rank],
+            &vec![1; rank],
+            &self.window_dilation,
+        )?;
+        Ok(vec![Some(x_bar)])
+    }
+}
+
+impl ReduceWindow {
+    /// The max/min JVP: the tangent at each window's first extreme element
+    /// (see the derivative notes above).
+    fn chosen_tangent(&self, b: &mut Builder, x: Value, y: Value, t: Value) -> Result<Vec<Option<Value>>, IrError> {
+        let x_ty = b.ty(x)?.clone();
+        let out_shape = b.ty(y)?.shape.clone();
+        let rank = x_ty.rank();
+        if rank == 0 {
+            return Ok(vec![Some(t)]);
+        }
+        let numel = x_ty.numel();
+        if numel == 0 {
+            // Every window is padding only: the output is the identity, constant.
+            return Ok(vec![None]);
+        }
+        let idx_dtype = if numel < i32::MAX as usize { crate::dtype::DType::I32 } else { crate::dtype::DType::I64 };
+        let lo: Vec<i64> = self.padding.iter().map(|p| p.0 as i64).collect();
+        let hi: Vec<i64> = self.padding.iter().map(|p| p.1 as i64).collect();
+        let interior: Vec<usize> = self.base_dilation.iter().map(|d| d - 1).collect();
+        let trivial = lo.iter().chain(&hi).all(|&v| v == 0) && interior.iter().all(|&v| v == 0);
+        let flat_pos = b.iota(idx_dtype, &[numel], 0)?;
+        let pos_in = b.reshape(flat_pos, &x_ty.shape)?;
+        let (xp, ip) = if trivial {
+            (x, pos_in)
+        } else {
+            let nan = b.scalar(f64::NAN, x_ty.dtype)?;
+            let none = b.scalar(numel as f64, idx_dtype)?;
+            (b.pad(x, nan, &lo, &hi, &interior)?, b.pad(pos_in, none, &lo, &hi, &interior)?)
+        };
+        let mut chosen = b.full(numel as f64, &TensorType::new(idx_dtype, out_shape.clone()))?;
+        let wvol: usize = self.window.iter().product();
+        let mut offset = vec![0usize; rank];
+        for flat in (0..wvol).rev() {
+            let mut rem = flat;
+            for d in (0..rank).rev() {
+                offset[d] = rem % self.window[d];
+                rem /= self.window[d];
+            }
+            let start: Vec<usize> = (0..rank).map(|d| offset[d] * self.window_dilation[d]).collect();
+            let stop: Vec<usize> = (0..rank).map(|d| start[d] + (out_shape[d] - 1) * self.strides[d] + 1).collect();
+            let xs = b.slice(xp, &start, &stop, &self.strides)?;
+            let is = b.slice(ip, &start, &stop, &self.strides)?;
+            let hit = b.eq(xs, y)?;
+            chosen = b.select(hit, is, chosen)?;
+        }
+        let t_flat = b.reshape(t, &[numel])?;
+        let mut idx_shape = out_shape;
+        idx_shape.push(1);
+        let idx = b.reshape(chosen, &idx_shape)?;
+        Ok(vec![Some(b.gather(t_flat, idx, 0, &[0], crate::ops::index::IndexMode::Fill)?)])
     }
 }

@@ -1,0 +1,73 @@
+//! Elementwise chains, fused vs unfused: a 1M-element f32 chain of 10 ops
+//! (mul, add, tanh, mul, sub, max, neg, abs, add, mul), the same chain with
+//! `tanh` replaced by `min` (no transcendental), and a lone `tanh` (the
+//! per-element cost of the scalar libm call).
+//!
+//! Throughput is reported over the chain's essential traffic: its distinct
+//! inputs read once and its output written once (what a perfectly fused
+//! kernel must move), so fused and unfused GB/s compare directly.
+//!
+//! The chain's constants are full-size parameters here; the `full`-constant
+//! (splat) form needs the create/shape families. Run:
+//! `cargo bench -p graft-core --bench elementwise`.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorType};
+use std::hint::black_box;
+
+const N: usize = 1 << 20;
+
+/// `x`, `c1`, `c2` -> 10 elementwise ops; `transcendental` picks tanh or min at op 3.
+fn chain(transcendental: bool) -> Func {
+    let ty = TensorType::new(DType::F32, vec![N]);
+    let mut b = Builder::new("chain10");
+    let x = b.param(ty.clone());
+    let c1 = b.param(ty.clone());
+    let c2 = b.param(ty);
+    let v = b.mul(x, c1).unwrap();
+    let v = b.add(v, c2).unwrap();
+    let v = if transcendental { b.tanh(v).unwrap() } else { b.min(v, c1).unwrap() };
+    let v = b.mul(v, c1).unwrap();
+    let v = b.sub(v, c2).unwrap();
+    let v = b.max(v, x).unwrap();
+    let v = b.neg(v).unwrap();
+    let v = b.abs(v).unwrap();
+    let v = b.add(v, c2).unwrap();
+    let v = b.mul(v, c1).unwrap();
+    b.finish(&[v]).unwrap()
+}
+
+fn lone_tanh() -> Func {
+    let mut b = Builder::new("tanh");
+    let x = b.param(TensorType::new(DType::F32, vec![N]));
+    let y = b.tanh(x).unwrap();
+    b.finish(&[y]).unwrap()
+}
+
+fn inputs(k: usize) -> Vec<Tensor> {
+    let ty = TensorType::new(DType::F32, vec![N]);
+    let mut v = vec![Tensor::from_fn(&ty, |i| ((i % 1000) as f64 - 500.0) / 250.0)];
+    v.extend([0.75, 0.125].iter().take(k - 1).map(|&c| Tensor::full(&ty, c)));
+    v
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("elementwise_1M_f32");
+    g.sample_size(30);
+    let cases =
+        [("chain10_tanh", chain(true), 3), ("chain10_no_transcendental", chain(false), 3), ("tanh", lone_tanh(), 1)];
+    for (name, func, k) in cases {
+        let ins = inputs(k);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        g.throughput(Throughput::Bytes(((k + 1) * N * 4) as u64));
+        for fuse in [false, true] {
+            let exe = Executable::with_options(func.clone(), ExecOptions { fuse, ..ExecOptions::default() }).unwrap();
+            let id = BenchmarkId::new(name, if fuse { "fused" } else { "unfused" });
+            g.bench_function(id, |bch| bch.iter(|| black_box(exe.run(&refs).unwrap())));
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

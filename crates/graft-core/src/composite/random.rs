@@ -1,0 +1,150 @@
+//! Random-number composites over the counter-based primitives
+//! (`random_split`, `random_uniform`): key creation from a seed, splitting,
+//! uniform draws in `[lo, hi)`, standard normals (Box–Muller), Bernoulli.
+//!
+//! Keys are `i32[2]` tensors (two u32 words as bit patterns), as the
+//! primitives expect. Randomness is explicit and functional like JAX: the
+//! same key always gives the same numbers, and independent streams come from
+//! [`split`]ting keys, never from hidden state.
+
+use super::broadcast;
+use super::shape::reshape_to;
+use crate::dtype::DType;
+use crate::error::IrError;
+use crate::ir::{Builder, Value};
+use crate::ops::binary::{Binary, Compare};
+use crate::tensor::Tensor;
+use crate::types::TensorType;
+
+/// The key words `(k0, k1)` of a 64-bit seed: the high and low 32 bits
+/// (JAX's `PRNGKey(seed)` with 64-bit seeds; for `0 <= seed < 2^32` this is
+/// `(0, seed)`, the same as JAX in its default 32-bit mode).
+pub fn key_words(seed: i64) -> [i32; 2] {
+    let s = seed as u64;
+    [(s >> 32) as u32 as i32, s as u32 as i32]
+}
+
+/// A key from a seed known at trace time (a constant `i32[2]`).
+pub fn key(b: &mut Builder, seed: i64) -> Result<Value, IrError> {
+    let w = key_words(seed);
+    let t = Tensor::from_vec(vec![2], w.to_vec()).map_err(|e| IrError::invalid("random.key", e.to_string()))?;
+    b.constant(t)
+}
+
+/// A key from a traced rank-0 integer seed. An `i32` seed gives
+/// `(0, seed)` (its bit pattern); an `i64` seed gives its high and low
+/// 32-bit words, exactly like [`key`] for the same number.
+pub fn key_from(b: &mut Builder, seed: Value) -> Result<Value, IrError> {
+    let t = b.ty(seed)?.clone();
+    if t.rank() != 0 || !t.dtype.is_int() {
+        return Err(IrError::invalid("random.key_from", format!("the seed must be a rank-0 i32 or i64, got {t}")));
+    }
+    let (hi, lo) = if t.dtype == DType::I32 {
+        (b.scalar(0.0, DType::I32)?, seed)
+    } else {
+        // lo: the low word (an i64 -> i32 convert keeps the low bits).
+        // hi: floor(seed / 2^32), exact because seed - (seed & 0xFFFFFFFF)
+        // is a multiple of 2^32; its low 32 bits are the high word.
+        let lo = b.convert(seed, DType::I32)?;
+        let mask = b.scalar(4294967295.0, DType::I64)?;
+        let low_u = b.and(seed, mask)?;
+        let rest = b.sub(seed, low_u)?;
+        let two32 = b.scalar(4294967296.0, DType::I64)?;
+        let hi64 = b.div(rest, two32)?;
+        (b.convert(hi64, DType::I32)?, lo)
+    };
+    let hi = b.reshape(hi, &[1])?;
+    let lo = b.reshape(lo, &[1])?;
+    b.concatenate(&[hi, lo], 0)
+}
+
+fn check_key(b: &Builder, op: &str, key: Value) -> Result<(), IrError> {
+    let t = b.ty(key)?;
+    if *t != TensorType::new(DType::I32, vec![2]) {
+        return Err(IrError::invalid(op, format!("expected a key of type i32[2], got {t}")));
+    }
+    Ok(())
+}
+
+/// `n` child keys as one `i32[n, 2]` tensor (`jax.random.split`).
+pub fn split(b: &mut Builder, key: Value, n: usize) -> Result<Value, IrError> {
+    check_key(b, "random.split", key)?;
+    b.random_split(key, n)
+}
+
+/// `n` child keys as separate `i32[2]` values.
+pub fn split_keys(b: &mut Builder, key: Value, n: usize) -> Result<Vec<Value>, IrError> {
+    let all = split(b, key, n)?;
+    (0..n)
+        .map(|i| {
+            let row = b.slice(all, &[i, 0], &[i + 1, 2], &[1, 1])?;
+            b.reshape(row, &[2])
+        })
+        .collect()
+}
+
+fn check_float(op: &str, dtype: DType) -> Result<(), IrError> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(IrError::invalid(op, format!("expected a floating-point dtype (f32 or f64), got {dtype}")))
+    }
+}
+
+/// Floats uniform in `[lo, hi)` (`jax.random.uniform`): `lo + u (hi - lo)`
+/// with `u` uniform in `[0, 1)`, then `max(., lo)` so rounding never goes
+/// below `lo`. Requires finite `lo <= hi`.
+pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Result<Value, IrError> {
+    check_key(b, "random.uniform", key)?;
+    check_float("random.uniform", dtype)?;
+    if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+        return Err(IrError::invalid("random.uniform", format!("need finite lo <= hi, got lo={lo}, hi={hi}")));
+    }
+    let u = b.random_uniform(key, shape, dtype)?;
+    if lo == 0.0 && hi == 1.0 {
+        return Ok(u);
+    }
+    let scale = b.scalar(hi - lo, dtype)?;
+    let lo_v = b.scalar(lo, dtype)?;
+    let y = broadcast::binary(b, Binary::Mul, u, scale)?;
+    let y = broadcast::binary(b, Binary::Add, y, lo_v)?;
+    broadcast::binary(b, Binary::Max, y, lo_v)
+}
+
+/// Standard normal samples by Box–Muller: from independent uniforms
+/// `u1, u2` in `[0, 1)`, `sqrt(-2 ln(1 - u1)) cos(2π u2)`. Using `1 - u1`
+/// (in `(0, 1]`, exact in binary floating point) keeps `ln` away from 0, so
+/// every sample is finite; the largest magnitude is about 5.6 for f32 and
+/// 8.5 for f64 (set by the uniform grids `2^-23`, `2^-52`).
+pub fn normal(b: &mut Builder, key: Value, shape: &[usize], dtype: DType) -> Result<Value, IrError> {
+    check_key(b, "random.normal", key)?;
+    check_float("random.normal", dtype)?;
+    let n: usize = shape.iter().product();
+    let u = b.random_uniform(key, &[2, n], dtype)?;
+    let u1 = b.slice(u, &[0, 0], &[1, n], &[1, 1])?;
+    let u2 = b.slice(u, &[1, 0], &[2, n], &[1, 1])?;
+    let one = b.scalar(1.0, dtype)?;
+    let m2 = b.scalar(-2.0, dtype)?;
+    let tau = b.scalar(std::f64::consts::TAU, dtype)?;
+    let q = broadcast::binary(b, Binary::Sub, one, u1)?;
+    let l = b.log(q)?;
+    let l = broadcast::binary(b, Binary::Mul, m2, l)?;
+    let r = b.sqrt(l)?;
+    let a = broadcast::binary(b, Binary::Mul, tau, u2)?;
+    let c = b.cos(a)?;
+    let z = b.mul(r, c)?;
+    reshape_to(b, z, shape)
+}
+
+/// Bools that are `true` with probability `p` (`jax.random.bernoulli`):
+/// `u < p` for `u` uniform in `[0, 1)` drawn in f64, so `p = 0` is never
+/// and `p = 1` always true. Requires `0 <= p <= 1`.
+pub fn bernoulli(b: &mut Builder, key: Value, p: f64, shape: &[usize]) -> Result<Value, IrError> {
+    check_key(b, "random.bernoulli", key)?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err(IrError::invalid("random.bernoulli", format!("p must be in [0, 1], got {p}")));
+    }
+    let u = b.random_uniform(key, shape, DType::F64)?;
+    let pv = b.scalar(p, DType::F64)?;
+    broadcast::compare(b, Compare::Lt, u, pv)
+}
