@@ -220,16 +220,7 @@ fn check_conv(dtype: DType, xs: &[usize], ws: &[usize], with_bias: bool, opts: &
 #[test]
 fn conv2d_matches_direct_reference_over_a_grid() {
     let mut seed = 1;
-    for (stride, pad, dil) in [
-        (1, 0, 1),
-        (1, 1, 1),
-        (2, 0, 1),
-        (2, 1, 1),
-        (3, 2, 1),
-        (1, 2, 2),
-        (2, 1, 2),
-        (1, 0, 3),
-    ] {
+    for (stride, pad, dil) in [(1, 0, 1), (1, 1, 1), (2, 0, 1), (2, 1, 1), (3, 2, 1), (1, 2, 2), (2, 1, 2), (1, 0, 3)] {
         for groups in [1, 2] {
             for with_bias in [false, true] {
                 let opts = ConvOpts::new().stride(stride).padding(pad).dilation(dil).groups(groups);
@@ -261,13 +252,10 @@ fn conv1d_and_conv3d_match_reference() {
     {
         check_conv(DType::F64, &[2, 3, 11], &[6, 3 / opts.groups, 3], true, opts, 20 + i as u64);
     }
-    for (i, opts) in [
-        ConvOpts::new(),
-        ConvOpts::new().stride([1, 2, 2]).padding(1),
-        ConvOpts::new().dilation([2, 1, 1]).groups(2),
-    ]
-    .iter()
-    .enumerate()
+    for (i, opts) in
+        [ConvOpts::new(), ConvOpts::new().stride([1, 2, 2]).padding(1), ConvOpts::new().dilation([2, 1, 1]).groups(2)]
+            .iter()
+            .enumerate()
     {
         check_conv(DType::F64, &[1, 2, 5, 4, 6], &[4, 2 / opts.groups, 2, 3, 2], true, opts, 30 + i as u64);
     }
@@ -351,7 +339,8 @@ fn conv_transpose_output_size_follows_pytorch_formula() {
                 for p in 0..3usize {
                     for d in 1..3usize {
                         for op in 0..s.max(d) {
-                            let v = (l as i64 - 1) * s as i64 - 2 * p as i64 + d as i64 * (k as i64 - 1) + op as i64 + 1;
+                            let v =
+                                (l as i64 - 1) * s as i64 - 2 * p as i64 + d as i64 * (k as i64 - 1) + op as i64 + 1;
                             let want = (v >= 1).then_some(v as usize);
                             assert_eq!(conv::conv_transpose_output_size(l, k, s, p, op, d), want);
                             let opts = ConvTransposeOpts::new().stride(s).padding(p).output_padding(op).dilation(d);
@@ -431,7 +420,13 @@ fn conv_transpose2d_matches_scatter_reference_over_a_grid() {
 
 #[test]
 fn conv_transpose1d_3d_and_per_dim_options() {
-    check_transpose(&[2, 3, 6], &[3, 2, 4], true, &ConvTransposeOpts::new().stride(3).padding(1).output_padding(2), 130);
+    check_transpose(
+        &[2, 3, 6],
+        &[3, 2, 4],
+        true,
+        &ConvTransposeOpts::new().stride(3).padding(1).output_padding(2),
+        130,
+    );
     check_transpose(&[1, 6, 5], &[6, 1, 3], false, &ConvTransposeOpts::new().groups(6).stride(2), 131);
     check_transpose(
         &[1, 2, 3, 2, 3],
@@ -485,7 +480,10 @@ fn conv_err(xs: &[usize], ws: &[usize], bias: Option<&[usize]>, opts: &ConvOpts)
 fn conv_errors_are_clear() {
     let o = ConvOpts::new();
     let e = conv_err(&[1, 3, 5, 5], &[2, 4, 3, 3], None, &o);
-    assert!(e.contains("conv2d") && e.contains("expects 4 input channels per group") && e.contains("3 channels"), "{e}");
+    assert!(
+        e.contains("conv2d") && e.contains("expects 4 input channels per group") && e.contains("3 channels"),
+        "{e}"
+    );
     let e = conv_err(&[1, 4, 5, 5], &[3, 2, 3, 3], None, &o.clone().groups(2));
     assert!(e.contains("output channels (3) must be divisible by groups (2)"), "{e}");
     let e = conv_err(&[1, 3, 5, 5], &[4, 1, 3, 3], None, &o.clone().groups(2));

@@ -176,7 +176,8 @@ fn cfg2(k: usize, s: usize, p: usize, d: usize, ceil: bool, include_pad: bool) -
 #[test]
 fn max_pool2d_grid() {
     let mut seed = 1;
-    for (k, s, p, d) in [(2, 2, 0, 1), (3, 2, 1, 1), (3, 1, 1, 1), (2, 1, 1, 1), (3, 3, 1, 1), (2, 2, 1, 2), (3, 2, 2, 2)]
+    for (k, s, p, d) in
+        [(2, 2, 0, 1), (3, 2, 1, 1), (3, 1, 1, 1), (2, 1, 1, 1), (3, 3, 1, 1), (2, 2, 1, 2), (3, 2, 2, 2)]
     {
         for ceil in [false, true] {
             for xs in [[2, 3, 7, 7], [1, 2, 6, 9]] {
@@ -231,8 +232,8 @@ fn ceil_mode_overhang_is_not_counted_even_with_count_include_pad() {
 #[test]
 fn divisor_override() {
     let x = Tensor::vec1(&[1.0f64, 2.0, 3.0, 4.0]).reshape(vec![1, 1, 2, 2]).unwrap();
-    let f = build1(&x.ty(), |b, v| pool::avg_pool2d(b, v, &PerDim(vec![2]), &PoolOpts::new().divisor_override(5)))
-        .unwrap();
+    let f =
+        build1(&x.ty(), |b, v| pool::avg_pool2d(b, v, &PerDim(vec![2]), &PoolOpts::new().divisor_override(5))).unwrap();
     assert_eq!(run(&f, &x).to_f64_vec(), vec![2.0]);
 }
 
@@ -251,7 +252,8 @@ fn pool1d_and_3d_and_mixed_per_dim() {
     let c1 = Cfg { k: vec![3], s: vec![2], p: vec![1], d: vec![1], ceil: true, include_pad: false };
     check(Kind::Max, DType::F64, &[2, 3, 10], &c1, 200);
     check(Kind::Avg, DType::F64, &[2, 3, 10], &c1, 201);
-    let c3 = Cfg { k: vec![2, 3, 2], s: vec![2, 1, 2], p: vec![1, 1, 0], d: vec![1, 1, 1], ceil: true, include_pad: true };
+    let c3 =
+        Cfg { k: vec![2, 3, 2], s: vec![2, 1, 2], p: vec![1, 1, 0], d: vec![1, 1, 1], ceil: true, include_pad: true };
     check(Kind::Max, DType::F64, &[1, 2, 5, 4, 5], &c3, 202);
     check(Kind::Avg, DType::F64, &[1, 2, 5, 4, 5], &c3, 203);
     let c3 = Cfg { include_pad: false, ..c3 };
@@ -311,7 +313,11 @@ fn pool_output_size_matches_pytorch_over_a_grid() {
                             // In ceil mode a window may overhang even a too-short input.
                             let o = torch_out(l, k, s, p, d, ceil);
                             let want = (o >= 1).then_some(o as usize);
-                            assert_eq!(pool::pool_output_size(l, k, s, p, d, ceil), want, "l={l} k={k} s={s} p={p} d={d}");
+                            assert_eq!(
+                                pool::pool_output_size(l, k, s, p, d, ceil),
+                                want,
+                                "l={l} k={k} s={s} p={p} d={d}"
+                            );
                             let o = PoolOpts::new().stride(s).padding(p).dilation(d).ceil_mode(ceil);
                             let f = build1(&ty(DType::F64, &[1, 1, l]), |b, v| {
                                 pool::max_pool1d(b, v, &PerDim(vec![k]), &o)
@@ -480,5 +486,10 @@ fn avg_pool2d_gradients() {
 #[test]
 fn smooth_max_pool2d_gradients() {
     let o = PoolOpts::new().stride(2).padding(1).ceil_mode(true);
-    grad_check("smooth_max_pool2d", &[2, 2, 5, 6], |b, v| pool::smooth_max_pool2d(b, v, &PerDim(vec![3]), 0.7, &o), 602);
+    grad_check(
+        "smooth_max_pool2d",
+        &[2, 2, 5, 6],
+        |b, v| pool::smooth_max_pool2d(b, v, &PerDim(vec![3]), 0.7, &o),
+        602,
+    );
 }

@@ -350,10 +350,10 @@ fn check_groups(op: &str, groups: usize, c_in: usize, c_out: usize) -> Result<()
     if groups == 0 {
         return Err(IrError::invalid(op, "expected groups >= 1"));
     }
-    if c_in % groups != 0 {
+    if !c_in.is_multiple_of(groups) {
         return Err(IrError::invalid(op, format!("input channels ({c_in}) must be divisible by groups ({groups})")));
     }
-    if c_out % groups != 0 {
+    if !c_out.is_multiple_of(groups) {
         return Err(IrError::invalid(op, format!("output channels ({c_out}) must be divisible by groups ({groups})")));
     }
     Ok(())
@@ -399,9 +399,7 @@ fn conv_impl(
             op,
             format!(
                 "weight {} expects {} input channels per group, but the input has {c_in} channels in {} group(s)",
-                ops.w,
-                ops.w.shape[1],
-                opts.groups
+                ops.w, ops.w.shape[1], opts.groups
             ),
         ));
     }

@@ -25,9 +25,9 @@
 
 use super::broadcast::scalar_like;
 use super::conv::PerDim;
+use super::reduce::logsumexp;
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
-use crate::ops::binary::Compare;
 use crate::ops::window::WindowKind;
 use crate::types::TensorType;
 
@@ -375,8 +375,8 @@ pub fn avg_pool3d(b: &mut Builder, x: Value, kernel: &PerDim, opts: &PoolOpts) -
 /// that shares an element). So the windows are materialised instead: the
 /// `-inf`-padded input is cut into one strided slice per kernel tap,
 /// stacked into `[N, C, taps, *out]`, and reduced along the taps axis with
-/// the window's own maximum subtracted first (gradient-stopped, replaced by
-/// 0 when not finite, like `jax.nn.logsumexp`). This is exact for any input
+/// the window's own maximum subtracted first ([`logsumexp`]: gradient-stopped,
+/// replaced by 0 when not finite, like `jax.nn.logsumexp`). This is exact for any input
 /// range: no window over- or underflows unless `x / t` itself overflows.
 /// Costs `taps` times the output size in memory.
 pub fn smooth_max_pool(
@@ -444,7 +444,7 @@ fn smooth_max_pool_impl(
         pieces.push(b.reshape(sl, &out_shape1)?);
     }
     let stacked = if pieces.len() == 1 { pieces[0] } else { b.concatenate(&pieces, 2)? };
-    let lse = logsumexp_axis(b, stacked, 2)?;
+    let lse = logsumexp(b, stacked, &[2], false)?;
     let tv = scalar_like(b, t, lse)?;
     let shape = b.ty(lse)?.shape.clone();
     let tv = b.broadcast_in_dim(tv, &shape, &[])?;
@@ -452,39 +452,34 @@ fn smooth_max_pool_impl(
     g.unbatched(b, y)
 }
 
-/// `log(sum(exp(x)))` along `axis` with the maximum (gradient-stopped, 0
-/// where not finite) subtracted first.
-fn logsumexp_axis(b: &mut Builder, x: Value, axis: usize) -> Result<Value, IrError> {
-    let shape = b.ty(x)?.shape.clone();
-    let keep: Vec<usize> = (0..shape.len()).filter(|&i| i != axis).collect();
-    let m = b.reduce_max(x, &[axis])?;
-    let rshape = b.ty(m)?.shape.clone();
-    let a = b.abs(m)?;
-    let inf = scalar_like(b, f64::INFINITY, m)?;
-    let inf = b.broadcast_in_dim(inf, &rshape, &[])?;
-    let finite = b.compare(Compare::Lt, a, inf)?;
-    let zero = scalar_like(b, 0.0, m)?;
-    let zero = b.broadcast_in_dim(zero, &rshape, &[])?;
-    let m = b.select(finite, m, zero)?;
-    let m = b.stop_gradient(m)?;
-    let mb = b.broadcast_in_dim(m, &shape, &keep)?;
-    let d = b.sub(x, mb)?;
-    let e = b.exp(d)?;
-    let s = b.reduce_sum(e, &[axis])?;
-    let l = b.log(s)?;
-    b.add(l, m)
-}
-
 /// Smooth max pooling over `[N, C, L]`.
-pub fn smooth_max_pool1d(b: &mut Builder, x: Value, kernel: &PerDim, t: f64, opts: &PoolOpts) -> Result<Value, IrError> {
+pub fn smooth_max_pool1d(
+    b: &mut Builder,
+    x: Value,
+    kernel: &PerDim,
+    t: f64,
+    opts: &PoolOpts,
+) -> Result<Value, IrError> {
     smooth_max_pool_impl(b, "smooth_max_pool1d", x, 1, kernel, t, opts)
 }
 /// Smooth max pooling over `[N, C, H, W]`.
-pub fn smooth_max_pool2d(b: &mut Builder, x: Value, kernel: &PerDim, t: f64, opts: &PoolOpts) -> Result<Value, IrError> {
+pub fn smooth_max_pool2d(
+    b: &mut Builder,
+    x: Value,
+    kernel: &PerDim,
+    t: f64,
+    opts: &PoolOpts,
+) -> Result<Value, IrError> {
     smooth_max_pool_impl(b, "smooth_max_pool2d", x, 2, kernel, t, opts)
 }
 /// Smooth max pooling over `[N, C, D, H, W]`.
-pub fn smooth_max_pool3d(b: &mut Builder, x: Value, kernel: &PerDim, t: f64, opts: &PoolOpts) -> Result<Value, IrError> {
+pub fn smooth_max_pool3d(
+    b: &mut Builder,
+    x: Value,
+    kernel: &PerDim,
+    t: f64,
+    opts: &PoolOpts,
+) -> Result<Value, IrError> {
     smooth_max_pool_impl(b, "smooth_max_pool3d", x, 3, kernel, t, opts)
 }
 
