@@ -38,7 +38,9 @@ fn bench_func(c: &mut Criterion, name: &str, f: Func, inputs: &[Tensor], through
 
 fn matmul(c: &mut Criterion) {
     let ty = TensorType::new(DType::F32, vec![1024, 1024]);
-    let f = build("matmul", &[ty.clone(), ty.clone()], |b, p| vec![b.dot_general(p[0], p[1], &[1], &[0], &[], &[]).unwrap()]);
+    let f = build("matmul", &[ty.clone(), ty.clone()], |b, p| {
+        vec![b.dot_general(p[0], p[1], &[1], &[0], &[], &[]).unwrap()]
+    });
     let n = 1024u64;
     bench_func(c, "matmul_1024_f32", f, &[tensor(&ty, 1), tensor(&ty, 2)], Throughput::Elements(2 * n * n * n));
 }
@@ -61,7 +63,7 @@ fn elementwise_chain(c: &mut Criterion) {
         vec![b.mul(t, x).unwrap()]
     });
     // Bytes that must move: two inputs read, one output written.
-    bench_func(c, "elementwise_chain_10_1M_f32", f, &[tensor(&ty, 3), tensor(&ty, 4)], Throughput::Bytes(3 * 4 << 20));
+    bench_func(c, "elementwise_chain_10_1M_f32", f, &[tensor(&ty, 3), tensor(&ty, 4)], Throughput::Bytes((3 * 4) << 20));
 }
 
 fn conv2d(c: &mut Criterion) {
