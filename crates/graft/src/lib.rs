@@ -40,12 +40,19 @@
 mod error;
 mod function;
 pub mod nn;
+mod nn_layers;
 pub mod random;
 mod tr_linalg;
 mod tr_math;
 mod tr_reduce;
 mod tr_shape;
 mod trace;
+
+/// Convolution, pooling, embedding and dropout layers (PyTorch names and
+/// layouts); also re-exported from [`nn`].
+pub mod layers {
+    pub use crate::nn_layers::*;
+}
 
 /// Multi-input array functions with NumPy names: `concat`, `stack`,
 /// `where_`, `matmul`, `einsum`.

@@ -2,10 +2,13 @@
 //! `layer_norm`, `batch_norm`), activations, losses and attention. All
 //! forward to `graft_core::composite`; see there for the exact conventions
 //! (PyTorch weight layouts, `eps` placement, mask semantics).
+//! Convolution, pooling, embedding, one-hot and dropout live in
+//! [`crate::layers`] and are re-exported here.
 
 use crate::trace::{Axes, Tr};
 use graft_core::composite::{attention, linalg, loss, norm};
 
+pub use crate::nn_layers::*;
 pub use graft_core::composite::norm::DEFAULT_EPS;
 
 /// `F.linear(x, w, bias)`: `x [..., in]`, `w [out, in]`, `y = x @ w.T + bias`.

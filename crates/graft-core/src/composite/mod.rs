@@ -7,8 +7,11 @@
 //! Modules: [`broadcast`] (NumPy broadcasting), [`math`] (elementwise math
 //! and activations), [`reduce`] (reductions, softmax family), [`shape`]
 //! (user-level shape helpers and creators), [`linalg`] (matmul, linear,
-//! einsum), [`norm`] (layer/batch norm), [`loss`], [`attention`], and
-//! [`random`] (keys and distributions over the random primitives).
+//! einsum), [`norm`] (layer/batch norm), [`loss`], [`attention`],
+//! [`random`] (keys and distributions over the random primitives),
+//! [`conv`] (convolution and transposed convolution), [`pool`] (max, average,
+//! smooth-max and adaptive pooling), [`embed`] (embedding lookup, one-hot) and
+//! [`dropout`].
 //!
 //! Conventions shared by all of them: axes arrive normalised (`usize`, in
 //! range); user-facing arguments are validated with
@@ -18,10 +21,14 @@
 
 pub mod attention;
 pub mod broadcast;
+pub mod conv;
+pub mod dropout;
+pub mod embed;
 pub mod linalg;
 pub mod loss;
 pub mod math;
 pub mod norm;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod shape;
