@@ -63,7 +63,13 @@ fn elementwise_chain(c: &mut Criterion) {
         vec![b.mul(t, x).unwrap()]
     });
     // Bytes that must move: two inputs read, one output written.
-    bench_func(c, "elementwise_chain_10_1M_f32", f, &[tensor(&ty, 3), tensor(&ty, 4)], Throughput::Bytes((3 * 4) << 20));
+    bench_func(
+        c,
+        "elementwise_chain_10_1M_f32",
+        f,
+        &[tensor(&ty, 3), tensor(&ty, 4)],
+        Throughput::Bytes((3 * 4) << 20),
+    );
 }
 
 fn conv2d(c: &mut Criterion) {
