@@ -216,7 +216,7 @@ fn pullback_serves_several_cotangents_from_one_forward_pass() {
         Ok(vec![b.mul(s, p[0])?])
     });
     let split = vjp_split(&f, &Wrt::All).unwrap();
-    assert_eq!(split.pullback.count_prim("sin") + split.pullback.count_prim("cos"), 0, "{}", split.pullback);
+    assert_eq!(split.rest.count_prim("sin") + split.rest.count_prim("cos"), 0, "{}", split.rest);
     let x = Tensor::vec1(&[0.1f64, 0.7, -1.3]);
     let fwd = run(&split.forward, std::slice::from_ref(&x));
     let residuals = &fwd[split.n_outputs..];
@@ -224,9 +224,42 @@ fn pullback_serves_several_cotangents_from_one_forward_pass() {
     for u in [[1.0f64, 0.0, 0.0], [0.5, -2.0, 3.0]] {
         let mut ins: Vec<Tensor> = residuals.to_vec();
         ins.push(Tensor::vec1(&u));
-        let g = run(&split.pullback, &ins);
+        let g = run(&split.rest, &ins);
         let reference = run(&full, &[x.clone(), Tensor::vec1(&u)]);
         assert_eq!(g[0], reference[1]);
         assert_eq!(fwd[0], reference[0]);
+    }
+}
+
+#[test]
+fn hvp_and_linearize() {
+    use graft_core::ad::{hvp_func, linearize};
+    // f(x) = sum(sin(x) * x^2): H is diagonal, H_ii = (2 - x^2) sin x + 4 x cos x.
+    let f = func("f", &[t64(&[3])], |b, p| {
+        let s = b.sin(p[0])?;
+        let x2 = b.mul(p[0], p[0])?;
+        let m = b.mul(s, x2)?;
+        Ok(vec![b.reduce_sum(m, &[0])?])
+    });
+    let xs = [0.4f64, -1.3, 2.2];
+    let vs = [1.0f64, 0.5, -2.0];
+    let hv = run(&hvp_func(&f).unwrap(), &[Tensor::vec1(&xs), Tensor::vec1(&vs)]);
+    for i in 0..3 {
+        let x = xs[i];
+        let want = ((2.0 - x * x) * x.sin() + 4.0 * x * x.cos()) * vs[i];
+        let got = hv[0].to_vec::<f64>().unwrap()[i];
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    }
+    // linearize: one forward pass, then the linear map for several tangents.
+    let g = func("g", &[t64(&[3])], |b, p| Ok(vec![b.exp(p[0])?]));
+    let split = linearize(&g).unwrap();
+    assert_eq!(split.rest.count_prim("exp"), 0, "the linear map reuses the residuals:\n{}", split.rest);
+    let fwd = run(&split.forward, &[Tensor::vec1(&xs)]);
+    for t in [[1.0f64, 0.0, 0.0], [0.5, 2.0, -1.0]] {
+        let mut ins = fwd[split.n_outputs..].to_vec();
+        ins.push(Tensor::vec1(&t));
+        let out = run(&split.rest, &ins);
+        let want: Vec<f64> = xs.iter().zip(&t).map(|(x, t)| x.exp() * t).collect();
+        assert_eq!(out[0].to_vec::<f64>().unwrap(), want);
     }
 }

@@ -154,7 +154,7 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         let split = ad::vjp_split(&f, &Wrt::All)?;
         let mut fwd = compile(split.forward)?.call(primals)?;
         let residuals = fwd.split_off(split.n_outputs);
-        Ok(Pullback { outputs: fwd, residuals, pullback: compile(split.pullback)? })
+        Ok(Pullback { outputs: fwd, residuals, pullback: compile(split.rest)? })
     }
 
     /// The compiled form for these input types (traced and planned on first use).

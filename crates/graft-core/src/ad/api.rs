@@ -156,29 +156,51 @@ pub fn value_and_grad(f: &Func, wrt: &Wrt) -> Result<Func, IrError> {
     grad_impl(f, wrt, true)
 }
 
-/// Reverse mode split into a forward function and a pullback, so one forward
-/// pass serves several cotangents:
+/// A transform split into the part that needs only the primals and the part
+/// that also needs the extra (tangent or cotangent) inputs:
 /// - `forward: (primals...) -> (outputs..., residuals...)`
-/// - `pullback: (residuals..., cotangents of float outputs...) -> (cotangents of wrt params...)`
-///
-/// It is [`vjp_func`] partially evaluated: equations that do not depend on
-/// the cotangents form the forward function, the rest the pullback, and the
-/// forward values the pullback reads become the residuals.
+/// - `rest: (residuals..., extra inputs...) -> (the remaining outputs...)`
 #[derive(Debug, Clone)]
-pub struct VjpSplit {
+pub struct Split {
     /// Primals to outputs and residuals.
     pub forward: Func,
-    /// Residuals and output cotangents to input cotangents.
-    pub pullback: Func,
+    /// Residuals and the extra inputs to the remaining outputs.
+    pub rest: Func,
     /// Number of primal outputs at the front of `forward`'s outputs.
     pub n_outputs: usize,
 }
 
-/// Builds the forward/pullback pair of `f` (see [`VjpSplit`]).
-pub fn vjp_split(f: &Func, wrt: &Wrt) -> Result<VjpSplit, IrError> {
-    let v = vjp_func(f, wrt)?;
-    let n_primals = f.params.len();
-    let n_out = f.outputs.len();
+/// Reverse mode split so one forward pass serves several cotangents:
+/// `rest` is the pullback `(residuals..., output cotangents...) -> (cotangents of wrt params...)`.
+pub fn vjp_split(f: &Func, wrt: &Wrt) -> Result<Split, IrError> {
+    partial_eval(&vjp_func(f, wrt)?, f.params.len(), f.outputs.len())
+}
+
+/// `linearize`: the forward pass once, and the linear map from input
+/// tangents to output tangents at that point:
+/// `rest: (residuals..., tangents of float params...) -> (output tangents...)`.
+pub fn linearize(f: &Func) -> Result<Split, IrError> {
+    partial_eval(&jvp_func(f)?, f.params.len(), f.outputs.len())
+}
+
+/// Hessian-vector products of a scalar function: `(primals..., v for each
+/// float param...) -> (H v for each float param...)`, as forward mode over
+/// reverse mode (jvp of grad), never forming H.
+pub fn hvp_func(f: &Func) -> Result<Func, IrError> {
+    let g = grad(f, &Wrt::All)?;
+    let mut j = jvp_func(&g)?;
+    let n = g.outputs.len();
+    j.outputs.drain(..n);
+    j.name = format!("hvp_{}", f.name);
+    Ok(opt::simplify(&j))
+}
+
+/// Partial evaluation of `v`, whose first `n_known` params are known now and
+/// whose first `n_out` outputs depend only on them: equations that do not
+/// depend on the later params form `forward`, the rest form `rest`, and the
+/// forward values `rest` reads become residuals.
+fn partial_eval(v: &Func, n_known: usize, n_out: usize) -> Result<Split, IrError> {
+    let n_primals = n_known;
     // Values that depend on a cotangent parameter belong to the pullback.
     let mut late = vec![false; v.n_values()];
     for &p in &v.params[n_primals..] {
@@ -209,7 +231,7 @@ pub fn vjp_split(f: &Func, wrt: &Wrt) -> Result<VjpSplit, IrError> {
         add_res(g, &mut residuals);
     }
     // Forward: primal params, early equations; outputs = primal outs ++ residuals.
-    let mut fb = Builder::new(format!("fwd_{}", f.name));
+    let mut fb = Builder::new(format!("fwd_{}", v.name));
     let mut map: Vec<Option<Value>> = vec![None; v.n_values()];
     for &p in &v.params[..n_primals] {
         map[p.index()] = Some(fb.param(v.ty(p).clone()));
@@ -231,7 +253,7 @@ pub fn vjp_split(f: &Func, wrt: &Wrt) -> Result<VjpSplit, IrError> {
     }
     let forward = opt::simplify(&fb.finish(&fwd_outs)?);
     // Pullback: residual and cotangent params, late equations.
-    let mut pb = Builder::new(format!("pullback_{}", f.name));
+    let mut pb = Builder::new(format!("rest_{}", v.name));
     let mut pmap: Vec<Option<Value>> = vec![None; v.n_values()];
     for &r in &residuals {
         pmap[r.index()] = Some(pb.param(v.ty(r).clone()));
@@ -248,5 +270,5 @@ pub fn vjp_split(f: &Func, wrt: &Wrt) -> Result<VjpSplit, IrError> {
     }
     let grads: Vec<Value> = v.outputs[n_out..].iter().map(|&x| get(&pmap, x)).collect::<Result<_, _>>()?;
     let pullback = pb.finish(&grads)?;
-    Ok(VjpSplit { forward, pullback, n_outputs: n_out })
+    Ok(Split { forward, rest: pullback, n_outputs: n_out })
 }
