@@ -56,7 +56,7 @@ fn mlp_loss(v: &[Tr]) -> Tr {
 fn mlp_trains_by_gradient_descent() {
     let (x, labels) = dataset(60);
     let mut rng = Rng(7);
-    let mut params = vec![
+    let mut params = [
         t64(&[16, 4], rng.vec(64, 0.5)),
         t64(&[16], vec![0.0; 16]),
         t64(&[3, 16], rng.vec(48, 0.25)),
