@@ -585,3 +585,28 @@ impl ConvGeneral {
         b.transpose(r, &swap01)
     }
 }
+
+// Batching rule. Only the lhs batched: the batch folds into N (one reshape
+// each way, no loop). A batched rhs would fold into feature groups; that
+// rule is not written yet.
+impl crate::batch::Batch for ConvGeneral {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        use crate::batch::helpers::move_bdim;
+        let (Some(ld), None) = (cx.bdims[0], cx.bdims[1]) else {
+            return Err(crate::batch::no_rule(
+                self.name(),
+                "a batched rhs (kernel) is not supported yet (batching rule not written yet)",
+            ));
+        };
+        let x = move_bdim(b, cx.args[0], ld, 0)?;
+        let shape = b.ty(x)?.shape.clone();
+        let mut folded = vec![shape[0] * shape[1]];
+        folded.extend_from_slice(&shape[2..]);
+        let xf = b.reshape(x, &folded)?;
+        let y = b.conv_general(xf, cx.args[1], self.clone())?;
+        let mut out = b.ty(y)?.shape.clone();
+        out[0] = shape[1];
+        out.insert(0, shape[0]);
+        Ok(vec![(b.reshape(y, &out)?, Some(0))])
+    }
+}

@@ -830,3 +830,78 @@ mod diff {
         }
     }
 }
+
+// Batching rules. gather/scatter_add use their `batch_dims` parameter: the
+// batch dims of the operands go to the front and `batch_dims` grows by one.
+mod batching {
+    use super::*;
+    use crate::batch::helpers::{all_to_front, move_bdim};
+    use crate::batch::{no_rule, Batch, BatchCx, Batched};
+
+    impl Batch for Gather {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            // Shared operand, no batch dims: the indices' batch dim is just
+            // one more index position (`I...`), so nothing is materialized.
+            if let (None, Some(id), 0) = (cx.bdims[0], cx.bdims[1], self.batch_dims) {
+                let idx = move_bdim(b, cx.args[1], id, 0)?;
+                return Ok(vec![(b.emit1(self.clone(), &[cx.args[0], idx])?, Some(0))]);
+            }
+            let args = all_to_front(b, cx)?;
+            let op = Gather {
+                batch_dims: self.batch_dims + 1,
+                index_dims: self.index_dims.iter().map(|d| d + 1).collect(),
+                mode: self.mode,
+            };
+            Ok(vec![(b.emit1(op, &args)?, Some(0))])
+        }
+    }
+
+    impl Batch for ScatterAdd {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let args = all_to_front(b, cx)?;
+            let op = ScatterAdd {
+                batch_dims: self.batch_dims + 1,
+                index_dims: self.index_dims.iter().map(|d| d + 1).collect(),
+                mode: self.mode,
+            };
+            Ok(vec![(b.emit1(op, &args)?, Some(0))])
+        }
+    }
+
+    impl Batch for DynamicSlice {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let Some(d) = cx.bdims[0].filter(|_| cx.bdims[1..].iter().all(Option::is_none)) else {
+                return Err(no_rule(
+                    self.name(),
+                    "batched start indices are not supported yet (batching rule not written yet)",
+                ));
+            };
+            let dt = b.ty(cx.args[1.min(cx.args.len() - 1)])?.dtype;
+            let dt = if dt.is_int() { dt } else { DType::I32 };
+            let zero = b.scalar(0.0, dt)?;
+            let mut starts = cx.args[1..].to_vec();
+            starts.insert(d, zero);
+            let mut sizes = self.sizes.clone();
+            sizes.insert(d, cx.size);
+            Ok(vec![(b.dynamic_slice(cx.args[0], &starts, &sizes)?, Some(d))])
+        }
+    }
+
+    impl Batch for DynamicUpdateSlice {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            if cx.bdims[2..].iter().any(Option::is_some) {
+                return Err(no_rule(
+                    self.name(),
+                    "batched start indices are not supported yet (batching rule not written yet)",
+                ));
+            }
+            let args = all_to_front(b, &BatchCx { args: &cx.args[..2], bdims: &cx.bdims[..2], size: cx.size })?;
+            let dt = b.ty(cx.args[2.min(cx.args.len() - 1)])?.dtype;
+            let dt = if dt.is_int() { dt } else { DType::I32 };
+            let zero = b.scalar(0.0, dt)?;
+            let mut starts = cx.args[2..].to_vec();
+            starts.insert(0, zero);
+            Ok(vec![(b.dynamic_update_slice(args[0], args[1], &starts)?, Some(0))])
+        }
+    }
+}

@@ -248,3 +248,31 @@ macro_rules! no_derivative {
     )*};
 }
 no_derivative!(RandomSplit, RandomBits, RandomUniform);
+
+// Batching rules: only reached with a batched key (an unbatched key is
+// shared by every example and the driver copies the equation unchanged).
+// Per-example streams from a batched key need a keyed-per-row primitive.
+mod batching {
+    use super::*;
+    use crate::batch::{no_rule, Batch, BatchCx, Batched};
+
+    const MSG: &str = "a batched key (per-example streams) is not supported yet (batching rule not written yet); an unbatched key is shared by every example";
+
+    impl Batch for RandomSplit {
+        fn batch(&self, _b: &mut Builder, _cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            Err(no_rule(self.name(), MSG))
+        }
+    }
+
+    impl Batch for RandomBits {
+        fn batch(&self, _b: &mut Builder, _cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            Err(no_rule(self.name(), MSG))
+        }
+    }
+
+    impl Batch for RandomUniform {
+        fn batch(&self, _b: &mut Builder, _cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            Err(no_rule(self.name(), MSG))
+        }
+    }
+}
