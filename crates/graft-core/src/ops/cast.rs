@@ -229,7 +229,7 @@ impl crate::ad::Diff for StopGradient {
 // Batching rules: elementwise.
 impl crate::batch::Batch for Convert {
     fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
-        crate::batch::helpers::elementwise(b, self.clone(), cx)
+        crate::batch::helpers::elementwise(b, *self, cx)
     }
 }
 
