@@ -309,7 +309,7 @@ fn dynamic_slice_and_update() {
 }
 
 #[test]
-fn conv_with_batched_lhs() {
+fn conv_family() {
     let f = func("conv", &[t64(&[2, 4, 5]), t64(&[6, 2, 3])], |b, p| {
         let params = graft_core::ops::conv::ConvGeneral {
             strides: vec![2],
@@ -320,7 +320,20 @@ fn conv_with_batched_lhs() {
         };
         Ok(vec![b.conv_general(p[0], p[1], params)?])
     });
-    check("conv", &f, &[X, Gen::Shared(-1.0, 1.0)], TRIALS);
+    check("conv_lhs", &f, &[X, Gen::Shared(-1.0, 1.0)], TRIALS);
+    // Batched kernels: folded into the feature groups (both batched) or into O (rhs only).
+    check("conv", &f, &[X, X], TRIALS * 3);
+    let f2 = func("conv2d", &[t64(&[1, 2, 4, 3]), t64(&[4, 2, 2, 2])], |b, p| {
+        let params = graft_core::ops::conv::ConvGeneral {
+            strides: vec![1, 1],
+            padding: vec![(0, 1), (1, 0)],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![2, 1],
+            feature_group_count: 1,
+        };
+        Ok(vec![b.conv_general(p[0], p[1], params)?])
+    });
+    check("conv2d", &f2, &[X, X], TRIALS * 2);
 }
 
 #[test]
@@ -541,9 +554,4 @@ fn missing_rules_are_structured_errors() {
     check("random_shared_key", &shared, &[Gen::SharedI(0, 1000), X], 4);
     let e = vmap_func(&f, &[Some(0)], &[Some(0)], 3).unwrap_err();
     assert!(matches!(&e, IrError::NoRule { prim, rule: "batch", .. } if prim == "random_uniform"), "{e:?}");
-    let c = func("conv", &[t64(&[1, 2, 4]), t64(&[3, 2, 2])], |b, p| {
-        Ok(vec![b.conv_general(p[0], p[1], graft_core::ops::conv::ConvGeneral::unit(1))?])
-    });
-    let e = vmap_func(&c, &[None, Some(0)], &[Some(0)], 3).unwrap_err();
-    assert!(matches!(&e, IrError::NoRule { prim, rule: "batch", .. } if prim == "conv_general"), "{e:?}");
 }
