@@ -555,3 +555,59 @@ fn missing_rules_are_structured_errors() {
     let e = vmap_func(&f, &[Some(0)], &[Some(0)], 3).unwrap_err();
     assert!(matches!(&e, IrError::NoRule { prim, rule: "batch", .. } if prim == "random_uniform"), "{e:?}");
 }
+
+/// A small nonlinear function exercising several families.
+fn mixed() -> Func {
+    func("mixed", &[t64(&[3]), t64(&[3, 2])], |b, p| {
+        let d = b.dot_general(p[0], p[1], &[0], &[0], &[], &[])?;
+        let t = b.tanh(d)?;
+        let s = b.sin(p[0])?;
+        let c = b.cumsum(s, 0, false)?;
+        let r = b.reduce_sum(c, &[0])?;
+        let rb = b.broadcast_in_dim(r, &[2], &[])?;
+        Ok(vec![b.mul(t, rb)?])
+    })
+}
+
+#[test]
+fn vmap_of_jvp_and_vjp() {
+    let f = mixed();
+    let jf = graft_core::ad::jvp_func(&f).unwrap();
+    check("vmap_jvp", &jf, &[X, X, X, X], TRIALS);
+    let vf = graft_core::ad::vjp_func(&f, &Wrt::All).unwrap();
+    check("vmap_vjp", &vf, &[X, X, X], TRIALS);
+}
+
+#[test]
+fn jvp_of_vmap_equals_vmap_of_jvp() {
+    let f = mixed();
+    let n = 4;
+    let jv = graft_core::ad::jvp_func(&vmap_func(&f, &[Some(0), None], &[Some(0)], n).unwrap()).unwrap();
+    let vj = vmap_func(&graft_core::ad::jvp_func(&f).unwrap(), &[Some(0), None, Some(0), None], &[Some(0), Some(0)], n)
+        .unwrap();
+    let mut rng = Rng(3);
+    let args: Vec<Tensor> = jv.param_types().iter().map(|t| rng.tensor(t, -1.0, 1.0)).collect();
+    let (a, b) = (run(&jv, &args), run(&vj, &args));
+    for k in 0..2 {
+        assert_close(&format!("output {k}"), &a[k], &b[k]);
+    }
+}
+
+#[test]
+fn vmap_of_second_derivative() {
+    // f(x) = sin(x) x^2; f'' = (2 - x^2) sin x + 4 x cos x.
+    let f = func("f", &[t64(&[])], |b, p| {
+        let s = b.sin(p[0])?;
+        let x2 = b.mul(p[0], p[0])?;
+        Ok(vec![b.mul(s, x2)?])
+    });
+    let g2 = grad(&grad(&f, &Wrt::All).unwrap(), &Wrt::All).unwrap();
+    check("vmap_grad_grad", &g2, &[X], TRIALS);
+    let vg = vmap_func(&g2, &[Some(0)], &[Some(0)], 5).unwrap();
+    let xs: [f64; 5] = [-1.5, -0.3, 0.0, 0.7, 2.0];
+    let out = run(&vg, &[Tensor::vec1(&xs)]).remove(0).to_vec::<f64>().unwrap();
+    for (x, y) in xs.iter().zip(out) {
+        let want = (2.0 - x * x) * x.sin() + 4.0 * x * x.cos();
+        assert!((y - want).abs() <= 1e-12 * want.abs().max(1.0), "f''({x}) = {y}, expected {want}");
+    }
+}
