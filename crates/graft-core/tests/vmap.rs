@@ -544,16 +544,21 @@ fn out_of_range_in_axes_are_errors() {
 }
 
 #[test]
-fn missing_rules_are_structured_errors() {
-    let f = func("rng", &[ty(DType::I32, &[2])], |b, p| Ok(vec![b.random_uniform(p[0], &[3], DType::F64)?]));
+fn random_shared_and_batched_keys() {
     // An unbatched key is shared: the equation is copied, every example sees the same stream.
     let shared = func("shared", &[ty(DType::I32, &[2]), t64(&[3])], |b, p| {
         let u = b.random_uniform(p[0], &[3], DType::F64)?;
         Ok(vec![b.add(u, p[1])?])
     });
     check("random_shared_key", &shared, &[Gen::SharedI(0, 1000), X], 4);
-    let e = vmap_func(&f, &[Some(0)], &[Some(0)], 3).unwrap_err();
-    assert!(matches!(&e, IrError::NoRule { prim, rule: "batch", .. } if prim == "random_uniform"), "{e:?}");
+    // A batched key: independent per-example streams, each equal to what that key draws alone.
+    let all = func("rng_all", &[ty(DType::I32, &[2])], |b, p| {
+        let u = b.random_uniform(p[0], &[3], DType::F64)?;
+        let bits = b.random_bits(p[0], &[2, 2])?;
+        let ks = b.random_split(p[0], 3)?;
+        Ok(vec![u, bits, ks])
+    });
+    check("random_batched_key", &all, &[Gen::I(-100000, 100000)], TRIALS);
 }
 
 /// A small nonlinear function exercising several families.
