@@ -6,6 +6,7 @@
 //! [`exec::Executable`], and run it on [`tensor::Tensor`]s.
 
 pub mod ad;
+pub mod batch;
 pub mod composite;
 pub mod dtype;
 pub mod error;

@@ -268,3 +268,30 @@ fn printed_form() {
          return %1, %2, %3\n}\n"
     );
 }
+
+#[test]
+fn key_batched_keys_give_each_key_its_own_stream() {
+    let keys = Tensor::from_vec(vec![3usize, 2], vec![0i32, 42, 7, -3, 123456, 9]).unwrap();
+    let mut b = Builder::new("f");
+    let k = b.param(TensorType::new(DType::I32, vec![3, 2]));
+    let bits = b.random_bits(k, &[4, 5]).unwrap();
+    let u = b.random_uniform(k, &[7], DType::F64).unwrap();
+    let s = b.random_split(k, 2).unwrap();
+    let f = b.finish(&[bits, u, s]).unwrap();
+    assert_eq!(f.output_types()[0], TensorType::new(DType::I32, vec![3, 4, 5]));
+    let out = graft_core::exec::run_func(f, &[&keys]).unwrap();
+    for i in 0..3 {
+        let mut b = Builder::new("g");
+        let k = b.param(key_type());
+        let bits = b.random_bits(k, &[4, 5]).unwrap();
+        let u = b.random_uniform(k, &[7], DType::F64).unwrap();
+        let s = b.random_split(k, 2).unwrap();
+        let g = b.finish(&[bits, u, s]).unwrap();
+        let key = Tensor::vec1(&keys.to_vec::<i32>().unwrap()[2 * i..2 * i + 2]);
+        let want = graft_core::exec::run_func(g, &[&key]).unwrap();
+        for (o, w) in out.iter().zip(&want) {
+            let n = w.numel();
+            assert_eq!(&o.to_f64_vec()[i * n..(i + 1) * n], &w.to_f64_vec()[..], "key {i}");
+        }
+    }
+}

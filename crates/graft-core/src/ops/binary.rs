@@ -625,3 +625,28 @@ impl crate::ad::Diff for Select {
         Ok(vec![None, t, f])
     }
 }
+
+// Batching rules: all three are elementwise over identical operand shapes,
+// so batched operands are aligned and unbatched ones broadcast.
+mod batching {
+    use super::*;
+    use crate::batch::{helpers::elementwise, Batch, BatchCx, Batched};
+
+    impl Batch for Binary {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            elementwise(b, *self, cx)
+        }
+    }
+
+    impl Batch for Compare {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            elementwise(b, *self, cx)
+        }
+    }
+
+    impl Batch for Select {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            elementwise(b, *self, cx)
+        }
+    }
+}

@@ -225,3 +225,16 @@ impl crate::ad::Diff for StopGradient {
         Ok(vec![None])
     }
 }
+
+// Batching rules: elementwise.
+impl crate::batch::Batch for Convert {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        crate::batch::helpers::elementwise(b, *self, cx)
+    }
+}
+
+impl crate::batch::Batch for StopGradient {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        crate::batch::helpers::elementwise(b, *self, cx)
+    }
+}

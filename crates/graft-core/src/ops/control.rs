@@ -273,3 +273,29 @@ impl crate::ad::Diff for Checkpoint {
         Ok(res)
     }
 }
+
+// Batching rules: vmap the callee with the operands' batch dims as in_axes
+// (every result batched at 0) and call it; a checkpoint stays a checkpoint.
+mod batching {
+    use super::*;
+    use crate::batch::{vmap_func, Batch, BatchCx, Batched};
+
+    fn batched_callee(func: &Func, cx: &BatchCx<'_>) -> Result<Arc<Func>, IrError> {
+        let out_axes = vec![Some(0); func.outputs.len()];
+        Ok(Arc::new(vmap_func(func, cx.bdims, &out_axes, cx.size)?))
+    }
+
+    impl Batch for Call {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let f = batched_callee(&self.func, cx)?;
+            Ok(b.call(f, cx.args)?.into_iter().map(|o| (o, Some(0))).collect())
+        }
+    }
+
+    impl Batch for Checkpoint {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let f = batched_callee(&self.func, cx)?;
+            Ok(b.checkpoint(f, cx.args)?.into_iter().map(|o| (o, Some(0))).collect())
+        }
+    }
+}

@@ -585,3 +585,77 @@ impl ConvGeneral {
         b.transpose(r, &swap01)
     }
 }
+
+// Batching rule, never a loop. Layouts: lhs `[N, C, sp...]`, rhs
+// `[O, C/G, k...]`, out `[N, O, osp...]`.
+// - lhs batched: the batch folds into N.
+// - both batched: the batch folds into the feature groups: lhs channels
+//   `(b, c)` and rhs output channels `(b, o)` flattened batch-major with
+//   `B * G` groups give exactly the per-example grouping.
+// - rhs batched: the batch folds into O within each group (rhs reordered to
+//   `[G, B, O/G]` so group `g` still owns a contiguous channel block).
+impl crate::batch::Batch for ConvGeneral {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        use crate::batch::helpers::move_bdim;
+        let size = cx.size;
+        let g = self.feature_group_count;
+        match (cx.bdims[0], cx.bdims[1]) {
+            (Some(ld), None) => {
+                let x = move_bdim(b, cx.args[0], ld, 0)?;
+                let shape = b.ty(x)?.shape.clone();
+                let mut folded = vec![shape[0] * shape[1]];
+                folded.extend_from_slice(&shape[2..]);
+                let xf = b.reshape(x, &folded)?;
+                let y = b.conv_general(xf, cx.args[1], self.clone())?;
+                let mut out = b.ty(y)?.shape.clone();
+                out[0] = shape[1];
+                out.insert(0, shape[0]);
+                Ok(vec![(b.reshape(y, &out)?, Some(0))])
+            }
+            (Some(ld), Some(rd)) => {
+                let x = move_bdim(b, cx.args[0], ld, 1)?; // [N, B, C, sp...]
+                let xs = b.ty(x)?.shape.clone();
+                let mut xf = vec![xs[0], xs[1] * xs[2]];
+                xf.extend_from_slice(&xs[3..]);
+                let x = b.reshape(x, &xf)?;
+                let w = move_bdim(b, cx.args[1], rd, 0)?; // [B, O, C/G, k...]
+                let ws = b.ty(w)?.shape.clone();
+                let mut wf = vec![ws[0] * ws[1]];
+                wf.extend_from_slice(&ws[2..]);
+                let w = b.reshape(w, &wf)?;
+                let op = ConvGeneral { feature_group_count: g * size, ..self.clone() };
+                let y = b.conv_general(x, w, op)?; // [N, B*O, osp...]
+                let mut ys = b.ty(y)?.shape.clone();
+                ys[1] = ws[1];
+                ys.insert(1, size);
+                Ok(vec![(b.reshape(y, &ys)?, Some(1))])
+            }
+            (None, Some(rd)) => {
+                let w = move_bdim(b, cx.args[1], rd, 0)?; // [B, O, C/G, k...]
+                let ws = b.ty(w)?.shape.clone();
+                let (o, k) = (ws[1], ws.len() - 3);
+                let mut split = vec![size, g, o / g];
+                split.extend_from_slice(&ws[2..]);
+                let w = b.reshape(w, &split)?;
+                let mut perm = vec![1, 0];
+                perm.extend(2..split.len());
+                let w = b.transpose(w, &perm)?; // [G, B, O/G, C/G, k...]
+                let mut wf = vec![size * o];
+                wf.extend_from_slice(&ws[2..]);
+                let w = b.reshape(w, &wf)?;
+                let y = b.conv_general(cx.args[0], w, self.clone())?; // [N, G*B*O/G, osp...]
+                let ys = b.ty(y)?.shape.clone();
+                let mut split = vec![ys[0], g, size, o / g];
+                split.extend_from_slice(&ys[2..]);
+                let y = b.reshape(y, &split)?;
+                let mut perm = vec![2, 0, 1, 3];
+                perm.extend(4..4 + k);
+                let y = b.transpose(y, &perm)?; // [B, N, G, O/G, osp...]
+                let mut out = vec![size, ys[0], o];
+                out.extend_from_slice(&ys[2..]);
+                Ok(vec![(b.reshape(y, &out)?, Some(0))])
+            }
+            (None, None) => Err(crate::batch::no_rule(self.name(), "internal error: called with no batched operand")),
+        }
+    }
+}

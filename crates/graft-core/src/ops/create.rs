@@ -237,3 +237,17 @@ impl crate::ad::Diff for Constant {
         Ok(Vec::new())
     }
 }
+
+// Batching rules: no operands, so nothing is ever batched; the results are
+// shared by every example (the driver copies such equations itself).
+impl crate::batch::Batch for Iota {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        Ok(b.emit(self.clone(), cx.args)?.into_iter().map(|o| (o, None)).collect())
+    }
+}
+
+impl crate::batch::Batch for Constant {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        Ok(b.emit(self.clone(), cx.args)?.into_iter().map(|o| (o, None)).collect())
+    }
+}

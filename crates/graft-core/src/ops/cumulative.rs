@@ -371,3 +371,12 @@ impl Cumulative {
         Ok(vec![Some(acc)])
     }
 }
+
+// Batching rule: scan along the shifted axis; the batch dim stays put.
+impl crate::batch::Batch for Cumulative {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        let d = cx.bdims[0].expect("internal error: a one-operand batching rule runs only on a batched operand");
+        let axis = crate::batch::helpers::phys_axis(self.axis, d);
+        Ok(vec![(b.cumulative(self.kind, cx.args[0], axis, self.reverse)?, Some(d))])
+    }
+}

@@ -323,3 +323,56 @@ impl Builder {
         self.emit(CustomVjp { func, fwd, bwd }, args)
     }
 }
+
+// Batching rules: every operand is brought to batch dim 0 and every
+// sub-function (the function and its user rules) is vmapped with all axes 0,
+// so the custom rule survives vmap: the batched rule is the user's rule,
+// vectorized, and it still applies when the batched function is differentiated.
+mod batching {
+    use super::*;
+    use crate::batch::helpers::all_to_front;
+    use crate::batch::{vmap_func, Batch, BatchCx, Batched};
+
+    fn all0(f: &Func, size: usize) -> Result<Arc<Func>, IrError> {
+        let ins = vec![Some(0); f.params.len()];
+        let outs = vec![Some(0); f.outputs.len()];
+        Ok(Arc::new(vmap_func(f, &ins, &outs, size)?))
+    }
+
+    fn at0(outs: Vec<Value>) -> Batched {
+        outs.into_iter().map(|o| (o, Some(0))).collect()
+    }
+
+    impl Batch for CustomJvp {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let args = all_to_front(b, cx)?;
+            let op = CustomJvp { func: all0(&self.func, cx.size)?, rule: all0(&self.rule, cx.size)? };
+            Ok(at0(b.emit(op, &args)?))
+        }
+    }
+
+    impl Batch for CustomVjp {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let args = all_to_front(b, cx)?;
+            let op = CustomVjp {
+                func: all0(&self.func, cx.size)?,
+                fwd: all0(&self.fwd, cx.size)?,
+                bwd: all0(&self.bwd, cx.size)?,
+            };
+            Ok(at0(b.emit(op, &args)?))
+        }
+    }
+
+    impl Batch for CustomVjpTangent {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let args = all_to_front(b, cx)?;
+            let op = CustomVjpTangent {
+                jvp: all0(&self.jvp, cx.size)?,
+                bwd: all0(&self.bwd, cx.size)?,
+                n_primals: self.n_primals,
+                n_residuals: self.n_residuals,
+            };
+            Ok(at0(b.emit(op, &args)?))
+        }
+    }
+}

@@ -830,3 +830,134 @@ mod diff {
         }
     }
 }
+
+// Batching rules. gather/scatter_add use their `batch_dims` parameter: the
+// batch dims of the operands go to the front and `batch_dims` grows by one.
+mod batching {
+    use super::*;
+    use crate::batch::helpers::{all_to_front, bdim_to_front, move_bdim};
+    use crate::batch::{Batch, BatchCx, Batched};
+
+    impl Batch for Gather {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            // Shared operand, no batch dims: the indices' batch dim is just
+            // one more index position (`I...`), so nothing is materialized.
+            if let (None, Some(id), 0) = (cx.bdims[0], cx.bdims[1], self.batch_dims) {
+                let idx = move_bdim(b, cx.args[1], id, 0)?;
+                return Ok(vec![(b.emit1(self.clone(), &[cx.args[0], idx])?, Some(0))]);
+            }
+            let args = all_to_front(b, cx)?;
+            let op = Gather {
+                batch_dims: self.batch_dims + 1,
+                index_dims: self.index_dims.iter().map(|d| d + 1).collect(),
+                mode: self.mode,
+            };
+            Ok(vec![(b.emit1(op, &args)?, Some(0))])
+        }
+    }
+
+    impl Batch for ScatterAdd {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let args = all_to_front(b, cx)?;
+            let op = ScatterAdd {
+                batch_dims: self.batch_dims + 1,
+                index_dims: self.index_dims.iter().map(|d| d + 1).collect(),
+                mode: self.mode,
+            };
+            Ok(vec![(b.emit1(op, &args)?, Some(0))])
+        }
+    }
+
+    /// Index vectors `[size, sizes..., r]` (i64) of every position of a
+    /// block of `sizes` at per-example starts (clamped like dynamic_slice
+    /// into `[0, full - sizes]`), for a gather/scatter over the batch.
+    fn block_indices(
+        b: &mut Builder,
+        starts: &[Value],
+        bdims: &[Option<usize>],
+        full: &[usize],
+        sizes: &[usize],
+        size: usize,
+    ) -> Result<Value, IrError> {
+        let mut shape = vec![size];
+        shape.extend_from_slice(sizes);
+        let mut col_shape = shape.clone();
+        col_shape.push(1);
+        let mut cols = Vec::with_capacity(starts.len());
+        for (d, (&s, &sd)) in starts.iter().zip(bdims).enumerate() {
+            let s = b.convert(s, DType::I64)?;
+            let s = bdim_to_front(b, s, sd, size)?;
+            let lo = b.full(0.0, &TensorType::new(DType::I64, vec![size]))?;
+            let hi = b.full((full[d] - sizes[d]) as f64, &TensorType::new(DType::I64, vec![size]))?;
+            let s = b.max(s, lo)?;
+            let s = b.min(s, hi)?;
+            let sb = b.broadcast_in_dim(s, &shape, &[0])?;
+            let io = b.iota(DType::I64, &shape, d + 1)?;
+            let ix = b.add(sb, io)?;
+            cols.push(b.reshape(ix, &col_shape)?);
+        }
+        b.concatenate(&cols, shape.len())
+    }
+
+    // Batched starts: the block is gathered at per-example index vectors
+    // (one per block position), so there is still no loop over the batch.
+    impl Batch for DynamicSlice {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let rank = self.sizes.len();
+            if cx.bdims[1..].iter().all(Option::is_none) {
+                let d = cx.bdims[0].expect("internal error: a batching rule runs only with a batched operand");
+                let dt = cx.args.get(1).map(|&s| b.ty(s).map(|t| t.dtype)).transpose()?.unwrap_or(DType::I32);
+                let zero = b.scalar(0.0, dt)?;
+                let mut starts = cx.args[1..].to_vec();
+                starts.insert(d, zero);
+                let mut sizes = self.sizes.clone();
+                sizes.insert(d, cx.size);
+                return Ok(vec![(b.dynamic_slice(cx.args[0], &starts, &sizes)?, Some(d))]);
+            }
+            let (x, full) = match cx.bdims[0] {
+                Some(d) => {
+                    let x = move_bdim(b, cx.args[0], d, 0)?;
+                    let full = b.ty(x)?.shape[1..].to_vec();
+                    (x, full)
+                }
+                None => (cx.args[0], b.ty(cx.args[0])?.shape.clone()),
+            };
+            let idx = block_indices(b, &cx.args[1..], &cx.bdims[1..], &full, &self.sizes, cx.size)?;
+            let out = match cx.bdims[0] {
+                Some(_) => b.gather(x, idx, 1, &(1..=rank).collect::<Vec<_>>(), IndexMode::Clip)?,
+                None => b.gather(x, idx, 0, &(0..rank).collect::<Vec<_>>(), IndexMode::Clip)?,
+            };
+            Ok(vec![(out, Some(0))])
+        }
+    }
+
+    // Batched starts: scatter the update into zeros at the block's index
+    // vectors and choose it where a scattered count of ones is positive, so
+    // the written values are exactly the update's (no `x + (u - x)` rounding).
+    impl Batch for DynamicUpdateSlice {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let data = BatchCx { args: &cx.args[..2], bdims: &cx.bdims[..2], size: cx.size };
+            let args = all_to_front(b, &data)?;
+            let (x, u) = (args[0], args[1]);
+            if cx.bdims[2..].iter().all(Option::is_none) {
+                let dt = cx.args.get(2).map(|&s| b.ty(s).map(|t| t.dtype)).transpose()?.unwrap_or(DType::I32);
+                let zero = b.scalar(0.0, dt)?;
+                let mut starts = cx.args[2..].to_vec();
+                starts.insert(0, zero);
+                return Ok(vec![(b.dynamic_update_slice(x, u, &starts)?, Some(0))]);
+            }
+            let (xt, ut) = (b.ty(x)?.clone(), b.ty(u)?.clone());
+            let rank = xt.rank() - 1;
+            let idx = block_indices(b, &cx.args[2..], &cx.bdims[2..], &xt.shape[1..], &ut.shape[1..], cx.size)?;
+            let dims: Vec<usize> = (1..=rank).collect();
+            let zeros = b.zeros(&xt)?;
+            let scattered = b.scatter_add(zeros, idx, u, 1, &dims, IndexMode::Clip)?;
+            let count0 = b.zeros(&TensorType::new(DType::I32, xt.shape.clone()))?;
+            let ones = b.ones(&TensorType::new(DType::I32, ut.shape.clone()))?;
+            let count = b.scatter_add(count0, idx, ones, 1, &dims, IndexMode::Clip)?;
+            let zi = b.zeros(&TensorType::new(DType::I32, xt.shape.clone()))?;
+            let mask = b.gt(count, zi)?;
+            Ok(vec![(b.select(mask, scattered, x)?, Some(0))])
+        }
+    }
+}

@@ -624,3 +624,45 @@ impl crate::ad::Diff for DotGeneral {
         }
     }
 }
+
+// Batching rule, never a loop. Both sides batched: the batch dims become a
+// new leading batch-dimension pair, so the result's batch dim is 0. One side
+// batched: its batch dim is an extra free dim of that side; the result lists
+// batch dims, then lhs free dims, then rhs free dims (each in operand order),
+// which fixes where the batch dim lands.
+impl crate::batch::Batch for DotGeneral {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        use crate::batch::helpers::{move_bdim, phys_axes};
+        let (lhs, rhs) = (cx.args[0], cx.args[1]);
+        let (lr, rr) = (b.ty(lhs)?.rank(), b.ty(rhs)?.rank());
+        match (cx.bdims[0], cx.bdims[1]) {
+            (Some(ld), Some(rd)) => {
+                let l = move_bdim(b, lhs, ld, 0)?;
+                let r = move_bdim(b, rhs, rd, 0)?;
+                let inc = |v: &[usize]| v.iter().map(|d| d + 1).collect::<Vec<_>>();
+                let mut lb = vec![0];
+                lb.extend(inc(&self.lhs_batch));
+                let mut rb = vec![0];
+                rb.extend(inc(&self.rhs_batch));
+                let out = b.dot_general(l, r, &inc(&self.lhs_contract), &inc(&self.rhs_contract), &lb, &rb)?;
+                Ok(vec![(out, Some(0))])
+            }
+            (Some(ld), None) => {
+                let (lc, lb) = (phys_axes(&self.lhs_contract, ld), phys_axes(&self.lhs_batch, ld));
+                let free = free_dims(lr, &lb, &lc);
+                let pos = lb.len() + free.iter().filter(|&&f| f < ld).count();
+                let out = b.dot_general(lhs, rhs, &lc, &self.rhs_contract, &lb, &self.rhs_batch)?;
+                Ok(vec![(out, Some(pos))])
+            }
+            (None, Some(rd)) => {
+                let (rc, rb) = (phys_axes(&self.rhs_contract, rd), phys_axes(&self.rhs_batch, rd));
+                let lfree = free_dims(lr, &self.lhs_batch, &self.lhs_contract).len();
+                let free = free_dims(rr, &rb, &rc);
+                let pos = rb.len() + lfree + free.iter().filter(|&&f| f < rd).count();
+                let out = b.dot_general(lhs, rhs, &self.lhs_contract, &rc, &self.lhs_batch, &rb)?;
+                Ok(vec![(out, Some(pos))])
+            }
+            (None, None) => Err(crate::batch::no_rule(self.name(), "internal error: called with no batched operand")),
+        }
+    }
+}

@@ -87,6 +87,12 @@ macro_rules! define_prims {
             }
         }
 
+        impl crate::batch::Batch for Prim {
+            fn batch(&self, b: &mut crate::ir::Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, crate::error::IrError> {
+                match self { $( Prim::$variant(p) => p.batch(b, cx), )* }
+            }
+        }
+
         $( impl From<$ty> for Prim {
             fn from(p: $ty) -> Prim { Prim::$variant(p) }
         } )*

@@ -4,7 +4,10 @@
 //!
 //! Keys are `i32[2]` tensors holding the two u32 key words `(k0, k1)` as bit
 //! patterns (JAX's `PRNGKey(seed)` is `(0, seed)` for a seed below 2^32;
-//! building keys from seeds is left to the composite layer).
+//! building keys from seeds is left to the composite layer). A key tensor
+//! `i32[K..., 2]` holds one key per leading index; the result then has the
+//! leading dims `K...` and block `k` is exactly what key `k` alone gives
+//! (this is how vmap gives a batched key independent per-example streams).
 //!
 //! Every output element is a pure function of the key and its row-major
 //! position `i` (a u64 counter): `(y0, y1) = threefry2x32(key, (hi32(i),
@@ -101,21 +104,45 @@ pub struct RandomUniform {
     pub dtype: DType,
 }
 
-/// Checks the single key operand.
-fn check_key(op: &impl Op, ins: &[TensorType]) -> Result<(), TypeError> {
+/// Checks the single key operand and returns its leading key-batch dims:
+/// a key is `i32[2]`, and `i32[K..., 2]` holds one key per index of `K...`
+/// (the form vmap produces for a batched key).
+fn check_key(op: &impl Op, ins: &[TensorType]) -> Result<Vec<usize>, TypeError> {
     check::arity(op, ins, 1)?;
-    if ins[0] != TensorType::new(DType::I32, vec![2]) {
-        return Err(check::err(op, ins, "expected a key of type i32[2] (two u32 key words as bit patterns)"));
+    let k = &ins[0];
+    if k.dtype != DType::I32 || k.shape.last() != Some(&2) {
+        return Err(check::err(
+            op,
+            ins,
+            "expected a key of type i32[2] (two u32 key words as bit patterns), or i32[K..., 2] holding one key per leading index",
+        ));
     }
-    Ok(())
+    Ok(k.shape[..k.rank() - 1].to_vec())
 }
 
-/// Reads the key words from a kernel input.
-fn read_key(t: &Tensor) -> Result<[u32; 2], ExecError> {
-    match input::<i32>(t)? {
-        &[k0, k1] => Ok([k0 as u32, k1 as u32]),
-        _ => Err(ExecError::kernel("random", format!("expected a key of type i32[2], got {}", t.ty()))),
+/// The leading dims followed by `shape`.
+fn with_lead(lead: Vec<usize>, shape: &[usize]) -> Vec<usize> {
+    let mut s = lead;
+    s.extend_from_slice(shape);
+    s
+}
+
+/// Calls `fill(key, block)` for every key of a (possibly key-batched) key
+/// tensor and its block of the output (blocks are contiguous, in key order).
+fn per_key<T>(key: &Tensor, out: &mut [T], mut fill: impl FnMut([u32; 2], &mut [T])) -> Result<(), ExecError> {
+    let words = input::<i32>(key)?;
+    let n_keys = words.len() / 2;
+    if n_keys == 0 {
+        return Ok(());
     }
+    let per = out.len() / n_keys;
+    if per == 0 {
+        return Ok(());
+    }
+    for (w, block) in words.chunks_exact(2).zip(out.chunks_mut(per)) {
+        fill([w[0] as u32, w[1] as u32], block);
+    }
+    Ok(())
 }
 
 impl Op for RandomSplit {
@@ -128,27 +155,26 @@ impl Op for RandomSplit {
     }
 
     fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
-        check_key(self, ins)?;
-        Ok(vec![TensorType::new(DType::I32, vec![self.n, 2])])
+        let lead = check_key(self, ins)?;
+        Ok(vec![TensorType::new(DType::I32, with_lead(lead, &[self.n, 2]))])
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let key = read_key(ins[0])?;
-        let out = output::<i32>(&mut outs[0])?;
-        // Child `i` is words `2i, 2i+1`; CHUNK is even, so chunks hold whole children.
-        let body = |chunk: &mut [i32], first: usize| {
-            for (j, w) in chunk.chunks_exact_mut(2).enumerate() {
-                let [y0, y1] = hash_at(key, first + j);
-                w[0] = y0 as i32;
-                w[1] = y1 as i32;
+        per_key(ins[0], output::<i32>(&mut outs[0])?, |key, out| {
+            // Child `i` is words `2i, 2i+1`; CHUNK is even, so chunks hold whole children.
+            let body = |chunk: &mut [i32], first: usize| {
+                for (j, w) in chunk.chunks_exact_mut(2).enumerate() {
+                    let [y0, y1] = hash_at(key, first + j);
+                    w[0] = y0 as i32;
+                    w[1] = y1 as i32;
+                }
+            };
+            if worth_parallel(out.len()) {
+                out.par_chunks_mut(CHUNK).enumerate().for_each(|(t, chunk)| body(chunk, t * CHUNK / 2));
+            } else {
+                body(out, 0);
             }
-        };
-        if worth_parallel(out.len()) {
-            out.par_chunks_mut(CHUNK).enumerate().for_each(|(t, chunk)| body(chunk, t * CHUNK / 2));
-        } else {
-            body(out, 0);
-        }
-        Ok(())
+        })
     }
 }
 
@@ -162,17 +188,17 @@ impl Op for RandomBits {
     }
 
     fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
-        check_key(self, ins)?;
-        Ok(vec![TensorType::new(DType::I32, self.shape.clone())])
+        let lead = check_key(self, ins)?;
+        Ok(vec![TensorType::new(DType::I32, with_lead(lead, &self.shape))])
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let key = read_key(ins[0])?;
-        fill_indexed(output::<i32>(&mut outs[0])?, |i| {
-            let [y0, y1] = hash_at(key, i);
-            (y0 ^ y1) as i32
-        });
-        Ok(())
+        per_key(ins[0], output::<i32>(&mut outs[0])?, |key, out| {
+            fill_indexed(out, |i| {
+                let [y0, y1] = hash_at(key, i);
+                (y0 ^ y1) as i32
+            })
+        })
     }
 }
 
@@ -186,7 +212,7 @@ impl Op for RandomUniform {
     }
 
     fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
-        check_key(self, ins)?;
+        let lead = check_key(self, ins)?;
         if !self.dtype.is_float() {
             return Err(check::err(
                 self,
@@ -194,25 +220,27 @@ impl Op for RandomUniform {
                 format!("expected a floating-point dtype (f32 or f64), got {}", self.dtype),
             ));
         }
-        Ok(vec![TensorType::new(self.dtype, self.shape.clone())])
+        Ok(vec![TensorType::new(self.dtype, with_lead(lead, &self.shape))])
     }
 
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let key = read_key(ins[0])?;
         let out = &mut outs[0];
         match out.dtype() {
-            DType::F32 => fill_indexed(output::<f32>(out)?, |i| {
-                let [y0, y1] = hash_at(key, i);
-                f32::from_bits(((y0 ^ y1) >> 9) | 0x3f80_0000) - 1.0
+            DType::F32 => per_key(ins[0], output::<f32>(out)?, |key, out| {
+                fill_indexed(out, |i| {
+                    let [y0, y1] = hash_at(key, i);
+                    f32::from_bits(((y0 ^ y1) >> 9) | 0x3f80_0000) - 1.0
+                })
             }),
-            DType::F64 => fill_indexed(output::<f64>(out)?, |i| {
-                let [y0, y1] = hash_at(key, i);
-                let bits = (u64::from(y0) << 32) | u64::from(y1);
-                f64::from_bits((bits >> 12) | 0x3ff0_0000_0000_0000) - 1.0
+            DType::F64 => per_key(ins[0], output::<f64>(out)?, |key, out| {
+                fill_indexed(out, |i| {
+                    let [y0, y1] = hash_at(key, i);
+                    let bits = (u64::from(y0) << 32) | u64::from(y1);
+                    f64::from_bits((bits >> 12) | 0x3ff0_0000_0000_0000) - 1.0
+                })
             }),
-            d => return Err(super::kernel::unsupported(self.name(), d)),
+            d => Err(super::kernel::unsupported(self.name(), d)),
         }
-        Ok(())
     }
 }
 
@@ -248,3 +276,39 @@ macro_rules! no_derivative {
     )*};
 }
 no_derivative!(RandomSplit, RandomBits, RandomUniform);
+
+// Batching rules: only reached with a batched key (an unbatched key is
+// shared by every example: the driver copies the equation unchanged, so all
+// examples draw the same numbers). A batched key gives independent
+// per-example streams: its batch dim moves to the front, where the
+// primitives take it as a leading key dim, and example `i` draws exactly
+// what the unbatched primitive draws with key `i`.
+mod batching {
+    use super::*;
+    use crate::batch::helpers::move_bdim;
+    use crate::batch::{Batch, BatchCx, Batched};
+
+    fn keyed(b: &mut Builder, op: impl Into<crate::ops::Prim>, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+        let d = cx.bdims[0].expect("internal error: a one-operand batching rule runs only on a batched operand");
+        let key = move_bdim(b, cx.args[0], d, 0)?;
+        Ok(vec![(b.emit1(op, &[key])?, Some(0))])
+    }
+
+    impl Batch for RandomSplit {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            keyed(b, *self, cx)
+        }
+    }
+
+    impl Batch for RandomBits {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            keyed(b, self.clone(), cx)
+        }
+    }
+
+    impl Batch for RandomUniform {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            keyed(b, self.clone(), cx)
+        }
+    }
+}

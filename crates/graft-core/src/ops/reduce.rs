@@ -1050,3 +1050,27 @@ mod diff {
         }
     }
 }
+
+// Batching rules: the reduced axes are shifted past the batch dim, which
+// passes through untouched (seed 000: reductions keep their per-example meaning).
+mod batching {
+    use super::*;
+    use crate::batch::helpers::{bdim_after_removing, phys_axes, phys_axis};
+    use crate::batch::{Batch, BatchCx, Batched};
+
+    impl Batch for Reduce {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let d = cx.bdims[0].expect("internal error: a one-operand batching rule runs only on a batched operand");
+            let out = b.reduce(self.kind, cx.args[0], &phys_axes(&self.axes, d))?;
+            Ok(vec![(out, Some(bdim_after_removing(&self.axes, d)))])
+        }
+    }
+
+    impl Batch for ArgReduce {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let d = cx.bdims[0].expect("internal error: a one-operand batching rule runs only on a batched operand");
+            let op = ArgReduce { axis: phys_axis(self.axis, d), ..self.clone() };
+            Ok(vec![(b.emit1(op, &[cx.args[0]])?, Some(bdim_after_removing(&[self.axis], d)))])
+        }
+    }
+}

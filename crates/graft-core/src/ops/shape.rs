@@ -1031,3 +1031,99 @@ mod diff {
         }
     }
 }
+
+// Batching rules. Per-example axes map to physical axes around the batch dim
+// (`phys_axis`); ops that change the layout (broadcast, reshape, concatenate)
+// work with the batch dim at the front.
+mod batching {
+    use super::*;
+    use crate::batch::helpers::{all_to_front, bdim_to_front, move_bdim, phys_axes, phys_axis};
+    use crate::batch::{Batch, BatchCx, Batched};
+    use crate::dtype::DType;
+
+    fn bdim0(cx: &BatchCx<'_>) -> usize {
+        cx.bdims[0].expect("internal error: a one-operand batching rule runs only on a batched operand")
+    }
+
+    impl Batch for BroadcastInDim {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let x = move_bdim(b, cx.args[0], bdim0(cx), 0)?;
+            let mut shape = vec![cx.size];
+            shape.extend_from_slice(&self.shape);
+            let mut dims = vec![0];
+            dims.extend(self.dims.iter().map(|d| d + 1));
+            Ok(vec![(b.broadcast_in_dim(x, &shape, &dims)?, Some(0))])
+        }
+    }
+
+    impl Batch for Reshape {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let x = move_bdim(b, cx.args[0], bdim0(cx), 0)?;
+            let mut shape = vec![cx.size];
+            shape.extend_from_slice(&self.shape);
+            Ok(vec![(b.reshape(x, &shape)?, Some(0))])
+        }
+    }
+
+    // One transpose: the batch dim goes first, the rest permuted as asked.
+    impl Batch for Transpose {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let d = bdim0(cx);
+            let mut perm = vec![d];
+            perm.extend(self.perm.iter().map(|&p| phys_axis(p, d)));
+            Ok(vec![(b.transpose(cx.args[0], &perm)?, Some(0))])
+        }
+    }
+
+    impl Batch for Slice {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let d = bdim0(cx);
+            let (mut start, mut stop, mut stride) = (self.start.clone(), self.stop.clone(), self.stride.clone());
+            start.insert(d, 0);
+            stop.insert(d, cx.size);
+            stride.insert(d, 1);
+            Ok(vec![(b.slice(cx.args[0], &start, &stop, &stride)?, Some(d))])
+        }
+    }
+
+    // A batched pad value: pad with zeros, then choose the per-example value
+    // wherever a padded mask (true on the operand's elements) is false.
+    impl Batch for Pad {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let x = bdim_to_front(b, cx.args[0], cx.bdims[0], cx.size)?;
+            let (mut lo, mut hi, mut interior) = (self.lo.clone(), self.hi.clone(), self.interior.clone());
+            lo.insert(0, 0);
+            hi.insert(0, 0);
+            interior.insert(0, 0);
+            match cx.bdims[1] {
+                None => Ok(vec![(b.pad(x, cx.args[1], &lo, &hi, &interior)?, Some(0))]),
+                Some(vd) => {
+                    let xt = b.ty(x)?.clone();
+                    let zero = b.scalar(0.0, xt.dtype)?;
+                    let padded = b.pad(x, zero, &lo, &hi, &interior)?;
+                    let t = b.full(1.0, &TensorType::new(DType::Bool, xt.shape.clone()))?;
+                    let f = b.scalar(0.0, DType::Bool)?;
+                    let mask = b.pad(t, f, &lo, &hi, &interior)?;
+                    let out_shape = b.ty(padded)?.shape.clone();
+                    let v = move_bdim(b, cx.args[1], vd, 0)?;
+                    let vb = b.broadcast_in_dim(v, &out_shape, &[0])?;
+                    Ok(vec![(b.select(mask, padded, vb)?, Some(0))])
+                }
+            }
+        }
+    }
+
+    impl Batch for Concatenate {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let xs = all_to_front(b, cx)?;
+            Ok(vec![(b.concatenate(&xs, self.axis + 1)?, Some(0))])
+        }
+    }
+
+    impl Batch for Reverse {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let d = bdim0(cx);
+            Ok(vec![(b.reverse(cx.args[0], &phys_axes(&self.axes, d))?, Some(d))])
+        }
+    }
+}

@@ -344,3 +344,10 @@ impl crate::ad::Diff for Unary {
         }
     }
 }
+
+// Batching rule: elementwise, the result keeps the operand's batch dim.
+impl crate::batch::Batch for Unary {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        crate::batch::helpers::elementwise(b, *self, cx)
+    }
+}

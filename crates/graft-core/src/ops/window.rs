@@ -472,3 +472,18 @@ impl ReduceWindow {
         Ok(vec![Some(b.gather(t_flat, idx, 0, &[0], crate::ops::index::IndexMode::Fill)?)])
     }
 }
+
+// Batching rule: a unit window (size 1, stride 1, no padding or dilation)
+// along the batch dim, which therefore stays put.
+impl crate::batch::Batch for ReduceWindow {
+    fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        let d = cx.bdims[0].expect("internal error: a one-operand batching rule runs only on a batched operand");
+        let mut op = self.clone();
+        op.window.insert(d, 1);
+        op.strides.insert(d, 1);
+        op.padding.insert(d, (0, 0));
+        op.base_dilation.insert(d, 1);
+        op.window_dilation.insert(d, 1);
+        Ok(vec![(b.emit1(op, &[cx.args[0]])?, Some(d))])
+    }
+}
