@@ -31,6 +31,13 @@
 //! polynomial/rational (Cephes), else `1 - 2 / (e^(2a) + 1)`; both are
 //! computed and the right one selected.
 
+// Coefficients are quoted as published (Cephes, fdlibm); they round to the
+// intended binary values.
+#![allow(clippy::excessive_precision)]
+// `max(..).min(..)` rather than `clamp`: it maps NaN to a bound (keeping the
+// integer exponent arithmetic in range); NaN is restored at the end.
+#![allow(clippy::manual_clamp)]
+
 /// `e^x` for one f32 (the element function of [`exp_f32_slice`]).
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
