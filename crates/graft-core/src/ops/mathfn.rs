@@ -13,7 +13,7 @@
 //!   1 ulp), including results in the subnormal range.
 //! - Specials: `exp(NaN) = NaN`, `exp(+inf) = +inf`, `exp(-inf) = +0`,
 //!   overflow gives `+inf`, underflow gives the (sub)normal result rounded
-//!   once, or `+0`. `tanh(±inf) = ±1`, `tanh(NaN) = NaN`, `tanh(±0) = ±0`,
+//!   once, or `+0`. `tanh(±inf) = ±1`, NaN in gives the same NaN (bits) out, `tanh(±0) = ±0`,
 //!   `tanh` is exactly odd (computed on `|x|`, sign copied back), and tiny
 //!   `x` gives `x`.
 //! - Deterministic: Rust never contracts `a*b+c` into an FMA, so the result
@@ -137,7 +137,15 @@ pub fn tanh_f32(x: f32) -> f32 {
     // Large |x|: exp overflows to +inf for a > ~44, giving exactly 1.
     let large = 1.0 - 2.0 / (exp_f32(2.0 * a) + 1.0);
     let r = if a < 0.625 { small } else { large };
-    f32::from_bits(r.to_bits() | (x.to_bits() & SIGN))
+    let y = f32::from_bits(r.to_bits() | (x.to_bits() & SIGN));
+    // NaN is returned as given: a NaN produced by the arithmetic would have
+    // a payload that depends on operand order, which differs between the
+    // vector body and the scalar tail of a loop.
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
 }
 
 /// `tanh(x)` for one f64 (the element function of [`tanh_f64_slice`]).
@@ -154,7 +162,15 @@ pub fn tanh_f64(x: f64) -> f64 {
     let small = a + a * z * (p / q);
     let large = 1.0 - 2.0 / (exp_f64(2.0 * a) + 1.0);
     let r = if a < 0.625 { small } else { large };
-    f64::from_bits(r.to_bits() | (x.to_bits() & SIGN))
+    let y = f64::from_bits(r.to_bits() | (x.to_bits() & SIGN));
+    // NaN is returned as given: a NaN produced by the arithmetic would have
+    // a payload that depends on operand order, which differs between the
+    // vector body and the scalar tail of a loop.
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
 }
 
 macro_rules! slice_fn {
