@@ -326,7 +326,7 @@ fn values_read_after_the_group_are_materialised() {
     let xs = xin.to_vec::<f64>().unwrap();
     let ws = got[0].to_vec::<f64>().unwrap();
     for i in [0, 1, 777, 4999] {
-        let e = xs[i].exp();
+        let e = graft_core::ops::mathfn::exp_f64(xs[i]);
         assert_eq!(ws[i].to_bits(), (e * xs[i] - e).to_bits());
     }
 }
@@ -389,7 +389,7 @@ fn fused_chain_matches_a_scalar_reference() {
                 0 => r.sin(),
                 1 => r.cos(),
                 2 => -r,
-                _ => r.tanh(),
+                _ => graft_core::ops::mathfn::tanh_f32(r),
             };
         }
         assert_eq!(out[i].to_bits(), r.to_bits(), "element {i}");

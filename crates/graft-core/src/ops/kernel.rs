@@ -100,7 +100,7 @@ pub fn unsupported(prim: &str, dtype: DType) -> ExecError {
 }
 
 /// Floating-point element types, with the special functions kernels need.
-pub trait Real: BlockElem + num_traits::Float + Send + Sync {
+pub trait Real: BlockElem + num_traits::Float + super::mathfn::SliceMath + Send + Sync {
     /// The error function.
     fn erf(self) -> Self;
     /// Round to nearest, ties to even.

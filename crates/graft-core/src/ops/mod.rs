@@ -18,6 +18,7 @@ pub mod custom;
 pub mod index;
 pub mod kernel;
 pub mod linalg;
+pub mod mathfn;
 pub mod random;
 pub mod reduce;
 pub mod shape;

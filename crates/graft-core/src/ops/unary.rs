@@ -3,6 +3,9 @@
 //! Dtype rules: `neg`, `abs`, `sign` take any numeric dtype; `not` takes
 //! bool (logical) or integers (bitwise); everything else needs a float.
 //! `round` rounds half to even (NumPy's `round`, not C's `round`).
+//! `exp` and `tanh` use the vectorised approximations of `ops::mathfn`
+//! (within 2 ulp of the correctly rounded result, exact specials); the
+//! other transcendentals call std/libm per element.
 
 use super::kernel::{check_block, for_blocks, unsupported, zip1, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
@@ -106,7 +109,7 @@ impl Unary {
                     T::zero()
                 }
             }
-            Unary::Exp => x.exp(),
+            Unary::Exp => x.exp1(),
             Unary::Expm1 => x.exp_m1(),
             Unary::Log => x.ln(),
             Unary::Log1p => x.ln_1p(),
@@ -115,7 +118,7 @@ impl Unary {
             Unary::Sin => x.sin(),
             Unary::Cos => x.cos(),
             Unary::Tan => x.tan(),
-            Unary::Tanh => x.tanh(),
+            Unary::Tanh => x.tanh1(),
             Unary::Logistic => one / (one + (-x).exp()),
             Unary::Erf => x.erf(),
             Unary::Floor => x.floor(),
@@ -133,14 +136,16 @@ fn float_block<T: Real>(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(
     macro_rules! per_op {
         ($($v:ident),*) => {
             match op {
+                // Whole-block vectorised loops (`ops::mathfn`), bitwise
+                // equal to `apply` element by element.
+                Unary::Exp => T::exp_slice(a, o),
+                Unary::Tanh => T::tanh_slice(a, o),
                 $(Unary::$v => zip1(a, o, |v| Unary::$v.apply(v)),)*
                 Unary::Not => return Err(unsupported(op.name(), T::DTYPE)),
             }
         };
     }
-    per_op!(
-        Neg, Abs, Sign, Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Sin, Cos, Tan, Tanh, Logistic, Erf, Floor, Ceil, Round
-    );
+    per_op!(Neg, Abs, Sign, Expm1, Log, Log1p, Sqrt, Rsqrt, Sin, Cos, Tan, Logistic, Erf, Floor, Ceil, Round);
     Ok(())
 }
 
