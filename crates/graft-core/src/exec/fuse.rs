@@ -63,7 +63,8 @@
 //! split into contiguous tasks run in parallel with rayon; each task
 //! allocates its scratch once and walks its blocks in order. Each op runs the
 //! same `eval_block` function its unfused kernel runs, on the same elements,
-//! so results are bitwise identical to unfused execution and independent of
+//! so results are bitwise identical to unfused execution (up to which NaN
+//! payload propagates) and independent of
 //! block size and thread count.
 
 use super::ExecOptions;
