@@ -13,6 +13,7 @@ pub mod error;
 pub mod exec;
 pub mod format;
 pub mod ir;
+pub mod jac;
 pub mod npy;
 pub mod ops;
 pub mod opt;
