@@ -126,3 +126,24 @@ hvp = jax.jit(lambda w, v, x: jax.jvp(lambda w_: g(w_, x), (w,), (v,)))
 ws = (jnp.asarray(w1), jnp.asarray(w2))
 vs = (jnp.asarray(rng.standard_normal((256, 256))), jnp.asarray(rng.standard_normal((256, 1))))
 report("jax hvp_tanh_2layer_f64", best_of(lambda: jax.block_until_ready(hvp(ws, vs, jnp.asarray(hx)))))
+
+# Per-example gradients: vmap(grad) of a 784-128-10 MLP over a batch of 64 (f32).
+pw1 = jnp.asarray(rng.standard_normal((128, 784), dtype=np.float32) * 0.05)
+pw2 = jnp.asarray(rng.standard_normal((10, 128), dtype=np.float32) * 0.05)
+px = jnp.asarray(rng.standard_normal((64, 784), dtype=np.float32))
+py = jnp.asarray(np.arange(64, dtype=np.int32) % 10)
+
+
+def example_loss(w1, w2, x, y):
+    logits = jax.nn.relu(x @ w1.T) @ w2.T
+    return -jax.nn.log_softmax(logits)[y]
+
+
+peg = jax.jit(jax.vmap(jax.grad(example_loss, argnums=(0, 1)), in_axes=(None, None, 0, 0)))
+report("jax per_example_grads_mlp_784_128_10_b64_f32", best_of(lambda: jax.block_until_ready(peg(pw1, pw2, px, py))))
+
+# jacrev of a 100 -> 100 tanh layer (f64).
+ja = jnp.asarray(rng.standard_normal((100, 100)))
+jv = jnp.asarray(rng.standard_normal(100))
+jr = jax.jit(jax.jacrev(lambda a, v: jnp.tanh(a @ v), argnums=1))
+report("jax jacrev_tanh_100x100_f64", best_of(lambda: jax.block_until_ready(jr(ja, jv))))

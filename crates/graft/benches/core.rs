@@ -140,5 +140,55 @@ fn hvp(c: &mut Criterion) {
     bench_func(c, "hvp_tanh_2layer_f64", hvp, &inputs, Throughput::Elements(1));
 }
 
-criterion_group!(benches, matmul, elementwise_chain, conv2d, softmax, mlp_value_and_grad, hvp);
+/// Per-example gradients: vmap(grad) of a 784-128-10 MLP loss over a batch of 64, f32.
+fn per_example_grads(c: &mut Criterion) {
+    let types = vec![
+        TensorType::new(DType::F32, vec![128, 784]),
+        TensorType::new(DType::F32, vec![10, 128]),
+        TensorType::new(DType::F32, vec![784]),
+        TensorType::new(DType::I32, vec![]),
+    ];
+    let f = build("example_loss", &types, |b, p| {
+        let x = b.reshape(p[2], &[1, 784]).unwrap();
+        let h = composite::linalg::linear(b, x, p[0], None).unwrap();
+        let h = composite::math::relu(b, h).unwrap();
+        let logits = composite::linalg::linear(b, h, p[1], None).unwrap();
+        let label = b.reshape(p[3], &[1]).unwrap();
+        vec![composite::loss::cross_entropy(b, logits, label, 1).unwrap()]
+    });
+    let g = ad::grad(&f, &Wrt::Positions(vec![0, 1])).unwrap();
+    let vg = graft_core::batch::vmap_func(&g, &[None, None, Some(0), Some(0)], &[Some(0), Some(0)], 64).unwrap();
+    let inputs = vec![
+        tensor(&types[0], 40),
+        tensor(&types[1], 41),
+        tensor(&TensorType::new(DType::F32, vec![64, 784]), 42),
+        Tensor::from_fn(&TensorType::new(DType::I32, vec![64]), |i| (i % 10) as f64),
+    ];
+    let flops = 3 * 2 * 64 * (784 * 128 + 128 * 10) as u64;
+    bench_func(c, "per_example_grads_mlp_784_128_10_b64_f32", vg, &inputs, Throughput::Elements(flops));
+}
+
+/// jacrev of a 100 -> 100 tanh layer (f64): one VJP vmapped over 100 cotangents.
+fn jacrev_tanh_layer(c: &mut Criterion) {
+    let types = vec![TensorType::new(DType::F64, vec![100, 100]), TensorType::new(DType::F64, vec![100])];
+    let f = build("tanh_layer", &types, |b, p| {
+        let z = b.dot_general(p[0], p[1], &[1], &[0], &[], &[]).unwrap();
+        vec![b.tanh(z).unwrap()]
+    });
+    let j = graft_core::jac::jacrev(&f, 1).unwrap();
+    let inputs: Vec<Tensor> = types.iter().enumerate().map(|(i, t)| tensor(t, 50 + i as u64)).collect();
+    bench_func(c, "jacrev_tanh_100x100_f64", j, &inputs, Throughput::Elements(1));
+}
+
+criterion_group!(
+    benches,
+    matmul,
+    elementwise_chain,
+    conv2d,
+    softmax,
+    mlp_value_and_grad,
+    hvp,
+    per_example_grads,
+    jacrev_tanh_layer
+);
 criterion_main!(benches);
