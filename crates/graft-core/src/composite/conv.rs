@@ -287,27 +287,7 @@ fn operands(b: &Builder, op: &str, x: Value, w: Value, want_spatial: Option<usiz
             ));
         }
     }
-    let unbatched = if xt.rank() == spatial + 2 {
-        false
-    } else if xt.rank() == spatial + 1 {
-        true
-    } else {
-        return Err(IrError::invalid(
-            op,
-            format!(
-                "expected an input of rank {} ([N, C, *spatial]) or {} (unbatched [C, *spatial]) for a weight {wt}, got {xt}",
-                spatial + 2,
-                spatial + 1
-            ),
-        ));
-    };
-    let x = if unbatched {
-        let mut shape = vec![1];
-        shape.extend_from_slice(&xt.shape);
-        TensorType::new(xt.dtype, shape)
-    } else {
-        xt
-    };
+    let (unbatched, x) = with_batch_dim(op, xt, spatial, &format!(" for a weight {wt}"))?;
     Ok(Operands { x, w: wt, spatial, unbatched })
 }
 
@@ -600,4 +580,31 @@ fn conv_transpose_impl(
     let xb = add_batch(b, x, &ops)?;
     let y = b.conv_general(xb, wt, params)?;
     finish(b, op, y, bias, &ops)
+}
+
+/// Accepts `[N, C, *spatial]` or unbatched `[C, *spatial]` input types (the
+/// PyTorch convention shared by convolution and pooling) and returns whether
+/// the input was unbatched together with its type viewed as batched.
+pub(crate) fn with_batch_dim(
+    op: &str,
+    xt: TensorType,
+    spatial: usize,
+    context: &str,
+) -> Result<(bool, TensorType), IrError> {
+    if xt.rank() == spatial + 2 {
+        return Ok((false, xt));
+    }
+    if xt.rank() != spatial + 1 {
+        return Err(IrError::invalid(
+            op,
+            format!(
+                "expected an input of rank {} ([N, C, *spatial]) or {} (unbatched [C, *spatial]){context}, got {xt}",
+                spatial + 2,
+                spatial + 1
+            ),
+        ));
+    }
+    let mut shape = vec![1];
+    shape.extend_from_slice(&xt.shape);
+    Ok((true, TensorType::new(xt.dtype, shape)))
 }

@@ -135,27 +135,7 @@ struct Geo {
 impl Geo {
     fn new(b: &Builder, op: &str, x: Value, spatial: usize, kernel: &PerDim, o: &PoolOpts) -> Result<Geo, IrError> {
         let xt = b.ty(x)?.clone();
-        let unbatched = if xt.rank() == spatial + 2 {
-            false
-        } else if xt.rank() == spatial + 1 {
-            true
-        } else {
-            return Err(IrError::invalid(
-                op,
-                format!(
-                    "expected an input of rank {} ([N, C, *spatial]) or {} (unbatched [C, *spatial]), got {xt}",
-                    spatial + 2,
-                    spatial + 1
-                ),
-            ));
-        };
-        let xt = if unbatched {
-            let mut s = vec![1];
-            s.extend_from_slice(&xt.shape);
-            TensorType::new(xt.dtype, s)
-        } else {
-            xt
-        };
+        let (unbatched, xt) = super::conv::with_batch_dim(op, xt, spatial, "")?;
         let kernel = kernel.resolve_pos(op, "kernel_size", spatial)?;
         let stride = match &o.stride {
             Some(s) => s.resolve_pos(op, "stride", spatial)?,
