@@ -5,7 +5,7 @@
 
 use super::{jvp_inline, linearize_transpose};
 use crate::error::IrError;
-use crate::ir::{Builder, Func, Value};
+use crate::ir::{copy_eqns, lookup, Builder, Func, Value};
 use crate::opt;
 use crate::types::TensorType;
 
@@ -236,20 +236,10 @@ fn partial_eval(v: &Func, n_known: usize, n_out: usize) -> Result<Split, IrError
     for &p in &v.params[..n_primals] {
         map[p.index()] = Some(fb.param(v.ty(p).clone()));
     }
-    let get = |map: &[Option<Value>], x: Value| {
-        map[x.index()]
-            .ok_or_else(|| IrError::invalid("vjp", format!("internal error: {x} unavailable while splitting")))
-    };
-    for eqn in v.eqns.iter().filter(|e| !e.outputs.iter().any(|o| late[o.index()])) {
-        let ins: Vec<Value> = eqn.inputs.iter().map(|&x| get(&map, x)).collect::<Result<_, _>>()?;
-        fb.set_loc(eqn.loc.clone());
-        for (&o, n) in eqn.outputs.iter().zip(fb.emit(eqn.prim.clone(), &ins)?) {
-            map[o.index()] = Some(n);
-        }
-    }
-    let mut fwd_outs: Vec<Value> = v.outputs[..n_out].iter().map(|&x| get(&map, x)).collect::<Result<_, _>>()?;
+    copy_eqns(&mut fb, v.eqns.iter().filter(|e| !e.outputs.iter().any(|o| late[o.index()])), &mut map)?;
+    let mut fwd_outs: Vec<Value> = v.outputs[..n_out].iter().map(|&x| lookup(&map, x)).collect::<Result<_, _>>()?;
     for &r in &residuals {
-        fwd_outs.push(get(&map, r)?);
+        fwd_outs.push(lookup(&map, r)?);
     }
     let forward = opt::simplify(&fb.finish(&fwd_outs)?);
     // Pullback: residual and cotangent params, late equations.
@@ -261,14 +251,8 @@ fn partial_eval(v: &Func, n_known: usize, n_out: usize) -> Result<Split, IrError
     for &c in &v.params[n_primals..] {
         pmap[c.index()] = Some(pb.param(v.ty(c).clone()));
     }
-    for eqn in v.eqns.iter().filter(|e| e.outputs.iter().any(|o| late[o.index()])) {
-        let ins: Vec<Value> = eqn.inputs.iter().map(|&x| get(&pmap, x)).collect::<Result<_, _>>()?;
-        pb.set_loc(eqn.loc.clone());
-        for (&o, n) in eqn.outputs.iter().zip(pb.emit(eqn.prim.clone(), &ins)?) {
-            pmap[o.index()] = Some(n);
-        }
-    }
-    let grads: Vec<Value> = v.outputs[n_out..].iter().map(|&x| get(&pmap, x)).collect::<Result<_, _>>()?;
+    copy_eqns(&mut pb, v.eqns.iter().filter(|e| e.outputs.iter().any(|o| late[o.index()])), &mut pmap)?;
+    let grads: Vec<Value> = v.outputs[n_out..].iter().map(|&x| lookup(&pmap, x)).collect::<Result<_, _>>()?;
     let pullback = pb.finish(&grads)?;
     Ok(Split { forward, rest: pullback, n_outputs: n_out })
 }

@@ -17,7 +17,7 @@
 
 use super::{jvp_inline, Diff, TransposeCx};
 use crate::error::IrError;
-use crate::ir::{Builder, Func, Value};
+use crate::ir::{copy_eqns, lookup, Builder, Func, Value};
 use crate::ops::Op;
 
 /// Emits into `b` the primal outputs of `f(primals)` and the cotangents of
@@ -62,17 +62,7 @@ pub fn linearize_transpose(
     for (&jp, &bp) in j_primals.iter().zip(primals) {
         map[jp.index()] = Some(bp);
     }
-    let mapped = |map: &[Option<Value>], v: Value| {
-        map[v.index()].ok_or_else(|| IrError::invalid("vjp", format!("internal error: forward value {v} missing")))
-    };
-    for eqn in jf.eqns.iter().filter(|e| !e.outputs.iter().any(|v| linear[v.index()])) {
-        let ins: Vec<Value> = eqn.inputs.iter().map(|&v| mapped(&map, v)).collect::<Result<_, _>>()?;
-        b.set_loc(eqn.loc.clone());
-        let outs = b.emit(eqn.prim.clone(), &ins)?;
-        for (&v, o) in eqn.outputs.iter().zip(outs) {
-            map[v.index()] = Some(o);
-        }
-    }
+    copy_eqns(b, jf.eqns.iter().filter(|e| !e.outputs.iter().any(|v| linear[v.index()])), &mut map)?;
 
     // 4. Transpose the linear part.
     let mut ct: Vec<Option<Value>> = vec![None; jf.n_values()];
@@ -91,7 +81,7 @@ pub fn linearize_transpose(
         let inputs: Vec<Option<Value>> = eqn
             .inputs
             .iter()
-            .map(|&v| if linear[v.index()] { Ok(None) } else { mapped(&map, v).map(Some) })
+            .map(|&v| if linear[v.index()] { Ok(None) } else { lookup(&map, v).map(Some) })
             .collect::<Result<_, _>>()?;
         let in_types: Vec<_> = eqn.inputs.iter().map(|&v| jf.ty(v).clone()).collect();
         let out_types: Vec<_> = eqn.outputs.iter().map(|&v| jf.ty(v).clone()).collect();
@@ -118,7 +108,7 @@ pub fn linearize_transpose(
         }
     }
     b.set_loc(None);
-    let outs: Vec<Value> = j_outs.iter().map(|&v| mapped(&map, v)).collect::<Result<_, _>>()?;
+    let outs: Vec<Value> = j_outs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
     let grads = j_tangents.iter().map(|t| t.and_then(|t| ct[t.index()])).collect();
     Ok((outs, grads))
 }

@@ -11,10 +11,12 @@
 //! tables are plain vectors.
 
 mod builder;
+mod copy;
 mod print;
 mod verify;
 
 pub use builder::Builder;
+pub use copy::{copy_eqns, lookup};
 pub use print::print_func;
 pub use verify::verify;
 

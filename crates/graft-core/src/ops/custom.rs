@@ -181,25 +181,6 @@ impl Op for CustomVjpTangent {
     }
 }
 
-/// Copies `f`'s equations into `b` with `args` as its parameters.
-fn inline(b: &mut Builder, f: &Func, args: &[Value]) -> Result<Vec<Value>, IrError> {
-    let mut env: Vec<Option<Value>> = vec![None; f.n_values()];
-    for (&p, &a) in f.params.iter().zip(args) {
-        env[p.index()] = Some(a);
-    }
-    let get = |env: &[Option<Value>], v: Value| {
-        env[v.index()]
-            .ok_or_else(|| IrError::invalid("inline", format!("internal error: {v} undefined in @{}", f.name)))
-    };
-    for eqn in &f.eqns {
-        let ins: Vec<Value> = eqn.inputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;
-        for (&o, n) in eqn.outputs.iter().zip(b.emit(eqn.prim.clone(), &ins)?) {
-            env[o.index()] = Some(n);
-        }
-    }
-    f.outputs.iter().map(|&v| get(&env, v)).collect()
-}
-
 impl Diff for CustomJvp {
     fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let mut args = cx.primals.to_vec();
@@ -209,7 +190,7 @@ impl Diff for CustomJvp {
                 args.push(t);
             }
         }
-        let outs = inline(b, &self.rule, &args)?;
+        let outs = b.inline(&self.rule, &args)?;
         let n = cx.outputs.len();
         let mut res = vec![None; n];
         let float_outs: Vec<usize> = (0..n).filter(|&i| self.func.ty(self.func.outputs[i]).dtype.is_float()).collect();
