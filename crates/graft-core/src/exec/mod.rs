@@ -234,10 +234,51 @@ thread_local! {
     static NESTED_PEAK: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Runs a function once (verifying and planning it first). Convenience for
-/// tests and for primitives that hold sub-functions.
+/// Runs a function, planning it at most once per callee: the plan (and its
+/// buffer pool) is cached by [`plan_cached`], so a sub-function run on every
+/// iteration of a loop, or on every call of an enclosing function, is
+/// verified and planned only the first time.
 pub fn run_func(func: impl Into<Arc<Func>>, inputs: &[&Tensor]) -> Result<Vec<Tensor>, ExecError> {
-    Executable::new(func)?.run(inputs)
+    plan_cached(&func.into())?.run(inputs)
+}
+
+// Note [Plan cache]
+// Sub-functions are held as `Arc<Func>` and never mutated after
+// construction, so the allocation's address identifies the function while it
+// is alive. The cache maps that address to the plan, together with a `Weak`
+// that tells whether the address still belongs to the same function (an
+// address can be reused after the function is dropped). Dead entries are
+// swept when the cache has doubled since the last sweep, so the cache
+// stays proportional to the live sub-functions.
+struct PlanCache {
+    plans: HashMap<usize, (std::sync::Weak<Func>, Arc<Executable>)>,
+    sweep_at: usize,
+}
+
+static PLANS: Mutex<Option<PlanCache>> = Mutex::new(None);
+
+/// The plan of `func`, made on first use and shared afterwards (see
+/// Note [Plan cache]). Planning uses [`ExecOptions::from_env`].
+pub fn plan_cached(func: &Arc<Func>) -> Result<Arc<Executable>, ExecError> {
+    let key = Arc::as_ptr(func) as usize;
+    {
+        let guard = PLANS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((weak, exe)) = guard.as_ref().and_then(|c| c.plans.get(&key)) {
+            if weak.upgrade().is_some_and(|f| Arc::ptr_eq(&f, func)) {
+                return Ok(exe.clone());
+            }
+        }
+    }
+    // Plan outside the lock: planning may itself plan nested callees.
+    let exe = Arc::new(Executable::new(func.clone())?);
+    let mut guard = PLANS.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = guard.get_or_insert_with(|| PlanCache { plans: HashMap::new(), sweep_at: 64 });
+    cache.plans.insert(key, (Arc::downgrade(func), exe.clone()));
+    if cache.plans.len() >= cache.sweep_at {
+        cache.plans.retain(|_, (w, _)| w.strong_count() > 0);
+        cache.sweep_at = (cache.plans.len() * 2).max(64);
+    }
+    Ok(exe)
 }
 
 fn internal(msg: String) -> ExecError {

@@ -1,0 +1,353 @@
+//! The syntax tree of a graft program, as the parser produces it.
+//!
+//! Every node carries the byte span of the source it came from, so any later
+//! stage (checker, lowering, transforms, run time) can point at the user's
+//! text. The tree is deliberately close to the surface syntax: sugar such as
+//! `x |> f` and transforms written as calls stay distinct nodes so `graft
+//! ast` can print what the user wrote; the checker gives them meaning.
+
+use std::fmt;
+
+/// Byte range into the source text.
+pub type Span = std::ops::Range<usize>;
+
+/// A name with where it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+impl fmt::Display for Ident {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// A whole source file: its top-level definitions, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    pub defs: Vec<Def>,
+}
+
+/// `@attr(...)* def name(params) -> ret = expr` or `... { block }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Def {
+    pub attrs: Vec<Attr>,
+    pub name: Ident,
+    pub params: Vec<Param>,
+    /// Declared result type (`-> T`), if written.
+    pub ret: Option<Type>,
+    /// The body; a `{ ... }` body is an [`ExprKind::Block`].
+    pub body: Expr,
+    /// From `def` (or the first attribute) to the end of the body.
+    pub span: Span,
+}
+
+/// An attribute before a definition: `@grad(w)`, `@jvp(x)`,
+/// `@custom_vjp(fwd, bwd)`, `@custom_jvp(rule)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attr {
+    pub name: Ident,
+    pub args: Vec<Arg>,
+    pub span: Span,
+}
+
+/// A typed parameter of a definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub name: Ident,
+    pub ty: Type,
+    pub span: Span,
+}
+
+/// Element types written in source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarType {
+    F32,
+    F64,
+    I32,
+    I64,
+    Bool,
+}
+
+impl ScalarType {
+    /// The keyword as written in source (`f32`, `bool`, ...).
+    pub fn keyword(self) -> &'static str {
+        match self {
+            ScalarType::F32 => "f32",
+            ScalarType::F64 => "f64",
+            ScalarType::I32 => "i32",
+            ScalarType::I64 => "i64",
+            ScalarType::Bool => "bool",
+        }
+    }
+}
+
+/// A type annotation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Type {
+    pub kind: TypeKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeKind {
+    /// `f32`, `i32`, `bool`, ... (a rank-0 tensor).
+    Scalar(ScalarType),
+    /// `tensor[d1, ..., dk, dtype]`.
+    Tensor { dims: Vec<Dim>, dtype: ScalarType },
+    /// `(A, B, ...)`.
+    Tuple(Vec<Type>),
+}
+
+/// One dimension in a tensor type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Dim {
+    /// An integer literal: `3`.
+    Lit(usize, Span),
+    /// A dimension variable: `n`, `batch` (bound by argument shapes at a call).
+    Name(Ident),
+}
+
+/// An expression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+/// Binary operators, by increasing precedence groups:
+/// `or` < `and` < comparisons < `+ -` < `* / @` < `**` (right-assoc).
+/// `|>` binds loosest of all and is [`ExprKind::Pipe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    MatMul,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinOp {
+    /// The operator as written in source.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Pow => "**",
+            BinOp::MatMul => "@",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::And => "and",
+            BinOp::Or => "or",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    /// `-x`
+    Neg,
+    /// `not x`
+    Not,
+}
+
+/// The transforms that are language features. Applying one always needs a
+/// function argument: a bare `grad` or `grad()` is a parse error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransformKind {
+    Grad,
+    ValueAndGrad,
+    Jvp,
+    Vjp,
+    Vmap,
+    Checkpoint,
+    Jacfwd,
+    Jacrev,
+    Hessian,
+}
+
+impl TransformKind {
+    /// The keyword as written in source.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            TransformKind::Grad => "grad",
+            TransformKind::ValueAndGrad => "value_and_grad",
+            TransformKind::Jvp => "jvp",
+            TransformKind::Vjp => "vjp",
+            TransformKind::Vmap => "vmap",
+            TransformKind::Checkpoint => "checkpoint",
+            TransformKind::Jacfwd => "jacfwd",
+            TransformKind::Jacrev => "jacrev",
+            TransformKind::Hessian => "hessian",
+        }
+    }
+
+    /// Looks a keyword up.
+    pub fn from_keyword(s: &str) -> Option<TransformKind> {
+        Some(match s {
+            "grad" => TransformKind::Grad,
+            "value_and_grad" => TransformKind::ValueAndGrad,
+            "jvp" => TransformKind::Jvp,
+            "vjp" => TransformKind::Vjp,
+            "vmap" => TransformKind::Vmap,
+            "checkpoint" => TransformKind::Checkpoint,
+            "jacfwd" => TransformKind::Jacfwd,
+            "jacrev" => TransformKind::Jacrev,
+            "hessian" => TransformKind::Hessian,
+            _ => return None,
+        })
+    }
+}
+
+/// A call argument, positional or `name=value`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arg {
+    pub name: Option<Ident>,
+    pub value: Expr,
+    pub span: Span,
+}
+
+/// One entry of an indexing expression `x[...]`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IndexItem {
+    /// `x[i]`: removes the axis.
+    Single(Expr),
+    /// `x[a:b:c]`, any part optional; keeps the axis.
+    Slice { start: Option<Expr>, stop: Option<Expr>, step: Option<Expr>, span: Span },
+}
+
+/// A binding pattern (`let` left-hand sides, lambda parameters, match arms).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pattern {
+    pub kind: PatternKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PatternKind {
+    /// Binds a name.
+    Var(Ident),
+    /// `_`
+    Wildcard,
+    /// `(p1, p2, ...)`
+    Tuple(Vec<Pattern>),
+    /// An integer literal (match arms only; may be negative).
+    Int(i64),
+    /// `true` / `false` (match arms only).
+    Bool(bool),
+}
+
+/// A statement inside a block.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stmt {
+    /// `let pat (: type)? = value`
+    Let { pat: Pattern, ty: Option<Type>, value: Expr, span: Span },
+}
+
+/// A parameter of a lambda: a pattern with an optional type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LambdaParam {
+    pub pat: Pattern,
+    pub ty: Option<Type>,
+}
+
+/// One arm of a `match`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatchArm {
+    pub pat: Pattern,
+    pub body: Expr,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExprKind {
+    /// Integer literal (untyped until checked: usable as a float).
+    Int(i64),
+    /// Float literal (takes the dtype of its context).
+    Float(f64),
+    Bool(bool),
+    /// String literal (einsum specs).
+    Str(String),
+    /// `[a, b, ...]`: an array literal (nested for higher rank).
+    Array(Vec<Expr>),
+    /// `(a, b, ...)` with at least two elements, or `(a,)`.
+    Tuple(Vec<Expr>),
+    /// A name: variable, function, or builtin.
+    Var(Ident),
+    /// `t.0`
+    Field {
+        base: Box<Expr>,
+        index: usize,
+        index_span: Span,
+    },
+    Unary {
+        op: UnOp,
+        operand: Box<Expr>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    /// `f(args)`; `f` is any expression (`grad(f)(x)` calls a transform's result).
+    Call {
+        func: Box<Expr>,
+        args: Vec<Arg>,
+    },
+    /// `x |> f` (meaning `f(x)`); kept distinct for `graft ast`.
+    Pipe {
+        value: Box<Expr>,
+        func: Box<Expr>,
+    },
+    /// A transform applied to a function: `grad(f, wrt=(a, b))`,
+    /// `vmap(f, axis=0)`, `jvp(f, (x,), (t,))`. `func` is the first
+    /// positional argument; `args` the rest, in order.
+    Transform {
+        kind: TransformKind,
+        func: Box<Expr>,
+        args: Vec<Arg>,
+    },
+    /// `fn (a, b) -> body`
+    Lambda {
+        params: Vec<LambdaParam>,
+        body: Box<Expr>,
+    },
+    /// `if c then a else b`
+    If {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
+    /// `match x { p => e, ... }`
+    Match {
+        scrutinee: Box<Expr>,
+        arms: Vec<MatchArm>,
+    },
+    /// `x[i, a:b, ::-1]`
+    Index {
+        base: Box<Expr>,
+        items: Vec<IndexItem>,
+    },
+    /// `{ stmts... result }`
+    Block {
+        stmts: Vec<Stmt>,
+        result: Box<Expr>,
+    },
+}
