@@ -223,7 +223,11 @@ impl<'t> Parser<'t> {
         if self.pos == start {
             self.bump();
         }
-        while !self.at(&Tok::Eof) && !self.at(&Tok::Def) && !(self.at(&Tok::At) && self.peek().nl_before) {
+        loop {
+            let line_attr = self.at(&Tok::At) && self.peek().nl_before;
+            if self.at(&Tok::Eof) || self.at(&Tok::Def) || line_attr {
+                break;
+            }
             self.bump();
         }
         self.depth = 0;
