@@ -211,7 +211,28 @@ impl<'t> Parser<'t> {
             let mut d = err(t.span.clone(), format!("expected `{c}` to close the {what} opened here"))
                 .with_label(format!("found {}", t.tok.describe()))
                 .with_secondary(open.clone(), format!("the {what} opened here"));
-            if !matches!(t.tok, Tok::RParen | Tok::RBracket | Tok::RBrace) {
+            let infix = matches!(
+                t.tok,
+                Tok::Plus
+                    | Tok::Star
+                    | Tok::Slash
+                    | Tok::StarStar
+                    | Tok::At
+                    | Tok::EqEq
+                    | Tok::NotEq
+                    | Tok::Lt
+                    | Tok::Le
+                    | Tok::Gt
+                    | Tok::Ge
+                    | Tok::And
+                    | Tok::Or
+            );
+            if *close == Tok::RBrace && infix && t.nl_before {
+                d = d.with_note(format!(
+                    "help: a line cannot start with `{}`; to continue an expression, end the previous line with the operator",
+                    t.tok.text()
+                ));
+            } else if *close != Tok::RBrace && !matches!(t.tok, Tok::RParen | Tok::RBracket | Tok::RBrace) {
                 d = d.with_note("help: separate items with `,`");
             }
             d
