@@ -281,7 +281,6 @@ impl Lexer<'_> {
         }
         // A letter glued to a number (`2x`, `1f32`) is almost always a typo.
         if self.peek().is_some_and(is_ident_start) {
-            let suffix_start = self.pos;
             while self.peek().is_some_and(is_ident_char) {
                 self.bump();
             }
@@ -289,7 +288,6 @@ impl Lexer<'_> {
             self.error(
                 Diagnostic::new(Stage::Lex, start..self.pos, format!("invalid number `{text}`"))
                     .with_label("a number cannot be followed directly by letters")
-                    .with_secondary(suffix_start..self.pos, "this suffix")
                     .with_note("help: put a space or an operator between them, e.g. `2 * x`"),
             );
             return;

@@ -255,11 +255,9 @@ impl Parser<'_> {
             Tok::If => self.if_expr(),
             Tok::Fn => self.lambda(),
             Tok::Match => self.match_expr(),
-            Tok::Let => {
-                Err(err(span, "`let` is only allowed inside a `{ }` block").with_label("not an expression").with_note(
-                    "help: write the definition's body as a block: `def f(x: f32) -> f32 { let y = x * x\n  y }`",
-                ))
-            }
+            Tok::Let => Err(err(span, "`let` is only allowed inside a `{ }` block")
+                .with_label("not an expression")
+                .with_note("help: write the body as a block: `def f(x: f32) -> f32 { let y = x * x; y + 1 }`")),
             _ => Err(self.unexpected("an expression")),
         }
     }
@@ -432,9 +430,7 @@ impl Parser<'_> {
                     open,
                     if stmts.is_empty() { "this block is empty" } else { "this block ends with a `let`" },
                 );
-                return Err(
-                    d.with_note("help: write the block's result on its last line, e.g. `{ let y = x * x\n  y }`")
-                );
+                return Err(d.with_note("help: end the block with its value, e.g. `{ let y = x * x; y + 1 }`"));
             }
             if self.at(&Tok::Let) {
                 let stmt = self.let_stmt()?;
@@ -450,7 +446,7 @@ impl Parser<'_> {
             while self.eat(&Tok::Semi).is_some() {}
             let Some(close) = self.eat(&Tok::RBrace) else {
                 let mut d = self.unclosed(&open, &Tok::RBrace, "block");
-                if self.peek().nl_before {
+                if self.peek().nl_before && !self.at(&Tok::Eof) {
                     d = d.with_secondary(result.span.clone(), "this expression is not the last line").with_note(
                         "help: only the last line of a block is an expression (its value); bind earlier values with `let`",
                     );

@@ -424,6 +424,9 @@ impl<'t> Parser<'t> {
                     if let Some(dtype) = scalar_type(&name) {
                         self.eat(&Tok::Comma);
                         if !self.at(&Tok::RBracket) {
+                            if !matches!(self.tok(), Tok::Int(_) | Tok::Ident(_)) {
+                                return Err(self.unclosed(&open, &Tok::RBracket, "tensor type"));
+                            }
                             return Err(err(span, "the element type must be the last entry of `tensor[...]`")
                                 .with_label("element type")
                                 .with_note("help: write the dimensions first, e.g. `tensor[m, n, f32]`"));
