@@ -426,10 +426,12 @@ impl Parser<'_> {
                 continue;
             }
             if self.at(&Tok::RBrace) {
-                let d = err(self.span(), "a block must end with an expression: its value").with_secondary(
-                    open,
-                    if stmts.is_empty() { "this block is empty" } else { "this block ends with a `let`" },
-                );
+                let d = err(self.span(), "a block must end with an expression: its value")
+                    .with_label("expected the block's value before this `}`")
+                    .with_secondary(
+                        open,
+                        if stmts.is_empty() { "this block is empty" } else { "this block ends with a `let`" },
+                    );
                 return Err(d.with_note("help: end the block with its value, e.g. `{ let y = x * x; y + 1 }`"));
             }
             if self.at(&Tok::Let) {
