@@ -128,3 +128,22 @@ fn nesting_below_the_limit_parses() {
     let p = parse(&src).expect("a sum of 100 terms parses");
     assert_eq!(graft_lang::sexpr::program_to_sexpr(&p).matches("(+ {}").count(), depth);
 }
+
+#[test]
+fn nesting_at_the_limit_parses_on_a_small_caller_stack() {
+    // `parse` runs on its own large stack, so the caller's does not matter.
+    let r = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(|| {
+            let d = graft_lang::parser::MAX_DEPTH - 2;
+            let src = format!("def f(x: f32) -> f32 = {}x{}\n", "(".repeat(d), ")".repeat(d));
+            let p = parse(&src).expect("nesting just below the limit parses");
+            let deep = format!("def f(x: f32) -> f32 = {}x{}\n", "(".repeat(d + 10), ")".repeat(d + 10));
+            assert!(parse(&deep).is_err());
+            graft_lang::sexpr::program_to_sexpr(&p).len()
+        })
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    assert!(r > 0);
+}
