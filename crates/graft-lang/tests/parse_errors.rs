@@ -82,6 +82,10 @@ error_case!(line_starting_with_operator, "def f(x: f32, y: f32) -> f32 {\n  let 
 error_case!(two_lets_on_one_line, "def f(x: f32) -> f32 {\n  let a = x let b = a\n  b\n}\n");
 error_case!(let_with_double_equals, "def f(x: f32) -> f32 {\n  let y == x\n  y\n}\n");
 error_case!(let_outside_block, "def f(x: f32) -> f32 = let y = x\n");
+error_case!(
+    assignment_without_let,
+    "def f(w: f32, b: f32) -> (f32, f32) {\n  (dw, db) = grad(loss, wrt=(w, b))(w, b)\n  (dw, db)\n}\n"
+);
 error_case!(literal_let_pattern, "def f(x: f32) -> f32 {\n  let 0 = x\n  x\n}\n");
 error_case!(unclosed_block_at_eof, "def f(x: f32) -> f32 {\n  let y = x\n  y\n");
 
