@@ -24,7 +24,7 @@
 //!   pass, but, as in JAX, a NaN in an untaken branch's derivative can leak
 //!   into gradients through the select's transpose (zero times NaN).
 
-use super::scan::body::{jvp_body, split, transpose_body};
+use super::scan::body::{jvp_body, prune, split, transpose_body};
 use super::{check, Op};
 use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::batch::{vmap_func, Batch, BatchCx, Batched};
@@ -160,12 +160,15 @@ impl Diff for Cond {
         }
         let step_types: Vec<Vec<TensorType>> =
             splits.iter().map(|s| s.fwd.output_types()[n_out..].to_vec()).collect();
-        let mut fwd_branches = Vec::with_capacity(splits.len());
+        // The primal cond returns only residuals (the primal results exist
+        // already) and takes only the operands some branch reads for them.
+        let op_types: Vec<TensorType> = ops.iter().map(|&o| b.ty(o).cloned()).collect::<Result<_, _>>()?;
+        let mut pruned = Vec::with_capacity(splits.len());
         for (k, s) in splits.iter().enumerate() {
             let mut fb = Builder::new(format!("{}_res", self.branches[k].name));
-            let ps: Vec<Value> = ops.iter().map(|&o| b.ty(o).cloned()).collect::<Result<Vec<_>, _>>()?.into_iter().map(|t| fb.param(t)).collect();
+            let ps: Vec<Value> = op_types.iter().map(|t| fb.param(t.clone())).collect();
             let r = fb.inline(&s.fwd, &ps)?;
-            let mut outs = r[..n_out].to_vec();
+            let mut outs = Vec::new();
             for (j, tys) in step_types.iter().enumerate() {
                 if j == k {
                     outs.extend_from_slice(&r[n_out..]);
@@ -175,10 +178,25 @@ impl Diff for Cond {
                     }
                 }
             }
+            let f = fb.finish(&outs)?;
+            pruned.push(prune(&f, &vec![true; outs.len()]));
+        }
+        let used: Vec<bool> = (0..ops.len()).map(|i| pruned.iter().any(|(_, kept)| kept[i])).collect();
+        let mut fwd_branches = Vec::with_capacity(splits.len());
+        for (f, kept) in &pruned {
+            let mut fb = Builder::new(f.name.clone());
+            let mut args = Vec::new();
+            for i in (0..ops.len()).filter(|&i| used[i]) {
+                let p = fb.param(op_types[i].clone());
+                if kept[i] {
+                    args.push(p);
+                }
+            }
+            let outs = fb.inline(f, &args)?;
             fwd_branches.push(Arc::new(fb.finish(&outs)?));
         }
-        let fwd = b.switch(idx, &fwd_branches, ops)?;
-        let steps = &fwd[n_out..];
+        let used_ops: Vec<Value> = (0..ops.len()).filter(|&i| used[i]).map(|i| ops[i]).collect();
+        let steps = b.switch(idx, &fwd_branches, &used_ops)?;
         let tangents: Vec<Value> = cx.tangents[1..].iter().flatten().copied().collect();
         let t_types: Vec<TensorType> = tangents.iter().map(|&t| b.ty(t).cloned()).collect::<Result<_, _>>()?;
         let inv_types: Vec<TensorType> = inv.iter().map(|&v| b.ty(v).cloned()).collect::<Result<_, _>>()?;
@@ -198,7 +216,7 @@ impl Diff for Cond {
             inv_at += ni;
             step_at += ns;
         }
-        let args: Vec<Value> = inv.iter().chain(steps).chain(&tangents).copied().collect();
+        let args: Vec<Value> = inv.iter().chain(&steps).chain(&tangents).copied().collect();
         let mut touts = b.switch(idx, &lin_branches, &args)?.into_iter();
         Ok(out_t.iter().map(|&t| if t { touts.next() } else { None }).collect())
     }

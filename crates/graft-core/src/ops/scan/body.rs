@@ -256,3 +256,20 @@ pub(crate) fn copy_chunk(
     }
     go!(F32, F64, I32, I64, Bool)
 }
+
+/// `f` restricted to the outputs marked `keep_out`, without the parameters
+/// nothing reads any more. Returns the pruned function and which of `f`'s
+/// parameters it kept (in order).
+pub(crate) fn prune(f: &Func, keep_out: &[bool]) -> (Func, Vec<bool>) {
+    let mut g = f.clone();
+    g.outputs = f.outputs.iter().zip(keep_out).filter(|(_, &k)| k).map(|(&o, _)| o).collect();
+    let g = opt::dce(&g);
+    let mut read = vec![false; g.n_values()];
+    for v in g.eqns.iter().flat_map(|e| &e.inputs).chain(&g.outputs) {
+        read[v.index()] = true;
+    }
+    let kept: Vec<bool> = g.params.iter().map(|p| read[p.index()]).collect();
+    let mut h = g.clone();
+    h.params = g.params.iter().zip(&kept).filter(|(_, &k)| k).map(|(&p, _)| p).collect();
+    (opt::dce(&h), kept)
+}

@@ -21,7 +21,7 @@
 //! residuals right before transposing it. Same arithmetic, so the gradients
 //! are the same as without checkpointing.
 
-use super::body::{jvp_body, permute_params, split, tangent_outputs, transpose_body};
+use super::body::{jvp_body, outputs_depending, permute_params, prune, split, tangent_outputs, transpose_body};
 use super::{Checkpointing, Scan};
 use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::error::IrError;
@@ -61,9 +61,8 @@ impl Diff for Scan {
         let sp = split(&jf, nc + nk + nx, nc, nk + ny)?;
         let (n_inv, n_step) = (sp.n_inv(), sp.n_step());
         let inv = b.inline(&sp.hoist, &cx.primals[..nc])?;
-        let fwd = Scan { body: Arc::new(sp.fwd), checkpoint: Checkpointing::None, ..self.clone() };
-        let fwd_outs = b.emit(fwd, cx.primals)?;
-        let steps = &fwd_outs[nk + ny..];
+        let steps = self.residual_scan(b, &sp.fwd, cx.primals)?;
+        let steps = &steps[..];
 
         // Tangent params of `lin` follow the body's params: consts, carries, xs.
         let t_idx: Vec<usize> = (0..nz.len()).filter(|&i| nz[i]).collect();
@@ -179,6 +178,82 @@ impl Diff for Scan {
         }
         Ok(cts)
     }
+}
+
+impl Scan {
+    /// Emits the primal scan of `fwd` (`(consts, carry, x) -> (carry', y,
+    /// residuals)`) keeping only what the residuals need: the primal results
+    /// themselves are already computed by the scan being differentiated, so
+    /// `y` is dropped, and so is every carry no residual depends on (through
+    /// any number of steps), and every operand nothing reads then. This keeps
+    /// the residual scan from reading values that are linear elsewhere (e.g.
+    /// tangents, when the differentiated scan is itself a tangent map).
+    /// Returns the stacked residuals.
+    fn residual_scan(&self, b: &mut Builder, fwd: &Func, ops: &[Value]) -> Result<Vec<Value>, IrError> {
+        let (nc, nk, ny) = (self.n_consts, self.n_carry, self.n_ys());
+        let n_res = fwd.outputs.len() - nk - ny;
+        let carry_of = |k: usize| -> Vec<bool> {
+            let mut m = vec![false; fwd.params.len()];
+            m[nc + k] = true;
+            outputs_depending(fwd, &m)
+        };
+        let deps: Vec<Vec<bool>> = (0..nk).map(carry_of).collect();
+        let mut need: Vec<bool> = (0..nk).map(|k| deps[k][nk + ny..].iter().any(|&d| d)).collect();
+        loop {
+            let mut changed = false;
+            for k in 0..nk {
+                if !need[k] && (0..nk).any(|j| need[j] && deps[k][j]) {
+                    need[k] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let keep_out: Vec<bool> = (0..nk + ny + n_res).map(|o| if o < nk { need[o] } else { o >= nk + ny }).collect();
+        let (body, kept) = prune(fwd, &keep_out);
+        // A needed carry's parameter may be unread (e.g. it is overwritten each
+        // step); the scan still needs it, so put it back.
+        let (body, kept) = if (0..nk).any(|k| need[k] && !kept[nc + k]) {
+            restore_params(fwd, &body, &kept, &need, nc)?
+        } else {
+            (body, kept)
+        };
+        let n_c = (0..nc).filter(|&i| kept[i]).count();
+        let n_k = (0..nk).filter(|&k| kept[nc + k]).count();
+        let args: Vec<Value> = ops.iter().zip(&kept).filter(|(_, &k)| k).map(|(&v, _)| v).collect();
+        let scan = Scan { body: Arc::new(body), n_consts: n_c, n_carry: n_k, checkpoint: Checkpointing::None, ..self.clone() };
+        let outs = b.emit(scan, &args)?;
+        Ok(outs[n_k..].to_vec())
+    }
+}
+
+/// `body` (pruned from `fwd`, keeping the params marked `kept`) with the
+/// parameters of the needed carries added back, unread.
+fn restore_params(
+    fwd: &Func,
+    body: &Func,
+    kept: &[bool],
+    need: &[bool],
+    nc: usize,
+) -> Result<(Func, Vec<bool>), IrError> {
+    let mut kept2 = kept.to_vec();
+    for (k, &n) in need.iter().enumerate() {
+        kept2[nc + k] |= n;
+    }
+    let mut b = Builder::new(body.name.clone());
+    let mut args = Vec::new();
+    for (i, &p) in fwd.params.iter().enumerate() {
+        if kept2[i] {
+            let v = b.param(fwd.ty(p).clone());
+            if kept[i] {
+                args.push(v);
+            }
+        }
+    }
+    let outs = b.inline(body, &args)?;
+    Ok((b.finish(&outs)?, kept2))
 }
 
 fn tangent(cx: &JvpCx<'_>, i: usize) -> Result<Value, IrError> {
