@@ -229,6 +229,17 @@ impl Op for Scan {
         if ins.len() != nc + nk + nx || outs.len() != nk + ny {
             return Err(ExecError::kernel("scan", "internal error: operand or result count differs from the body's"));
         }
+        // Only results the body's equations produced came from its pool;
+        // parameters returned as results are copies, and handing those back
+        // would grow the pool by a buffer per step.
+        let f = &self.body;
+        let recyclable: Vec<bool> = (0..f.outputs.len())
+            .map(|j| !f.params.contains(&f.outputs[j]) && !f.outputs[j + 1..].contains(&f.outputs[j]))
+            .collect();
+        let give_back = |ts: Vec<Tensor>, mask: &[bool]| {
+            exe.recycle(ts.into_iter().zip(mask).filter(|(_, &r)| r).map(|(t, _)| t));
+        };
+        let mut carry_owned = false;
         let mut carry: Vec<Tensor> = ins[nc..nc + nk].iter().map(|t| (*t).clone()).collect();
         let mut xbuf: Vec<Tensor> =
             body::param_types(&self.body, nc + nk..nc + nk + nx).iter().map(Tensor::zeros).collect();
@@ -245,13 +256,19 @@ impl Op for Scan {
                 let n = y.numel();
                 body::copy_chunk("scan", y.storage(), 0, outs[nk + j].storage_mut(), t * n, n)?;
             }
-            exe.recycle(ys);
-            exe.recycle(std::mem::replace(&mut carry, res));
+            give_back(ys, &recyclable[nk..]);
+            let old = std::mem::replace(&mut carry, res);
+            if carry_owned {
+                give_back(old, &recyclable[..nk]);
+            }
+            carry_owned = true;
         }
         for (o, c) in outs[..nk].iter_mut().zip(&carry) {
             body::copy_chunk("scan", c.storage(), 0, o.storage_mut(), 0, c.numel())?;
         }
-        exe.recycle(carry);
+        if carry_owned {
+            give_back(carry, &recyclable[..nk]);
+        }
         Ok(())
     }
 

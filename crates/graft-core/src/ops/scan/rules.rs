@@ -211,7 +211,13 @@ impl Scan {
                 break;
             }
         }
-        let keep_out: Vec<bool> = (0..nk + ny + n_res).map(|o| if o < nk { need[o] } else { o >= nk + ny }).collect();
+        // A residual that is an x slice itself is `xs` already: no copy.
+        let alias: Vec<Option<usize>> = fwd.outputs[nk + ny..]
+            .iter()
+            .map(|o| fwd.params[nc + nk..].iter().position(|p| p == o).map(|j| nc + nk + j))
+            .collect();
+        let keep_out: Vec<bool> =
+            (0..nk + ny + n_res).map(|o| if o < nk { need[o] } else { o >= nk + ny && alias[o - nk - ny].is_none() }).collect();
         let (body, kept) = prune(fwd, &keep_out);
         // A needed carry's parameter may be unread (e.g. it is overwritten each
         // step); the scan still needs it, so put it back.
@@ -224,8 +230,14 @@ impl Scan {
         let n_k = (0..nk).filter(|&k| kept[nc + k]).count();
         let args: Vec<Value> = ops.iter().zip(&kept).filter(|(_, &k)| k).map(|(&v, _)| v).collect();
         let scan = Scan { body: Arc::new(body), n_consts: n_c, n_carry: n_k, checkpoint: Checkpointing::None, ..self.clone() };
-        let outs = b.emit(scan, &args)?;
-        Ok(outs[n_k..].to_vec())
+        let mut stacked = b.emit(scan, &args)?.into_iter().skip(n_k);
+        alias
+            .iter()
+            .map(|a| match a {
+                Some(i) => Ok(ops[*i]),
+                None => stacked.next().ok_or_else(|| IrError::invalid("scan", "internal error: residual count")),
+            })
+            .collect()
     }
 }
 
