@@ -136,7 +136,8 @@ fn check_vmap(name: &str, f: &Func, in_axes: &[Option<usize>], ins: &[Tensor], s
     let vf = vmap_func(f, in_axes, &vec![Some(0); f.outputs.len()], size).unwrap();
     let got = run(&vf, ins);
     for i in 0..size {
-        let ex: Vec<Tensor> = ins.iter().zip(in_axes).map(|(t, a)| if a.is_some() { take(t, i) } else { t.clone() }).collect();
+        let ex: Vec<Tensor> =
+            ins.iter().zip(in_axes).map(|(t, a)| if a.is_some() { take(t, i) } else { t.clone() }).collect();
         let want = run(f, &ex);
         let got_i: Vec<Tensor> = got.iter().map(|t| take(t, i)).collect();
         assert_all_close(&format!("{name} example {i}"), &got_i, &want, 0.0);

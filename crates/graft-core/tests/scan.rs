@@ -142,7 +142,14 @@ fn scan_derivatives_match_finite_differences() {
         (9, false, Checkpointing::Sqrt),
     ] {
         let ins = scan_inputs(n, &mut rng);
-        check_grads(&format!("scan n={n} rev={reverse} ck={ck}"), &scan_func(n, reverse, ck), &ins, &mut rng, 1e-6, 1e-6);
+        check_grads(
+            &format!("scan n={n} rev={reverse} ck={ck}"),
+            &scan_func(n, reverse, ck),
+            &ins,
+            &mut rng,
+            1e-6,
+            1e-6,
+        );
     }
 }
 
@@ -266,10 +273,14 @@ fn lstm_types() -> Vec<TensorType> {
 
 /// (wx, wh, bias, h0, c0, xs) -> (h_T, c_T, ys[T,H], loss).
 fn lstm(unrolled: bool) -> Func {
-    let body = Arc::new(func("lstm_cell", &[t64(&[I, 4 * H]), t64(&[H, 4 * H]), t64(&[4 * H]), t64(&[H]), t64(&[H]), t64(&[I])], |b, p| {
-        let (h, c) = lstm_step(b, &p[..3], p[3], p[4], p[5])?;
-        Ok(vec![h, c, h])
-    }));
+    let body = Arc::new(func(
+        "lstm_cell",
+        &[t64(&[I, 4 * H]), t64(&[H, 4 * H]), t64(&[4 * H]), t64(&[H]), t64(&[H]), t64(&[I])],
+        |b, p| {
+            let (h, c) = lstm_step(b, &p[..3], p[3], p[4], p[5])?;
+            Ok(vec![h, c, h])
+        },
+    ));
     func("lstm", &lstm_types(), |b, p| {
         let (h, c, ys) = if unrolled {
             let (mut h, mut c) = (p[3], p[4]);
@@ -494,7 +505,7 @@ fn checkpointed_10000_step_scan_uses_10x_less_memory_with_same_gradients() {
     let n = 10_000;
     let mut rng = Rng(10);
     let s = 1.0 / (W as f64).sqrt();
-    let ins = vec![rng.tensor(&t64(&[W, W]), -s, s), rng.tensor(&t64(&[W]), -1.0, 1.0)];
+    let ins = [rng.tensor(&t64(&[W, W]), -s, s), rng.tensor(&t64(&[W]), -1.0, 1.0)];
     let refs: Vec<&Tensor> = ins.iter().collect();
     let plain = Executable::new(value_and_grad(&long_loop(n, Checkpointing::None), &Wrt::All).unwrap()).unwrap();
     let remat = Executable::new(value_and_grad(&long_loop(n, Checkpointing::Sqrt), &Wrt::All).unwrap()).unwrap();
@@ -533,5 +544,8 @@ fn graph_size_does_not_depend_on_the_trip_count() {
 fn scan_prints_its_body_once() {
     let text = scan_func(4, true, Checkpointing::Every(2)).to_string();
     assert!(text.contains("func @cell("), "{text}");
-    assert!(text.contains("scan[body=@cell, consts=1, carry=2, length=4, reverse=true, checkpoint=every(2)]"), "{text}");
+    assert!(
+        text.contains("scan[body=@cell, consts=1, carry=2, length=4, reverse=true, checkpoint=every(2)]"),
+        "{text}"
+    );
 }

@@ -75,7 +75,11 @@ impl Op for Cond {
         for f in &self.branches {
             let typed = f.params.iter().chain(&f.outputs).all(|v| v.index() < f.types.len());
             if !typed {
-                return Err(check::err(self, ins, format!("expected well-formed branches, but @{} has untyped values", f.name)));
+                return Err(check::err(
+                    self,
+                    ins,
+                    format!("expected well-formed branches, but @{} has untyped values", f.name),
+                ));
             }
             if f.param_types() != ins[1..] {
                 return Err(check::err(
@@ -130,7 +134,10 @@ impl Builder {
         operands: &[Value],
     ) -> Result<Vec<Value>, IrError> {
         if self.ty(pred)? != &TensorType::scalar(DType::Bool) {
-            return Err(IrError::invalid("cond", format!("the predicate must be a bool scalar, got {}", self.ty(pred)?)));
+            return Err(IrError::invalid(
+                "cond",
+                format!("the predicate must be a bool scalar, got {}", self.ty(pred)?),
+            ));
         }
         let index = self.convert(pred, DType::I32)?;
         self.switch(index, &[on_false, on_true], operands)
@@ -158,8 +165,7 @@ impl Diff for Cond {
         for s in &splits {
             inv.extend(b.inline(&s.hoist, &[])?);
         }
-        let step_types: Vec<Vec<TensorType>> =
-            splits.iter().map(|s| s.fwd.output_types()[n_out..].to_vec()).collect();
+        let step_types: Vec<Vec<TensorType>> = splits.iter().map(|s| s.fwd.output_types()[n_out..].to_vec()).collect();
         // The primal cond returns only residuals (the primal results exist
         // already) and takes only the operands some branch reads for them.
         let op_types: Vec<TensorType> = ops.iter().map(|&o| b.ty(o).cloned()).collect::<Result<_, _>>()?;
@@ -225,8 +231,11 @@ impl Diff for Cond {
         let idx = cx.primal("cond", 0)?;
         let linear: Vec<bool> = (1..cx.inputs.len()).map(|i| cx.is_linear(i)).collect();
         let ct_present: Vec<bool> = cx.cts.iter().map(Option::is_some).collect();
-        let branches =
-            self.branches.iter().map(|f| transpose_body(f, &linear, &ct_present).map(Arc::new)).collect::<Result<Vec<_>, _>>()?;
+        let branches = self
+            .branches
+            .iter()
+            .map(|f| transpose_body(f, &linear, &ct_present).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         let args: Vec<Value> = cx.inputs[1..].iter().flatten().chain(cx.cts.iter().flatten()).copied().collect();
         let mut cts = b.switch(idx, &branches, &args)?.into_iter();
         let mut res = vec![None];

@@ -59,11 +59,7 @@ pub(crate) fn tangent_outputs(f: &Func, nz: &[bool]) -> Result<Vec<bool>, IrErro
 }
 
 fn tangent_params(b: &mut Builder, f: &Func, nz: &[bool]) -> Vec<Option<Value>> {
-    f.params
-        .iter()
-        .zip(nz)
-        .map(|(&p, &n)| (n && f.ty(p).dtype.is_float()).then(|| b.param(f.ty(p).clone())))
-        .collect()
+    f.params.iter().zip(nz).map(|(&p, &n)| (n && f.ty(p).dtype.is_float()).then(|| b.param(f.ty(p).clone()))).collect()
 }
 
 /// The JVP of `f` as a function: params = `f`'s params, then one tangent per

@@ -187,7 +187,11 @@ impl Op for Scan {
         }
         let params = body::param_types(f, 0..f.params.len());
         if ins.len() != params.len() {
-            return Err(check::err(self, ins, format!("expected {} operands (the parameters of @{name})", params.len())));
+            return Err(check::err(
+                self,
+                ins,
+                format!("expected {} operands (the parameters of @{name})", params.len()),
+            ));
         }
         for i in 0..nc + nk {
             if ins[i] != params[i] {
@@ -204,7 +208,10 @@ impl Op for Scan {
                 return Err(check::err(
                     self,
                     ins,
-                    format!("expected operand {i} to be {want} (parameter {i} of @{name} stacked {} times)", self.length),
+                    format!(
+                        "expected operand {i} to be {want} (parameter {i} of @{name} stacked {} times)",
+                        self.length
+                    ),
                 ));
             }
         }

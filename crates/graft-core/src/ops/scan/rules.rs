@@ -216,8 +216,9 @@ impl Scan {
             .iter()
             .map(|o| fwd.params[nc + nk..].iter().position(|p| p == o).map(|j| nc + nk + j))
             .collect();
-        let keep_out: Vec<bool> =
-            (0..nk + ny + n_res).map(|o| if o < nk { need[o] } else { o >= nk + ny && alias[o - nk - ny].is_none() }).collect();
+        let keep_out: Vec<bool> = (0..nk + ny + n_res)
+            .map(|o| if o < nk { need[o] } else { o >= nk + ny && alias[o - nk - ny].is_none() })
+            .collect();
         let (body, kept) = prune(fwd, &keep_out);
         // A needed carry's parameter may be unread (e.g. it is overwritten each
         // step); the scan still needs it, so put it back.
@@ -229,7 +230,8 @@ impl Scan {
         let n_c = (0..nc).filter(|&i| kept[i]).count();
         let n_k = (0..nk).filter(|&k| kept[nc + k]).count();
         let args: Vec<Value> = ops.iter().zip(&kept).filter(|(_, &k)| k).map(|(&v, _)| v).collect();
-        let scan = Scan { body: Arc::new(body), n_consts: n_c, n_carry: n_k, checkpoint: Checkpointing::None, ..self.clone() };
+        let scan =
+            Scan { body: Arc::new(body), n_consts: n_c, n_carry: n_k, checkpoint: Checkpointing::None, ..self.clone() };
         let mut stacked = b.emit(scan, &args)?.into_iter().skip(n_k);
         alias
             .iter()
@@ -298,19 +300,28 @@ impl Scan {
 
         // seg(consts, carry, xs[k]) -> (carry', ys[k]), checkpointed by the outer body.
         let mut sb = Builder::new(format!("{}_seg", body.name));
-        let sp: Vec<Value> =
-            pty.iter().enumerate().map(|(i, t)| sb.param(if i < nc + nk { t.clone() } else { with_len(t, &[k]) })).collect();
+        let sp: Vec<Value> = pty
+            .iter()
+            .enumerate()
+            .map(|(i, t)| sb.param(if i < nc + nk { t.clone() } else { with_len(t, &[k]) }))
+            .collect();
         let so = sb.emit(plain(k), &sp)?;
         let seg = Arc::new(sb.finish(&so)?);
         let mut ob = Builder::new(format!("{}_segs", body.name));
-        let op: Vec<Value> =
-            pty.iter().enumerate().map(|(i, t)| ob.param(if i < nc + nk { t.clone() } else { with_len(t, &[k]) })).collect();
+        let op: Vec<Value> = pty
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ob.param(if i < nc + nk { t.clone() } else { with_len(t, &[k]) }))
+            .collect();
         let oo = ob.checkpoint(seg, &op)?;
         let outer_body = Arc::new(ob.finish(&oo)?);
 
         let mut fb = Builder::new(format!("{}_segmented", body.name));
-        let fp: Vec<Value> =
-            pty.iter().enumerate().map(|(i, t)| fb.param(if i < nc + nk { t.clone() } else { with_len(t, &[n]) })).collect();
+        let fp: Vec<Value> = pty
+            .iter()
+            .enumerate()
+            .map(|(i, t)| fb.param(if i < nc + nk { t.clone() } else { with_len(t, &[n]) }))
+            .collect();
         let consts = &fp[..nc];
         let xs = &fp[nc + nk..];
         let mut xs_main = Vec::with_capacity(nx);
