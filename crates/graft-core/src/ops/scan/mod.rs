@@ -18,8 +18,13 @@
 //! same size for every `n`.
 //!
 //! Invariants: `carry'` has exactly the types of `carry`; the body is planned
-//! once per kernel call (`exec::plan_cached`) and run once per step, and each
-//! step's results go back to the body's buffer pool.
+//! once (`exec::plan_cached`) and run once per step, and each step's results
+//! that came from the body's buffer pool go back to it, so a long loop stops
+//! allocating after its first steps. Tensors own their storage, so a step's
+//! `x` slice is copied into a reused buffer and each `y` is copied into the
+//! stacked result. Peak bytes: the stacked results and each body run's peak
+//! are counted (Note [Nested peak bytes]); the kernel's own carry and slice
+//! buffers between body runs are not.
 //!
 //! Rules (see `rules.rs`, `batching.rs`): the JVP is a primal scan that also
 //! stacks the per-step residuals plus a scan linear in the tangents; the

@@ -13,6 +13,12 @@
 //! accumulators, those of the linear consts, and stacks the cotangents of
 //! the linear xs. Carries are always treated as linear (they are tangents).
 //!
+//! Cost: the JVP driver has already emitted the scan being differentiated
+//! for the primal results, so the residual scan repeats the primal work of
+//! the carries the residuals need (its `ys` and unneeded carries are pruned).
+//! Reverse mode therefore runs about two forward sweeps plus the reverse one
+//! (three with checkpointing, which recomputes each segment once more).
+//!
 //! Checkpointing: the JVP of a checkpointed scan is the JVP of the same loop
 //! written as a scan over segments whose body is a `checkpoint` of an inner
 //! scan over the segment's steps (plus a plain scan over the leftover steps).
