@@ -163,7 +163,8 @@ pub(super) fn vjp(lp: &Loop, back: &Arc<Func>, x: &[&Tensor], seed: Vec<Tensor>)
     state.extend(seed);
     let state_bytes = bytes(&state);
     for j in (0..saved.len()).rev() {
-        let first = saved.pop().ok_or_else(|| ExecError::kernel("while_vjp", "internal error: one save per segment"))?;
+        let first =
+            saved.pop().ok_or_else(|| ExecError::kernel("while_vjp", "internal error: one save per segment"))?;
         stack_bytes -= bytes(&first);
         let end = ((j + 1) * stride).min(n);
         let mut segment = vec![first];
