@@ -395,9 +395,14 @@ fn graph_size_does_not_depend_on_trip_count() {
     let x = Tensor::from_vec(vec![2], vec![0.3, -0.7]).unwrap();
     // The same graph serves every trip count.
     let exe = Executable::new(g).unwrap();
-    for n in [1, 10, 1000] {
+    for n in [1, 4, 9] {
         let out = exe.run(&[&c, &Tensor::scalar(n), &x]).unwrap();
-        assert!(out[0].to_f64_vec().iter().all(|v| v.is_finite()), "n {n}");
+        let want = run(&grad(&fori_unrolled(n), &Wrt::All).unwrap(), &[c.clone(), x.clone()]);
+        for (k, (a, b)) in out.iter().zip(&want).enumerate() {
+            for (a, b) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+                assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "n {n} grad {k}: {a} vs {b}");
+            }
+        }
     }
 }
 

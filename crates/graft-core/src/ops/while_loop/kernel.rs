@@ -147,7 +147,7 @@ pub(super) fn vjp(lp: &Loop, back: &Arc<Func>, x: &[&Tensor], seed: Vec<Tensor>)
     while p.test(k, &carry, stack_bytes + bytes(&carry))? {
         let next = p.step(k, &carry, stack_bytes + bytes(&carry))?;
         let prev = std::mem::replace(&mut carry, next);
-        if n % stride == 0 {
+        if n.is_multiple_of(stride) {
             stack_bytes += bytes(&prev);
             saved.push(prev);
         } else {

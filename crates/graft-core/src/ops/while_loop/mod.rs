@@ -32,6 +32,7 @@
 //!   transpose = `while_jvp`;
 //! - jvp(`while_hvp`) = the `x` half of `while_hvp` and `while_vjp` on `L'`;
 //!   transpose in `w` = `while_hvp` (symmetry), in `u` = half of `while_jvp` on `L'`.
+//!
 //! Every rule emits these primitives again, so `grad(grad(f))`,
 //! `vmap(grad(f))` and deeper compositions work through loops.
 //!
