@@ -7,9 +7,10 @@ mod common;
 
 use common::{check_grads, run, Rng};
 use graft_core::ad::{grad, jvp_func, value_and_grad, vjp_func, Wrt};
+use graft_core::ad::{Diff, TransposeCx};
 use graft_core::batch::vmap_func;
-use graft_core::ops::while_loop::Remat;
-use graft_core::{Builder, DType, Executable, Func, Tensor, TensorType, Value};
+use graft_core::ops::while_loop::{Loop, Remat, WhileHvp, WhileJvp, WhileVjp};
+use graft_core::{Builder, DType, Executable, Func, Prim, Tensor, TensorType, Value};
 use std::sync::Arc;
 
 fn t64(shape: &[usize]) -> TensorType {
@@ -147,7 +148,20 @@ fn newton_second_and_third_order() {
 /// A loop with consts, several carries (one integer) and a predicate on a
 /// float carry: while y < 3 and i < n: x = tanh(x * w + y); y += 0.3 + sum(x^2) / 4; i += 1.
 fn mixed_loop() -> Func {
-    let x = [t64(&[3]), si32(), si32(), t64(&[3]), s64()]; // consts (w, n), carry (i, x, y)
+    let (cond, body) = mixed_parts();
+    func("mixed", &[t64(&[3]), si32(), t64(&[3]), s64()], |b, p| {
+        let zero = b.scalar(0.0, DType::I32).unwrap();
+        let outs = b.while_loop(Arc::new(cond), Arc::new(body), &[p[0], p[1]], &[zero, p[2], p[3]]).unwrap();
+        // Outputs: the trip count, x, and a scalar mixing x and y.
+        let s = b.reduce_sum(outs[1], &[0]).unwrap();
+        let m = b.mul(s, outs[2]).unwrap();
+        vec![outs[0], outs[1], m]
+    })
+}
+
+/// The cond and body of [`mixed_loop`] over consts (w, n), carry (i, x, y).
+fn mixed_parts() -> (Func, Func) {
+    let x = [t64(&[3]), si32(), si32(), t64(&[3]), s64()];
     let cond = func("mixed_cond", &x, |b, p| {
         let three = b.scalar(3.0, DType::F64).unwrap();
         let a = b.lt(p[4], three).unwrap();
@@ -169,14 +183,83 @@ fn mixed_loop() -> Func {
         let s = b.add(s, c).unwrap();
         vec![i, nx, b.add(p[4], s).unwrap()]
     });
-    func("mixed", &[t64(&[3]), si32(), t64(&[3]), s64()], |b, p| {
-        let zero = b.scalar(0.0, DType::I32).unwrap();
-        let outs = b.while_loop(Arc::new(cond), Arc::new(body), &[p[0], p[1]], &[zero, p[2], p[3]]).unwrap();
-        // Outputs: the trip count, x, and a scalar mixing x and y.
-        let s = b.reduce_sum(outs[1], &[0]).unwrap();
-        let m = b.mul(s, outs[2]).unwrap();
-        vec![outs[0], outs[1], m]
-    })
+    (cond, body)
+}
+
+fn mixed_lp() -> Loop {
+    let (cond, body) = mixed_parts();
+    Loop::new(Arc::new(cond), Arc::new(body), 2, Remat::Off).unwrap()
+}
+
+/// Operands for the mixed loop's primitives: x = (w, n, i0, x0, y0), then
+/// random tensors for the extra slots of the given types.
+fn mixed_operands(rng: &mut Rng, n: i32, extra: &[TensorType]) -> Vec<Tensor> {
+    let mut v = vec![
+        rng.tensor(&t64(&[3]), 0.5, 1.5),
+        Tensor::scalar(n),
+        Tensor::scalar(0i32),
+        rng.tensor(&t64(&[3]), -1.0, 1.0),
+        f64s(0.1),
+    ];
+    v.extend(extra.iter().map(|t| rng.tensor(t, -1.0, 1.0)));
+    v
+}
+
+/// A function applying one primitive to fresh parameters.
+fn single(op: impl Into<Prim>, ins: &[Tensor]) -> Func {
+    let tys: Vec<TensorType> = ins.iter().map(Tensor::ty).collect();
+    func("single", &tys, |b, p| b.emit(op, p).unwrap())
+}
+
+#[test]
+fn derivative_primitives_check_grads() {
+    // Each primitive on its own: forward mode against finite differences
+    // (its JVP rule) and the dot-product test (its transpose rules).
+    let lp = mixed_lp();
+    let fx = [t64(&[3]), t64(&[3]), s64()]; // float entries of x: w, x, y
+    let fc = [t64(&[3]), s64()]; // float carries: x, y
+    let mut rng = Rng(21);
+    for n in [2, 100] {
+        let ins = mixed_operands(&mut rng, n, &fx);
+        check_grads("while_jvp", &single(WhileJvp::new(lp.clone()).unwrap(), &ins), &ins, &mut rng, 1e-6, 1e-6);
+        let ins = mixed_operands(&mut rng, n, &fc);
+        check_grads("while_vjp", &single(WhileVjp::new(lp.clone()).unwrap(), &ins), &ins, &mut rng, 1e-6, 1e-6);
+        let ins = mixed_operands(&mut rng, n, &[fc.to_vec(), fx.to_vec()].concat());
+        check_grads("while_hvp", &single(WhileHvp::new(lp.clone()).unwrap(), &ins), &ins, &mut rng, 1e-6, 1e-6);
+    }
+}
+
+#[test]
+fn hvp_transposes_in_u_and_in_w() {
+    // <ct, H_u(x) w> == <transpose_u(ct), u> == <transpose_w(ct), w>, with
+    // the transpose rules called directly (reverse mode only reaches the w one).
+    let lp = mixed_lp();
+    let op = WhileHvp::new(lp.clone()).unwrap();
+    let fx = [t64(&[3]), t64(&[3]), s64()];
+    let fc = [t64(&[3]), s64()];
+    let mut rng = Rng(33);
+    let ins = mixed_operands(&mut rng, 100, &[fc.to_vec(), fx.to_vec()].concat());
+    let ct: Vec<Tensor> = fx.iter().map(|t| rng.tensor(t, -1.0, 1.0)).collect();
+    let hw = run(&single(op.clone(), &ins), &ins);
+    let lhs: f64 = ct.iter().zip(&hw).map(|(a, b)| common::dot(a, b)).sum();
+    assert!(lhs.abs() > 1e-3, "a degenerate test: <ct, H_u w> = {lhs}");
+    let in_types: Vec<TensorType> = ins.iter().map(Tensor::ty).collect();
+    for (linear, name) in [(5..7, "u"), (7..10, "w")] {
+        let mut b = Builder::new("transpose");
+        let ps: Vec<Value> = ins.iter().map(|t| b.param(t.ty())).collect();
+        let cs: Vec<Option<Value>> = ct.iter().map(|t| Some(b.param(t.ty()))).collect();
+        let inputs: Vec<Option<Value>> =
+            ps.iter().enumerate().map(|(i, &p)| if linear.contains(&i) { None } else { Some(p) }).collect();
+        let cx = TransposeCx { inputs: &inputs, in_types: &in_types, out_types: &fx, cts: &cs };
+        let res = op.transpose(&mut b, &cx).unwrap();
+        let outs: Vec<Value> = linear.clone().map(|i| res[i].unwrap()).collect();
+        let f = b.finish(&outs).unwrap();
+        let mut args = ins.clone();
+        args.extend(ct.iter().cloned());
+        let got = run(&f, &args);
+        let rhs: f64 = got.iter().zip(&ins[linear.clone()]).map(|(a, b)| common::dot(a, b)).sum();
+        assert!((lhs - rhs).abs() <= 1e-10 * (1.0 + lhs.abs()), "transpose in {name}: {lhs} vs {rhs}");
+    }
 }
 
 fn mixed_inputs(rng: &mut Rng, n: i32) -> Vec<Tensor> {
