@@ -542,3 +542,40 @@ fn malformed_loops_are_errors() {
     let err = b.while_loop_remat(cond, body, &[a], &[a], Remat::Every(0)).unwrap_err().to_string();
     assert!(err.contains("k >= 1"), "{err}");
 }
+
+#[test]
+fn vmap_of_vmap_and_f32_loops() {
+    // Nested vmap over a 2 x 3 grid of `a` (six different trip counts).
+    let f = newton(Remat::Off);
+    let a = [0.5, 2.0, 9.0, 1e4, 1e-3, 7.0];
+    let v1 = vmap_func(&f, &[Some(0)], &[Some(0)], 3).unwrap();
+    let v2 = vmap_func(&v1, &[Some(1)], &[Some(0)], 2).unwrap();
+    let grid = Tensor::from_fn(&t64(&[3, 2]), |i| a[(i % 2) * 3 + i / 2]);
+    let out = run(&v2, &[grid])[0].to_f64_vec();
+    for (i, &ai) in a.iter().enumerate() {
+        assert_eq!(out[i], val(&run(&f, &[f64s(ai)])[0]), "example {i}");
+    }
+    // The same loop in f32: halving until below 1, counting trips.
+    let t32 = TensorType::new(DType::F32, vec![]);
+    let x = [t32.clone(), si32()];
+    let cond = func("c32", &x, |b, p| {
+        let one = b.scalar(1.0, DType::F32).unwrap();
+        vec![b.ge(p[0], one).unwrap()]
+    });
+    let body = func("b32", &x, |b, p| {
+        let h = b.scalar(0.5, DType::F32).unwrap();
+        let one = b.scalar(1.0, DType::I32).unwrap();
+        vec![b.mul(p[0], h).unwrap(), b.add(p[1], one).unwrap()]
+    });
+    let f = func("halve", &[t32.clone()], |b, p| {
+        let zero = b.scalar(0.0, DType::I32).unwrap();
+        b.while_loop(Arc::new(cond), Arc::new(body), &[], &[p[0], zero]).unwrap()
+    });
+    let g = grad(&func("halve_x", &[t32], |b, p| vec![b.inline(&f, p).unwrap()[0]]), &Wrt::All).unwrap();
+    for (x0, trips) in [(0.5f32, 0), (1.0, 1), (100.0, 7)] {
+        let out = run(&f, &[Tensor::scalar(x0)]);
+        assert_eq!(out[1].to_vec::<i32>().unwrap()[0], trips, "x0 {x0}");
+        assert_eq!(out[0].to_vec::<f32>().unwrap()[0], x0 / 2f32.powi(trips));
+        assert_eq!(run(&g, &[Tensor::scalar(x0)])[0].to_vec::<f32>().unwrap()[0], 0.5f32.powi(trips));
+    }
+}
