@@ -111,6 +111,15 @@ impl Executable {
         &self.func
     }
 
+    /// Hands buffers back to this executable's pool, so a later run (the
+    /// next trip of a loop whose previous carry is dead) reuses them.
+    pub fn recycle(&self, tensors: impl IntoIterator<Item = Tensor>) {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        for t in tensors {
+            pool.put(t);
+        }
+    }
+
     /// Runs on the given inputs and returns the outputs.
     pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, ExecError> {
         self.run_with_stats(inputs).map(|(outs, _)| outs)
@@ -129,16 +138,6 @@ impl Executable {
         let mine = result.as_ref().map_or(0, |(_, s)| s.peak_bytes);
         NESTED_PEAK.with(|c| c.set(enclosing.max(mine)));
         result
-    }
-
-    /// Hands buffers (typically outputs of an earlier run that the caller is
-    /// done with) back to this executable's pool, so the next run reuses them
-    /// instead of allocating: loop kernels return each iteration's results.
-    pub fn recycle(&self, tensors: impl IntoIterator<Item = Tensor>) {
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        for t in tensors {
-            pool.put(t);
-        }
     }
 
     fn check_inputs(&self, inputs: &[&Tensor]) -> Result<(), ExecError> {
@@ -240,8 +239,17 @@ impl Executable {
 // peak in NESTED_PEAK; the enclosing run clears it before each kernel and
 // afterwards counts `held + nested peak` towards its own peak, so the figure
 // of the outer run includes the memory its sub-functions used.
+// Kernels that hold memory of their own between nested runs (a loop's
+// carries, the carry stack of reverse mode) report `held + that run's peak`
+// through `note_nested_peak`, so the enclosing figure includes it.
 thread_local! {
     static NESTED_PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Reports that a kernel held `bytes` at some point while it ran (see
+/// Note [Nested peak bytes]); the enclosing run counts the largest report.
+pub fn note_nested_peak(bytes: usize) {
+    NESTED_PEAK.with(|c| c.set(c.get().max(bytes)));
 }
 
 /// Runs a function, planning it at most once per callee: the plan (and its

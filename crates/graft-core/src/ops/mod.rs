@@ -25,6 +25,7 @@ pub mod reduce;
 pub mod scan;
 pub mod shape;
 pub mod unary;
+pub mod while_loop;
 pub mod window;
 
 use crate::error::{ExecError, TypeError};
@@ -173,6 +174,14 @@ define_prims! {
     Cumulative(cumulative::Cumulative),
     /// Sliding-window reductions (pooling).
     ReduceWindow(window::ReduceWindow),
+    /// A while loop over sub-functions (run-time trip count).
+    While(while_loop::While),
+    /// A while loop's tangent map `J v` (linear in `v`).
+    WhileJvp(while_loop::WhileJvp),
+    /// A while loop's pullback `J^T u` (linear in `u`; carry stack in the kernel).
+    WhileVjp(while_loop::WhileVjp),
+    /// A while loop's Hessian-vector map `H_u w`.
+    WhileHvp(while_loop::WhileHvp),
 }
 
 /// The printed form of a primitive with its parameters: `name[params]`.
