@@ -33,6 +33,12 @@ impl Compiled {
         Ok(self.exe.run_with_stats(inputs)?)
     }
 
+    /// Returns finished tensors (e.g. earlier outputs) to the buffer pool so
+    /// later calls reuse them instead of allocating (see [`Executable::recycle`]).
+    pub fn recycle(&self, tensors: impl IntoIterator<Item = Tensor>) {
+        self.exe.recycle(tensors)
+    }
+
     /// The IR being run.
     pub fn func(&self) -> &Func {
         self.exe.func()
