@@ -12,7 +12,6 @@ use crate::error::IrError;
 use crate::ir::{Builder, Func, Value};
 use crate::opt;
 use crate::types::TensorType;
-use std::sync::Arc;
 
 fn check(f: &Func, wrt: usize, transform: &str) -> Result<(TensorType, TensorType), IrError> {
     let outs = f.output_types();
@@ -75,7 +74,8 @@ fn assemble(
     let e = basis(&mut b, col_ty)?;
     let mut args = ps;
     args.push(e);
-    let stacked = b.call(Arc::new(vg), &args)?[0];
+    // Inlined rather than called, so the cleanup below sees through it.
+    let stacked = b.inline(&vg, &args)?[0];
     // stacked: [n, *row_shape]; the Jacobian wants [*y, *x].
     let row_numel: usize = b.ty(stacked)?.shape[1..].iter().product();
     let flat = b.reshape(stacked, &[n, row_numel])?;

@@ -98,3 +98,22 @@ fn bad_inputs_are_errors_not_panics() {
     let wrong_shape = Tensor::vec1(&[1.0f32; 5]);
     assert!(matches!(exe.run(&[&wrong_shape]), Err(ExecError::InputType { index: 0, .. })));
 }
+
+#[test]
+fn recycled_outputs_are_reused_by_the_next_run() {
+    let ty = TensorType::new(DType::F32, vec![1000]);
+    let mut b = Builder::new("f");
+    let x = b.param(ty.clone());
+    let e = b.unary(Unary::Exp, x).unwrap();
+    let f = b.finish(&[e]).unwrap();
+    let exe = Executable::new(f).unwrap();
+    let x = Tensor::from_fn(&ty, |i| i as f64 * 1e-3);
+    let (first, s1) = exe.run_with_stats(&[&x]).unwrap();
+    assert_eq!(s1.fresh_bytes, 4000);
+    let want = first[0].clone();
+    // A tensor of a kind the function never has is not kept.
+    exe.recycle(first.into_iter().chain([Tensor::zeros(&TensorType::new(DType::F64, vec![3]))]));
+    let (second, s2) = exe.run_with_stats(&[&x]).unwrap();
+    assert_eq!((s2.fresh_bytes, s2.reused_buffers), (0, 1), "the output is written into the recycled buffer");
+    assert_eq!(second[0], want);
+}

@@ -217,6 +217,18 @@ fn many_small_batched_products_parallelise_over_batch() {
 }
 
 #[test]
+fn batched_outer_products_with_unit_contraction() {
+    // k == 1 (a per-example weight gradient under vmap): written directly,
+    // not through gemm; serial and row-parallel sizes, strided rhs columns.
+    for dt in [DType::F32, DType::F64] {
+        check(&dg(&[1], &[1], &[0], &[0]), &[3, 1, 4], &[3, 1, 5], dt);
+        check(&dg(&[1], &[1], &[0], &[0]), &[64, 1, 128], &[64, 1, 784], dt);
+        check(&dg(&[2], &[0], &[0], &[2]), &[6, 9, 1], &[1, 7, 6], dt);
+        check(&dg(&[1], &[0], &[], &[]), &[300, 1], &[1, 200], dt);
+    }
+}
+
+#[test]
 fn output_garbage_is_overwritten() {
     // Call the kernel directly with a NaN-filled output, as the executor may
     // hand it a recycled buffer.

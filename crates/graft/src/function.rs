@@ -5,7 +5,8 @@
 use crate::error::Error;
 use crate::trace::{trace, IntoOutputs, Tr};
 use graft_core::ad::{self, Wrt};
-use graft_core::{Executable, Func, RunStats, Tensor, TensorType};
+use graft_core::batch::{resolve_axes, vmap_for_args};
+use graft_core::{Executable, Func, IrError, RunStats, Tensor, TensorType};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -32,21 +33,46 @@ impl Compiled {
         Ok(self.exe.run_with_stats(inputs)?)
     }
 
+    /// Returns finished tensors (e.g. earlier outputs) to the buffer pool so
+    /// later calls reuse them instead of allocating (see [`Executable::recycle`]).
+    pub fn recycle(&self, tensors: impl IntoIterator<Item = Tensor>) {
+        self.exe.recycle(tensors)
+    }
+
     /// The IR being run.
     pub fn func(&self) -> &Func {
         self.exe.func()
     }
 }
 
-/// A function-to-function transform applied after tracing. Each keeps the
-/// parameter list, so they compose in any order and depth
-/// (`f.grad(..).grad(..)` is the second derivative).
+/// A function-to-function transform applied after tracing. They compose in
+/// any order and depth (`f.grad(..).grad(..)` is the second derivative,
+/// `f.grad(..).vmap(..)` per-example gradients).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transform {
     /// Gradient with respect to the listed parameters.
     Grad(Wrt),
     /// Value followed by the gradient.
     ValueAndGrad(Wrt),
+    /// Vectorization over a batch axis (see [`Jit::vmap`]).
+    Vmap {
+        /// Where each argument's batch axis is (or `None`: shared).
+        in_axes: VmapAxes,
+        /// Where each output's batch axis goes (or `None`: unbatched).
+        out_axes: VmapAxes,
+    },
+}
+
+/// The batch axes of a [`Transform::Vmap`], for its arguments or outputs.
+/// Axes may be negative: for an argument, `-1` is the last axis of the
+/// batched argument; for an output, `-1` puts the batch axis last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VmapAxes {
+    /// One entry per argument (or output); `None` = not batched.
+    Each(Vec<Option<isize>>),
+    /// Axis `k` for every argument of rank > 0, rank-0 arguments shared
+    /// (they have no axis to batch); for outputs, axis `k` for every output.
+    All(isize),
 }
 
 /// A traced Rust closure, compiled lazily per input types and cached.
@@ -102,6 +128,91 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         self.with(Transform::ValueAndGrad(wrt))
     }
 
+    /// The vectorized function (`jax.vmap`): argument `i` carries a batch
+    /// axis at `in_axes[i]` (`None`: shared by every example) and output `j`
+    /// gets its batch axis at `out_axes[j]` (`None`: the output must not
+    /// depend on a batched argument). The per-example function is traced at
+    /// the argument types with the batch axes removed; all batched arguments
+    /// must agree on the batch size. Negative axes count from the end (see
+    /// [`VmapAxes`]).
+    pub fn vmap(&self, in_axes: &[Option<isize>], out_axes: &[Option<isize>]) -> Self {
+        self.with(Transform::Vmap {
+            in_axes: VmapAxes::Each(in_axes.to_vec()),
+            out_axes: VmapAxes::Each(out_axes.to_vec()),
+        })
+    }
+
+    /// `vmap(f, axis=k)`: every argument of rank > 0 carries the batch at
+    /// axis `k`, rank-0 arguments are shared across the batch, and every
+    /// output gets its batch axis at `k`.
+    pub fn vmap_axis(&self, k: isize) -> Self {
+        self.with(Transform::Vmap { in_axes: VmapAxes::All(k), out_axes: VmapAxes::All(k) })
+    }
+
+    /// Calls this (transformed) function from inside another trace: it is
+    /// traced at the types of `xs` and emitted as one `call` equation, so the
+    /// enclosing function can be transformed further (e.g. the gradient of
+    /// `sum(f.vmap(..).apply(xs))`). If it fails, the enclosing trace
+    /// returns the error and the single handle returned is poisoned. A
+    /// function of no arguments has no enclosing trace to emit into: it
+    /// cannot be applied, and the list returned is empty.
+    pub fn apply(&self, xs: &[Tr]) -> Vec<Tr> {
+        let Some(first) = xs.first() else {
+            return Vec::new();
+        };
+        let types: Option<Vec<TensorType>> = xs.iter().map(Tr::ty).collect();
+        let inner = match types.ok_or(None).and_then(|t| self.trace(&t).map_err(Some)) {
+            Ok(f) => f,
+            Err(e) => {
+                let e = match e {
+                    Some(Error::Ir(e)) => e,
+                    Some(other) => IrError::invalid("apply", other.to_string()),
+                    None => IrError::invalid("apply", "an argument comes from a failed op"),
+                };
+                return vec![first.lift(|_, _| Err(e))];
+            }
+        };
+        let n = inner.outputs.len();
+        let others: Vec<&Tr> = xs[1..].iter().collect();
+        let inner = Arc::new(inner);
+        first.lift_many(&others, n, |b, vals| b.call(inner, vals))
+    }
+
+    /// Applies `transforms[..k]` to the closure traced at the types that
+    /// layer `k` sees. Transforms are applied inside out, but types flow
+    /// outside in: a vmap layer strips its batch axes before tracing below.
+    fn trace_layer(&self, k: usize, types: &[TensorType]) -> Result<Func, Error> {
+        let Some(t) = k.checked_sub(1).map(|i| &self.transforms[i]) else {
+            return Ok(trace(&self.name, types, &*self.f)?);
+        };
+        Ok(match t {
+            Transform::Grad(wrt) => ad::grad(&self.trace_layer(k - 1, types)?, wrt)?,
+            Transform::ValueAndGrad(wrt) => ad::value_and_grad(&self.trace_layer(k - 1, types)?, wrt)?,
+            Transform::Vmap { in_axes, out_axes } => {
+                let ia = resolve_in_axes(in_axes, types)?;
+                let per: Vec<TensorType> = types
+                    .iter()
+                    .zip(&ia)
+                    .map(|(t, a)| match a {
+                        Some(a) => {
+                            let mut shape = t.shape.clone();
+                            shape.remove(*a);
+                            TensorType::new(t.dtype, shape)
+                        }
+                        None => t.clone(),
+                    })
+                    .collect();
+                let inner = self.trace_layer(k - 1, &per)?;
+                let out_ranks: Vec<usize> = inner.output_types().iter().map(TensorType::rank).collect();
+                let oa = match out_axes {
+                    VmapAxes::Each(v) => resolve_axes(v, &out_ranks, "out_axes")?,
+                    VmapAxes::All(a) => resolve_axes(&vec![Some(*a); out_ranks.len()], &out_ranks, "out_axes")?,
+                };
+                vmap_for_args(&inner, &ia, &oa, types, None)?
+            }
+        })
+    }
+
     /// Traces the closure for the given input types and applies the
     /// transforms (no caching).
     pub fn trace(&self, types: &[TensorType]) -> Result<Func, Error> {
@@ -115,14 +226,7 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
                 .into());
             }
         }
-        let mut f = trace(&self.name, types, &*self.f)?;
-        for t in &self.transforms {
-            f = match t {
-                Transform::Grad(wrt) => ad::grad(&f, wrt)?,
-                Transform::ValueAndGrad(wrt) => ad::value_and_grad(&f, wrt)?,
-            };
-        }
-        Ok(f)
+        self.trace_layer(self.transforms.len(), types)
     }
 
     /// Forward mode at a point: `(outputs, output tangents)`. One tangent per
@@ -178,6 +282,53 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         let types: Vec<TensorType> = inputs.iter().map(|t| t.ty()).collect();
         self.compiled(&types)?.call(inputs)
     }
+}
+
+/// Resolves a vmap's argument axes against the actual (batched) argument
+/// types: axis `a` of an argument of rank `r` must be in `-r ..= r - 1`.
+fn resolve_in_axes(axes: &VmapAxes, types: &[TensorType]) -> Result<Vec<Option<usize>>, IrError> {
+    let each: Vec<Option<isize>> = match axes {
+        VmapAxes::Each(v) => {
+            if v.len() != types.len() {
+                return Err(IrError::invalid(
+                    "vmap",
+                    format!(
+                        "in_axes has {} entries but the function was called with {} arguments",
+                        v.len(),
+                        types.len()
+                    ),
+                ));
+            }
+            v.clone()
+        }
+        VmapAxes::All(a) => types.iter().map(|t| (t.rank() > 0).then_some(*a)).collect(),
+    };
+    each.iter()
+        .zip(types)
+        .enumerate()
+        .map(|(i, (a, t))| {
+            let Some(a) = *a else { return Ok(None) };
+            let r = t.rank() as isize;
+            let res = if a < 0 { a + r } else { a };
+            if (0..r).contains(&res) {
+                Ok(Some(res as usize))
+            } else if r == 0 {
+                Err(IrError::invalid(
+                    "vmap",
+                    format!("in_axes[{i}] = {a}, but argument {i} has type {t}, a scalar with no axis to batch"),
+                ))
+            } else {
+                Err(IrError::invalid(
+                    "vmap",
+                    format!(
+                        "in_axes[{i}] = {a} is out of range for argument {i} of type {t} (expected {} ..= {})",
+                        -r,
+                        r - 1
+                    ),
+                ))
+            }
+        })
+        .collect()
 }
 
 /// The result of [`Jit::pullback`]: forward outputs and the saved residuals.

@@ -66,7 +66,7 @@ pub mod ops {
 }
 
 pub use error::Error;
-pub use function::{compile, jit, jit_n, Compiled, Jit, Pullback, Transform};
+pub use function::{compile, jit, jit_n, Compiled, Jit, Pullback, Transform, VmapAxes};
 pub use graft_core::ad;
 pub use graft_core::ad::Wrt;
 pub use graft_core::composite;

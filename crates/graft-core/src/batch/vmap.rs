@@ -248,7 +248,9 @@ pub fn vmap_func(
             }
         });
     }
-    b.finish(&outs)
+    // Like the AD transforms, hand back a cleaned-up function: rules emit
+    // moves and broadcasts per equation that often repeat or cancel.
+    Ok(crate::opt::simplify(&b.finish(&outs)?))
 }
 
 fn rule_bug(prim: &crate::ops::Prim, msg: String) -> IrError {

@@ -457,6 +457,10 @@ fn float_dot<T: Real>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: 
     let (a, sa) = lp.materialize(a, false);
     let (b, sb) = rp.materialize(b, false);
     let (a, b) = (&*a, &*b);
+    if d.k == 1 {
+        outer(d, a, sa, b, sb, o);
+        return;
+    }
     let mn = d.m * d.n;
     let one = |bi: usize, ob: &mut [T], parallel: bool| {
         let am = MatRef { data: &a[bi * sa.b..], rs: sa.r, cs: sa.c };
@@ -474,6 +478,38 @@ fn float_dot<T: Real>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: 
                 one(bi, ob, s == Split::Inner);
             }
         }
+    }
+}
+
+/// `k == 1`: every product is an outer product, `o[b, i, j] = a[b, i] * b[b, j]`.
+/// `gemm` pays its packing and dispatch per product, which dominates when
+/// there is one multiply per output element (vmap of a per-example weight
+/// gradient `x^T dy` is exactly this shape, and writes a large output), so
+/// rows are written directly: the same single product per element as `gemm`
+/// computes (bitwise identical), split over rows across threads.
+fn outer<T: Real>(d: Dims, a: &[T], sa: Strides, b: &[T], sb: Strides, o: &mut [T]) {
+    let n = d.n;
+    let fill = |row0: usize, chunk: &mut [T]| {
+        for (r, row) in chunk.chunks_mut(n).enumerate() {
+            let (bi, i) = ((row0 + r) / d.m, (row0 + r) % d.m);
+            let x = a[bi * sa.b + i * sa.r];
+            let base = bi * sb.b;
+            if sb.c == 1 || n == 1 {
+                for (o, &y) in row.iter_mut().zip(&b[base..base + n]) {
+                    *o = x * y;
+                }
+            } else {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = x * b[base + j * sb.c];
+                }
+            }
+        }
+    };
+    if super::kernel::worth_parallel(o.len()) {
+        let rows_per_task = (super::kernel::CHUNK / n).max(1);
+        o.par_chunks_mut(rows_per_task * n).enumerate().for_each(|(t, c)| fill(t * rows_per_task, c));
+    } else {
+        fill(0, o);
     }
 }
 

@@ -3,13 +3,15 @@
 
 mod cse;
 mod dce;
+mod noop;
 
 pub use cse::cse;
 pub use dce::dce;
+pub use noop::remove_noops;
 
 use crate::ir::Func;
 
-/// The standard cleanup pipeline: CSE then DCE.
+/// The standard cleanup pipeline: no-op removal, CSE, then DCE.
 pub fn simplify(f: &Func) -> Func {
-    dce(&cse(f))
+    dce(&cse(&remove_noops(f)))
 }

@@ -6,6 +6,8 @@
 use graft_core::ad::{jvp_func, vjp_func, Wrt};
 use graft_core::{Executable, Func, Tensor, TensorType};
 
+pub mod vmap;
+
 /// A small deterministic PRNG (SplitMix64) for test inputs.
 pub struct Rng(pub u64);
 
