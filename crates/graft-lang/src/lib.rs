@@ -9,3 +9,4 @@
 
 pub mod ast;
 pub mod diag;
+pub mod lower;
