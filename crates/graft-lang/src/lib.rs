@@ -9,4 +9,21 @@
 
 pub mod ast;
 pub mod diag;
+pub mod lexer;
 pub mod lower;
+pub mod parser;
+pub mod sexpr;
+
+/// Parses a graft source file. Lex errors are all reported; parse errors
+/// are reported one per broken definition (the parser resumes at the next
+/// `def`).
+pub fn parse(src: &str) -> Result<ast::Program, Vec<diag::Diagnostic>> {
+    let tokens = lexer::lex(src)?;
+    parser::parse_tokens(&tokens)
+}
+
+/// Parses a single expression (a `--input` literal, a REPL line, a test).
+pub fn parse_expr(src: &str) -> Result<ast::Expr, Vec<diag::Diagnostic>> {
+    let tokens = lexer::lex(src)?;
+    parser::parse_expr_tokens(&tokens)
+}
