@@ -8,11 +8,15 @@
 //! No input may make any stage panic (see the fuzz target).
 
 pub mod ast;
+pub mod check;
 pub mod diag;
 pub mod lexer;
 pub mod lower;
+pub mod module;
 pub mod parser;
 pub mod sexpr;
+
+pub use module::{Compiled, Module, Output};
 
 /// Parses a graft source file. Lex errors are all reported; parse errors
 /// are reported one per broken definition (the parser resumes at the next

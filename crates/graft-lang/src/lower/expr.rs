@@ -176,6 +176,9 @@ impl Lower<'_> {
         if name == "none" {
             return Ok(Val::None);
         }
+        if super::stdlib::parse_dtype(name).is_some() {
+            return Ok(Val::Str(name.into()));
+        }
         Err(self.err(Stage::Resolve, span, format!("unknown name `{name}`")).with_label("not defined"))
     }
 

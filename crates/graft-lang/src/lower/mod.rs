@@ -586,13 +586,15 @@ impl<'p> Lower<'p> {
                 env = env.bind(&prm.name.name, v);
             }
             let out = this.expr(&def.body, &env)?;
+            // With `@grad`/`@jvp` the declared type is the derivative's, checked by `call_def`.
+            let derived = def.attrs.iter().any(|a| a.name.name == "grad" || a.name.name == "jvp");
             match &def.ret {
-                Some(rt) => {
+                Some(rt) if !derived => {
                     let what = format!("the result of `{}`", def.name.name);
                     let span = result_span(&def.body);
                     this.coerce(&out, rt, &mut dims, &span, &what)
                 }
-                None => Ok(out),
+                _ => Ok(out),
             }
         });
         self.loc = saved;
