@@ -3,6 +3,9 @@
 //! branches are closed functions; the tensors they capture become explicit
 //! operands).
 //!
+//! Float literals in an initial carry are f32 unless the body needs f64
+//! (the loop is then lowered again with f64 literals).
+//!
 //! `fori` needs `n` known while compiling (an integer literal, a dimension,
 //! or arithmetic on those); a run-time trip count needs the `while`
 //! primitive, which this build does not have yet.
@@ -54,10 +57,47 @@ fn rebuild(l: &Lower<'_>, t: &Tree, vals: &[Value]) -> Val {
     t.rebuild(&mut vals.iter().map(|&v| Tv { level, v })).expect("internal error: a loop returns its tree's leaves")
 }
 
+/// Whether a value holds a float literal (whose dtype the context decides).
+fn has_float_literal(v: &Val) -> bool {
+    match v {
+        Val::Const(super::value::Const::Float(_)) => true,
+        Val::Array { kind: super::value::ArrKind::Float, .. } => true,
+        Val::Tuple(ts) => ts.iter().any(has_float_literal),
+        _ => false,
+    }
+}
+
+/// A loop's initial carry: float literals become f32, or f64 on the retry
+/// (`wide`), so `fori(n, f, 1.0)` works in f32 and f64 programs alike.
+fn init_leaves(l: &mut Lower<'_>, v: &Val, wide: bool, span: &Span) -> Result<(Vec<Value>, Tree), Diagnostic> {
+    if !wide {
+        return l.flatten(v, span);
+    }
+    let v = widen(l, v, span)?;
+    l.flatten(&v, span)
+}
+
+fn widen(l: &mut Lower<'_>, v: &Val, span: &Span) -> Result<Val, Diagnostic> {
+    Ok(match v {
+        Val::Tuple(ts) => Val::tuple(ts.iter().map(|t| widen(l, t, span)).collect::<Result<_, _>>()?),
+        Val::Const(super::value::Const::Float(_)) | Val::Array { kind: super::value::ArrKind::Float, .. } => {
+            Val::T(Tv { level: l.level(), v: l.tensor_as(v, graft_core::DType::F64, span)? })
+        }
+        other => other.clone(),
+    })
+}
+
 /// `scan(f, init, xs)` with `f(carry, x) -> (carry, y)`: `(final_carry, ys)`.
 pub fn scan(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
+    match scan_at(l, f, init, xs, span, false) {
+        Err(e) if has_float_literal(&init.val) => scan_at(l, f, init, xs, span, true).map_err(|_| e),
+        r => r,
+    }
+}
+
+fn scan_at(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span, wide: bool) -> Result<Val, Diagnostic> {
     let fv = func_arg(l, f, "the first argument of `scan`")?;
-    let (init_l, init_t) = l.flatten(&init.val, &init.span)?;
+    let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
     let (xs_l, xs_t) = l.flatten(&xs.val, &xs.span)?;
     let mut n: Option<usize> = None;
     let mut per = Vec::new();
@@ -123,6 +163,13 @@ fn retype(t: &Tree, it: &mut impl Iterator<Item = TensorType>) -> Tree {
 
 /// `fori(n, f, init)` with `f(i, carry) -> carry` (`i` an i32 scalar).
 pub fn fori(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
+    match fori_at(l, n, f, init, span, false) {
+        Err(e) if has_float_literal(&init.val) => fori_at(l, n, f, init, span, true).map_err(|_| e),
+        r => r,
+    }
+}
+
+fn fori_at(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span, wide: bool) -> Result<Val, Diagnostic> {
     let Some(k) = super::expr::static_int(&n.val) else {
         return Err(l
             .err(Stage::Type, &n.span, format!("the trip count of `fori` must be known while compiling, found {}", n.val.describe()))
@@ -132,7 +179,7 @@ pub fn fori(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Spa
         return Err(l.err(Stage::Type, &n.span, format!("`fori` needs a trip count >= 0, found {k}")));
     }
     let fv = func_arg(l, f, "the second argument of `fori`")?;
-    let (init_l, init_t) = l.flatten(&init.val, &init.span)?;
+    let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
     let i_t = Tree::Leaf(TensorType::scalar(graft_core::DType::I32));
     let st = lower_call(l, &fv, &[i_t, init_t.clone()], span)?;
     if st.out != init_t {

@@ -397,7 +397,7 @@ impl Lower<'_> {
         if is_t(a) {
             let x = self.tensor(a, span)?;
             let dt = self.ty(x).dtype;
-            let y = if is_t(b) { self.tensor(b, span)? } else { self.tensor_as(b, dt, span)? };
+            let y = self.tensor_as(b, dt, span)?;
             return Ok((x, y));
         }
         if is_t(b) {
