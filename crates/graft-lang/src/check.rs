@@ -88,8 +88,8 @@ impl<'a> R<'a> {
         if let Some((_, c)) = best {
             d = d.with_note(format!("help: did you mean `{c}`?"));
         }
-        if ["scan", "fori", "while"].contains(&id.name.as_str()) {
-            d = d.with_note("note: loops (`scan`, `fori`, `while`) are not available in this build yet");
+        if id.name == "while" {
+            d = d.with_note("note: the `while` loop is not available in this build yet; use `fori` or `scan`");
         }
         self.errs.push(d);
     }

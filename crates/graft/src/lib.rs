@@ -42,6 +42,7 @@ mod function;
 pub mod nn;
 mod nn_layers;
 pub mod random;
+mod tr_control;
 mod tr_linalg;
 mod tr_math;
 mod tr_reduce;
@@ -55,10 +56,13 @@ pub mod layers {
 }
 
 /// Multi-input array functions with NumPy names: `concat`, `stack`,
-/// `where_`, `matmul`, `einsum`.
+/// `where_`, `matmul`, `einsum`; structured control flow (`scan`, `fori`,
+/// `cond`, `switch`) over traced closures.
 pub mod ops {
+    pub use crate::tr_control::{cond, fori, scan, switch};
     pub use crate::tr_linalg::{einsum, matmul};
     pub use crate::tr_shape::{concat, stack, where_};
+    pub use graft_core::ops::scan::{Checkpointing, ScanOpts};
 }
 
 pub use error::Error;

@@ -131,6 +131,16 @@ impl Executable {
         result
     }
 
+    /// Hands buffers (typically outputs of an earlier run that the caller is
+    /// done with) back to this executable's pool, so the next run reuses them
+    /// instead of allocating: loop kernels return each iteration's results.
+    pub fn recycle(&self, tensors: impl IntoIterator<Item = Tensor>) {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        for t in tensors {
+            pool.put(t);
+        }
+    }
+
     fn check_inputs(&self, inputs: &[&Tensor]) -> Result<(), ExecError> {
         let f = &self.func;
         if inputs.len() != f.params.len() {

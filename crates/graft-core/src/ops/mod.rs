@@ -10,6 +10,7 @@
 
 pub mod binary;
 pub mod cast;
+pub mod cond;
 pub mod control;
 pub mod conv;
 pub mod create;
@@ -21,6 +22,7 @@ pub mod linalg;
 pub mod mathfn;
 pub mod random;
 pub mod reduce;
+pub mod scan;
 pub mod shape;
 pub mod unary;
 pub mod window;
@@ -113,6 +115,10 @@ define_prims! {
     StopGradient(cast::StopGradient),
     /// Sub-function application.
     Call(control::Call),
+    /// Run one of several branches by a run-time index.
+    Cond(cond::Cond),
+    /// Loop carrying a state through the leading axis of its inputs.
+    Scan(scan::Scan),
     /// A call whose intermediates are recomputed in reverse mode.
     Checkpoint(control::Checkpoint),
     /// A function with a user JVP rule.

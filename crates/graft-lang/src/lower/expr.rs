@@ -2,10 +2,12 @@
 //! `match`, indexing, and calls (dispatching to defs, lambdas, builtins and
 //! transforms).
 //!
-//! Scalar `if`/`match` on a run-time condition evaluate every arm and pick
-//! the result with `select` (no `cond` primitive yet): values are exact, and
-//! the derivative flows only through the chosen arm, but every arm runs.
-//! A condition known while compiling picks its arm statically.
+//! A scalar `if` on a run-time condition becomes a `cond` (only the taken
+//! branch runs) when both branches have the same types; otherwise (and for
+//! a tensor condition, which selects elementwise) both branches are
+//! evaluated and `select` picks. `match` on a run-time scrutinee evaluates
+//! every arm and selects. A condition known while compiling picks its arm
+//! statically.
 
 use super::value::{ArrKind, Const, FnVal, Tv, Val};
 use super::{ArgVal, Env, Lower};
@@ -97,6 +99,11 @@ impl Lower<'_> {
                                 &cond.span,
                                 format!("the condition of `if` must be bool, found {t}"),
                             ));
+                        }
+                        if self.ty(c).rank() == 0 {
+                            if let Some(v) = super::control::if_cond(self, c, then, otherwise, env, span)? {
+                                return Ok(v);
+                            }
                         }
                         let a = self.expr(then, env)?;
                         let b = self.expr(otherwise, env)?;
@@ -390,7 +397,7 @@ impl Lower<'_> {
         if is_t(a) {
             let x = self.tensor(a, span)?;
             let dt = self.ty(x).dtype;
-            let y = if is_t(b) { self.tensor(b, span)? } else { self.tensor_as(b, dt, span)? };
+            let y = self.tensor_as(b, dt, span)?;
             return Ok((x, y));
         }
         if is_t(b) {

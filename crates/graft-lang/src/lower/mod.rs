@@ -19,6 +19,7 @@
 //! - a def is instantiated once per distinct list of argument types
 //!   ([`Prog::cache`]), and recursion is reported, never followed forever.
 
+pub mod control;
 pub mod expr;
 pub mod stdlib;
 pub mod transform;

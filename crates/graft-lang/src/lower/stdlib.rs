@@ -57,7 +57,7 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("key", &["seed"]), ("split", &["key", "n"]), ("uniform", &["key", "shape", "lo", "hi", "dtype"]),
     ("normal", &["key", "shape", "dtype"]), ("bernoulli", &["key", "p", "shape"]),
     // control flow
-    ("tabulate", &["n", "f"]),
+    ("tabulate", &["n", "f"]), ("scan", &["f", "init", "xs"]), ("fori", &["n", "f", "init"]),
 ];
 
 pub fn is_builtin(name: &str) -> bool {
@@ -720,6 +720,14 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             let p = a.num(l, "p", 0.5)?;
             let s = a.ushape(l, "shape")?;
             ir!(c::random::bernoulli(l.b(), k, p, &s))
+        }
+        "scan" => {
+            let (f, i, x) = (a.req(l, "f")?.clone(), a.req(l, "init")?.clone(), a.req(l, "xs")?.clone());
+            return super::control::scan(l, &f, &i, &x, span);
+        }
+        "fori" => {
+            let (n, f, i) = (a.req(l, "n")?.clone(), a.req(l, "f")?.clone(), a.req(l, "init")?.clone());
+            return super::control::fori(l, &n, &f, &i, span);
         }
         "tabulate" => {
             let n = a.int(l, "n", None)?;
