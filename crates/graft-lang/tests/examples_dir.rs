@@ -27,6 +27,7 @@ const CHECKED: &[&str] = &[
     "convnet",
     "jacobians",
     "quickstart",
+    "syntax",
 ];
 
 fn dir() -> PathBuf {
@@ -47,6 +48,9 @@ fn run_main(name: &str) -> Output {
         Ok(m) => m,
         Err(ds) => panic!("{}", ds.iter().map(|d| diag::render(d, &file, &src)).collect::<String>()),
     };
+    if let Err(ds) = m.check() {
+        panic!("{}", ds.iter().map(|d| diag::render(d, &file, &src)).collect::<String>());
+    }
     match m.run("main", &[]) {
         Ok(o) => o,
         Err(d) => panic!("{}", diag::render(&d, &file, &src)),
@@ -228,7 +232,6 @@ fn seed_001_grad_attr() {
 }
 
 #[test]
-#[ignore = "needs `fori` in the language (the scan/fori primitives are on branch h-scan, not yet wired into graft-lang)"]
 fn linear_regression() {
     let o = run_main("linear_regression");
     let (m, f) = (128, 3);
@@ -260,7 +263,6 @@ fn linear_regression() {
 }
 
 #[test]
-#[ignore = "needs `fori` in the language (the scan/fori primitives are on branch h-scan, not yet wired into graft-lang)"]
 fn logistic_regression() {
     let o = run_main("logistic_regression");
     let m = 200;
@@ -282,7 +284,6 @@ fn logistic_regression() {
 }
 
 #[test]
-#[ignore = "needs `fori` in the language (the scan/fori primitives are on branch h-scan, not yet wired into graft-lang)"]
 fn mlp_adam() {
     let o = run_main("mlp_adam");
     let (loss0, loss1, acc0, acc1) = (scalar(&o, &[0]), scalar(&o, &[1]), scalar(&o, &[2]), scalar(&o, &[3]));
@@ -372,20 +373,26 @@ fn jacobians() {
     close("grad", &vals(&o, &[3], &[3]), &[2.0 * x0 * x1 + x2.sin(), x0 * x0, x0 * x2.cos()], 1e-6);
 }
 
-/// The example's LSTM in f64: hidden states for every step.
-fn lstm_ref(w: &[f64], b: &[f64], xs: &[f64], t: usize, d: usize) -> Vec<f64> {
+/// The example's LSTM in f64: hidden states for every step. Parameters are
+/// packed as one vector `[wx (4 x d x 8), wh (4 x 8 x 8), b (4 x 8)]`.
+fn lstm_ref(p: &[f64], xs: &[f64], t: usize, d: usize) -> Vec<f64> {
     let hd = 8;
-    let k = d + hd;
-    let g = 4 * hd;
+    let (wx, rest) = p.split_at(4 * d * hd);
+    let (wh, b) = rest.split_at(4 * hd * hd);
     let (mut h, mut c) = (vec![0.0; hd], vec![0.0; hd]);
     let mut out = Vec::new();
     for s in 0..t {
-        let inp: Vec<f64> = xs[s * d..(s + 1) * d].iter().chain(&h).cloned().collect();
-        let z: Vec<f64> = (0..g).map(|j| b[j] + (0..k).map(|i| inp[i] * w[i * g + j]).sum::<f64>()).collect();
+        let x = &xs[s * d..(s + 1) * d];
+        let z = |g: usize, u: usize| -> f64 {
+            b[g * hd + u]
+                + (0..d).map(|i| x[i] * wx[(g * d + i) * hd + u]).sum::<f64>()
+                + (0..hd).map(|j| h[j] * wh[(g * hd + j) * hd + u]).sum::<f64>()
+        };
+        let zs: Vec<[f64; 4]> = (0..hd).map(|u| [z(0, u), z(1, u), z(2, u), z(3, u)]).collect();
         for u in 0..hd {
-            let (ig, fg, cand, og) = (sigmoid(z[u]), sigmoid(z[hd + u]), z[2 * hd + u].tanh(), sigmoid(z[3 * hd + u]));
-            c[u] = fg * c[u] + ig * cand;
-            h[u] = og * c[u].tanh();
+            let [zi, zf, zc, zo] = zs[u];
+            c[u] = sigmoid(zf) * c[u] + sigmoid(zi) * zc.tanh();
+            h[u] = sigmoid(zo) * c[u].tanh();
         }
         out.extend_from_slice(&h);
     }
@@ -393,31 +400,22 @@ fn lstm_ref(w: &[f64], b: &[f64], xs: &[f64], t: usize, d: usize) -> Vec<f64> {
 }
 
 #[test]
-#[ignore = "needs `scan` in the language (the scan primitive is on branch h-scan, not yet wired into graft-lang)"]
 fn lstm_scan() {
     let o = run_main("lstm_scan");
     let (t, d) = (10, 4);
     let xs = vals(&o, &[0], &[t, d]);
-    let w = vals(&o, &[1], &[12, 32]);
-    let b = vals(&o, &[2], &[32]);
-    let hs = lstm_ref(&w, &b, &xs, t, d);
-    close("hidden states", &vals(&o, &[3], &[t, 8]), &hs, 1e-5);
-    let loss = |w: &[f64], b: &[f64]| lstm_ref(w, b, &xs, t, d).iter().map(|h| h * h).sum::<f64>() / (t * 8) as f64;
-    close("loss", &[scalar(&o, &[4])], &[loss(&w, &b)], 1e-5);
-    let dw = vals(&o, &[5], &[12, 32]);
-    let db = vals(&o, &[6], &[32]);
-    for i in (0..12 * 32).step_by(7) {
-        let want = fd(&|wv| loss(wv, &b), &w, i, 1e-6);
-        close(&format!("dloss/dw[{i}]"), &[dw[i]], &[want], 1e-4);
-    }
-    for j in 0..32 {
-        let want = fd(&|bv| loss(&w, bv), &b, j, 1e-6);
-        close(&format!("dloss/db[{j}]"), &[db[j]], &[want], 1e-4);
+    let p: Vec<f64> = [vals(&o, &[1, 0], &[4, d, 8]), vals(&o, &[1, 1], &[4, 8, 8]), vals(&o, &[1, 2], &[4, 8])].concat();
+    close("hidden states", &vals(&o, &[2], &[t, 8]), &lstm_ref(&p, &xs, t, d), 1e-5);
+    let loss = |p: &[f64]| lstm_ref(p, &xs, t, d).iter().map(|h| h * h).sum::<f64>() / (t * 8) as f64;
+    close("loss", &[scalar(&o, &[3])], &[loss(&p)], 1e-5);
+    let g: Vec<f64> = [vals(&o, &[4, 0], &[4, d, 8]), vals(&o, &[4, 1], &[4, 8, 8]), vals(&o, &[4, 2], &[4, 8])].concat();
+    assert_eq!(g.len(), p.len());
+    for i in (0..p.len()).step_by(3) {
+        close(&format!("dloss/dparam[{i}]"), &[g[i]], &[fd(&loss, &p, i, 1e-6)], 1e-4);
     }
 }
 
 #[test]
-#[ignore = "needs `fori` in the language (the scan/fori primitives are on branch h-scan, not yet wired into graft-lang)"]
 fn rk4_ode() {
     let o = run_main("rk4_ode");
     close("y0", &vals(&o, &[0], &[2]), &[1.0, 0.5], 0.0);
@@ -538,7 +536,6 @@ fn convnet() {
 }
 
 #[test]
-#[ignore = "needs `scan` in the language (the scan primitive is on branch h-scan, not yet wired into graft-lang)"]
 fn quickstart() {
     let o = run_main("quickstart");
     let losses = vals(&o, &[0], &[10]);
@@ -546,4 +543,23 @@ fn quickstart() {
     assert!(losses[9] < losses[0] / 3.0, "loss fell only from {} to {}", losses[0], losses[9]);
     assert!(losses.windows(2).filter(|w| w[1] < w[0]).count() >= 8, "loss should fall almost every interval: {losses:?}");
     assert!(acc > 0.9, "final accuracy {acc}");
+}
+
+#[test]
+fn syntax() {
+    let o = run_main("syntax");
+    let w = [0.5, -1.0, 2.0];
+    let x = [[1.0, 2.0, 3.0], [-1.0, 0.5, 4.0]];
+    let y = [1.0, -2.0];
+    let b = 0.25;
+    let err: Vec<f64> = (0..2).map(|i| dot(&x[i], &w) + b - y[i]).collect();
+    close("loss", &[scalar(&o, &[0])], &[err.iter().map(|e| e * e).sum::<f64>() / 2.0], 1e-6);
+    let dw: Vec<f64> = (0..3).map(|j| (0..2).map(|i| err[i] * x[i][j]).sum()).collect();
+    close("grads: dw", &vals(&o, &[1, 0], &[3]), &dw, 1e-6);
+    close("grads: db", &[scalar(&o, &[1, 1])], &[err.iter().sum()], 1e-6);
+    let relu: Vec<f64> = x.concat().iter().map(|v| (v - 1.0f64).max(0.0)).collect();
+    close("batch_process(x - 1)", &vals(&o, &[2], &[2, 3]), &relu, 0.0);
+    let s = dot(&w, &x[0]) - 1.5;
+    let want: Vec<f64> = x[0].iter().map(|xi| 2.0 * s * xi).collect();
+    close("dloss_dw", &vals(&o, &[3], &[3]), &want, 1e-6);
 }
