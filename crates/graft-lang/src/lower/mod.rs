@@ -672,7 +672,7 @@ pub fn order_args(
         .iter()
         .enumerate()
         .filter(|(_, s)| s.is_none())
-        .map(|(i, _)| names.get(i).map_or(format!("tangent {}", i - names.len()), |n| format!("`{n}`")))
+        .map(|(i, _)| names.get(i).map_or_else(|| format!("tangent {}", i.saturating_sub(names.len())), |n| format!("`{n}`")))
         .collect();
     if !missing.is_empty() {
         return Err(this.err(
