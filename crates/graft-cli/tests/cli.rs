@@ -22,10 +22,7 @@ fn stdout(c: &mut Command) -> String {
 #[test]
 fn run_syntax_example_prints_results() {
     let s = stdout(graft().arg("run").arg(examples().join("syntax.graft")));
-    assert_eq!(
-        s,
-        "0: 49.8125\n1: [-5.5   12.125 48.25 ]\n2: 13.\n3: [[0. 1. 2.]\n    [0. 0. 3.]]\n4: [ 6. 12. 18.]\n"
-    );
+    assert_eq!(s, "0: 49.8125\n1: [-5.5   12.125 48.25 ]\n2: 13.\n3: [[0. 1. 2.]\n    [0. 0. 3.]]\n4: [ 6. 12. 18.]\n");
 }
 
 #[test]

@@ -48,12 +48,21 @@ case!(dtype_mismatch_operands, "def f(a: tensor[n, f32], b: tensor[n, f64]) -> t
 case!(call_dim_mismatch, "def g(a: tensor[n, f32], b: tensor[n, f32]) -> f32 = sum(a * b)\ndef f(a: tensor[3, f32], b: tensor[4, f32]) -> f32 = g(a, b)\n");
 case!(call_arity, "def g(a: f32, b: f32) -> f32 = a * b\ndef f(a: f32) -> f32 = g(a)\n");
 case!(call_unknown_keyword, "def g(a: f32, b: f32) -> f32 = a * b\ndef f(a: f32) -> f32 = g(a, c=1)\n");
-case!(grad_non_scalar, "def f(x: tensor[n, f32]) -> tensor[n, f32] = x * x\ndef g(x: tensor[n, f32]) -> tensor[n, f32] = grad(f)(x)\n");
+case!(
+    grad_non_scalar,
+    "def f(x: tensor[n, f32]) -> tensor[n, f32] = x * x\ndef g(x: tensor[n, f32]) -> tensor[n, f32] = grad(f)(x)\n"
+);
 case!(grad_wrt_unknown, "def f(x: f32, y: f32) -> f32 = x * y\ndef g(x: f32, y: f32) -> f32 = grad(f, wrt=z)(x, y)\n");
-case!(grad_wrt_integer_param, "def f(x: f32, k: i32) -> f32 = x\ndef g(x: f32, k: i32) -> f32 = grad(f, wrt=k)(x, k)\n");
+case!(
+    grad_wrt_integer_param,
+    "def f(x: f32, k: i32) -> f32 = x\ndef g(x: f32, k: i32) -> f32 = grad(f, wrt=k)(x, k)\n"
+);
 case!(grad_of_non_function, "def g(x: f32) -> f32 = grad(x)(x)\n");
 case!(vmap_batch_sizes_disagree, "def f(a: tensor[n, f32], b: tensor[n, f32]) -> tensor[n, f32] = a * b\ndef g(a: tensor[3, 2, f32], b: tensor[4, 2, f32]) -> tensor[3, 2, f32] = vmap(f, axis=0)(a, b)\n");
-case!(vmap_axis_out_of_range, "def f(a: tensor[n, f32]) -> tensor[n, f32] = a\ndef g(a: tensor[3, f32]) -> tensor[3, f32] = vmap(f, axis=2)(a)\n");
+case!(
+    vmap_axis_out_of_range,
+    "def f(a: tensor[n, f32]) -> tensor[n, f32] = a\ndef g(a: tensor[3, f32]) -> tensor[3, f32] = vmap(f, axis=2)(a)\n"
+);
 case!(vmap_unknown_option, "def f(a: tensor[n, f32]) -> tensor[n, f32] = a\ndef g(a: tensor[3, 2, f32]) -> tensor[3, 2, f32] = vmap(f, axes=0)(a)\n");
 case!(error_inside_vmap_grad, "def loss(w: tensor[n, f32], x: tensor[n, f32]) -> f32 = sum(w * x)\ndef g(w: tensor[3, f32], xs: tensor[5, 4, f32]) -> tensor[5, 3, f32] = vmap(grad(loss, wrt=w), in_axes=(none, 0))(w, xs)\n");
 case!(tuple_unpack_arity, "def f(x: f32) -> f32 {\n  let (a, b) = (x, x, x)\n  a\n}\n");
