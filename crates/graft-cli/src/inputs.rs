@@ -33,7 +33,13 @@ fn split(s: &str, what: &str) -> Result<(String, String), Fail> {
 }
 
 /// One `Tensor` per entry parameter, in order.
-pub fn gather(m: &Module, entry: &str, inputs: &[String], _shapes: &[String], seed: Option<i64>) -> Result<Vec<Tensor>, Fail> {
+pub fn gather(
+    m: &Module,
+    entry: &str,
+    inputs: &[String],
+    _shapes: &[String],
+    seed: Option<i64>,
+) -> Result<Vec<Tensor>, Fail> {
     let def = m.def(entry).ok_or_else(|| no_entry(m, entry))?;
     let mut given: HashMap<String, String> = HashMap::new();
     for s in inputs {
@@ -52,7 +58,9 @@ pub fn gather(m: &Module, entry: &str, inputs: &[String], _shapes: &[String], se
     for p in &def.params {
         let name = &p.name.name;
         let Some((dt, rank)) = declared(&p.ty) else {
-            return Err(Fail(format!("error: parameter `{name}` of `{entry}` has a tuple type, which cannot be given on the command line")));
+            return Err(Fail(format!(
+                "error: parameter `{name}` of `{entry}` has a tuple type, which cannot be given on the command line"
+            )));
         };
         let t = match given.get(name) {
             Some(v) => input_tensor(name, &p.ty, v, dt)?,
@@ -79,7 +87,13 @@ pub fn gather(m: &Module, entry: &str, inputs: &[String], _shapes: &[String], se
 }
 
 /// Parameter types for `graft ir`: from `--shapes` or from `--input` values.
-pub fn gather_types(m: &Module, entry: &str, inputs: &[String], shapes: &[String], seed: Option<i64>) -> Result<Vec<TensorType>, Fail> {
+pub fn gather_types(
+    m: &Module,
+    entry: &str,
+    inputs: &[String],
+    shapes: &[String],
+    seed: Option<i64>,
+) -> Result<Vec<TensorType>, Fail> {
     let def = m.def(entry).ok_or_else(|| no_entry(m, entry))?;
     let mut from_shapes: HashMap<String, TensorType> = HashMap::new();
     for s in shapes {
@@ -145,7 +159,8 @@ fn no_entry(m: &Module, entry: &str) -> Fail {
 fn parse_type(s: &str) -> Result<TensorType, Fail> {
     let bad = || Fail(format!("error: `{s}` is not a type like `tensor[3, 4, f32]`, `f32[3,4]` or `f32`"));
     let s = s.trim();
-    let (dt, dims): (&str, Vec<&str>) = if let Some(inner) = s.strip_prefix("tensor[").and_then(|r| r.strip_suffix(']')) {
+    let (dt, dims): (&str, Vec<&str>) = if let Some(inner) = s.strip_prefix("tensor[").and_then(|r| r.strip_suffix(']'))
+    {
         let mut parts: Vec<&str> = inner.split(',').map(str::trim).collect();
         let dt = parts.pop().ok_or_else(bad)?;
         (dt, parts)
@@ -165,7 +180,9 @@ fn input_tensor(name: &str, ty: &ast::Type, v: &str, dt: DType) -> Result<Tensor
         return graft_core::npy::load_npy(v).map_err(|e| Fail(format!("error: input `{name}`: cannot read {v}: {e}")));
     }
     let e = graft_lang::parse_expr(v).map_err(|_| {
-        Fail(format!("error: input `{name}`: `{v}` is neither a .npy path nor a literal (a number or an array like [1, 2])"))
+        Fail(format!(
+            "error: input `{name}`: `{v}` is neither a .npy path nor a literal (a number or an array like [1, 2])"
+        ))
     })?;
     let mut shape = Vec::new();
     let mut data = Vec::new();

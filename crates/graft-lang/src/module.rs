@@ -15,7 +15,7 @@
 
 use crate::ast::{self, Span};
 use crate::diag::{Diagnostic, Stage};
-use crate::lower::{ArgVal, FnVal, Lower, Prog, Tree, Val};
+use crate::lower::{ArgVal, FnVal, Lower, Prog, Tree};
 use graft_core::{exec, opt, Func, Tensor, TensorType};
 use std::sync::Arc;
 
@@ -117,7 +117,11 @@ impl Module {
             if let Err(mut d) = self.instantiate_trees(&def.name.name, &types) {
                 if !names.is_empty() {
                     let sizes: Vec<String> = names.iter().map(|n| format!("{n}={}", size(n))).collect();
-                    d = d.with_note(format!("note: checked `{}` with placeholder sizes {}", def.name.name, sizes.join(", ")));
+                    d = d.with_note(format!(
+                        "note: checked `{}` with placeholder sizes {}",
+                        def.name.name,
+                        sizes.join(", ")
+                    ));
                 }
                 if !errs.iter().any(|e| e.message == d.message && e.span == d.span) {
                     errs.push(d);
@@ -157,11 +161,11 @@ impl Module {
             ));
         }
         let mut l = Lower::new(&self.prog);
-        let spans: Vec<Span> = (0..args.len())
-            .map(|i| def.params.get(i).map_or(def.name.span.clone(), |p| p.span.clone()))
-            .collect();
+        let spans: Vec<Span> =
+            (0..args.len()).map(|i| def.params.get(i).map_or(def.name.span.clone(), |p| p.span.clone())).collect();
         let st = l.standalone(entry, args, &def.span, |l, vals| {
-            let args = vals.into_iter().zip(&spans).map(|(val, s)| ArgVal { name: None, val, span: s.clone() }).collect();
+            let args =
+                vals.into_iter().zip(&spans).map(|(val, s)| ArgVal { name: None, val, span: s.clone() }).collect();
             l.call_fn(&FnVal::Def(idx, entry.into()), args, &def.name.span)
         })?;
         if !st.captures.is_empty() {
@@ -175,7 +179,8 @@ impl Module {
         let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
         let c = self.instantiate(entry, &types)?;
         let span = self.def(entry).map_or(0..0, |d| d.name.span.clone());
-        let exe = exec::plan_cached(&c.func).map_err(|e| Diagnostic::new(Stage::Runtime, span.clone(), e.to_string()))?;
+        let exe =
+            exec::plan_cached(&c.func).map_err(|e| Diagnostic::new(Stage::Runtime, span.clone(), e.to_string()))?;
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let outs = exe.run(&refs).map_err(|e| Diagnostic::new(Stage::Runtime, span.clone(), e.to_string()))?;
         let mut it = outs.into_iter();
@@ -222,6 +227,3 @@ fn concrete(t: &ast::Type, size: &dyn Fn(&str) -> usize) -> Option<Tree> {
         )),
     })
 }
-
-#[allow(dead_code)]
-fn _unused(_: Val) {}

@@ -89,12 +89,16 @@ fn render(n: &Node) -> String {
 /// Prints a whole program: its definitions, one after another, separated
 /// by blank lines, ending with a newline.
 pub fn program_to_sexpr(p: &Program) -> String {
+    crate::with_deep_stack(|| program_text(p))
+}
+
+fn program_text(p: &Program) -> String {
     let mut out = String::new();
     for (i, d) in p.defs.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
-        out.push_str(&def_to_sexpr(d));
+        out.push_str(&render(&def_node(d)));
         out.push('\n');
     }
     out
@@ -102,12 +106,12 @@ pub fn program_to_sexpr(p: &Program) -> String {
 
 /// Prints one definition.
 pub fn def_to_sexpr(d: &Def) -> String {
-    render(&def_node(d))
+    crate::with_deep_stack(|| render(&def_node(d)))
 }
 
 /// Prints one expression (no trailing newline).
 pub fn expr_to_sexpr(e: &Expr) -> String {
-    render(&expr_node(e))
+    crate::with_deep_stack(|| render(&expr_node(e)))
 }
 
 /// Prints one type (no trailing newline).

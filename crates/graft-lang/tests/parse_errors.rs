@@ -82,6 +82,10 @@ error_case!(line_starting_with_operator, "def f(x: f32, y: f32) -> f32 {\n  let 
 error_case!(two_lets_on_one_line, "def f(x: f32) -> f32 {\n  let a = x let b = a\n  b\n}\n");
 error_case!(let_with_double_equals, "def f(x: f32) -> f32 {\n  let y == x\n  y\n}\n");
 error_case!(let_outside_block, "def f(x: f32) -> f32 = let y = x\n");
+error_case!(
+    assignment_without_let,
+    "def f(w: f32, b: f32) -> (f32, f32) {\n  (dw, db) = grad(loss, wrt=(w, b))(w, b)\n  (dw, db)\n}\n"
+);
 error_case!(literal_let_pattern, "def f(x: f32) -> f32 {\n  let 0 = x\n  x\n}\n");
 error_case!(unclosed_block_at_eof, "def f(x: f32) -> f32 {\n  let y = x\n  y\n");
 
@@ -127,4 +131,23 @@ fn nesting_below_the_limit_parses() {
     let src = format!("def f(x: f32) -> f32 = x{}\n", " + x".repeat(depth));
     let p = parse(&src).expect("a sum of 100 terms parses");
     assert_eq!(graft_lang::sexpr::program_to_sexpr(&p).matches("(+ {}").count(), depth);
+}
+
+#[test]
+fn nesting_at_the_limit_parses_on_a_small_caller_stack() {
+    // `parse` runs on its own large stack, so the caller's does not matter.
+    let r = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(|| {
+            let d = graft_lang::parser::MAX_DEPTH - 2;
+            let src = format!("def f(x: f32) -> f32 = {}x{}\n", "(".repeat(d), ")".repeat(d));
+            let p = parse(&src).expect("nesting just below the limit parses");
+            let deep = format!("def f(x: f32) -> f32 = {}x{}\n", "(".repeat(d + 10), ")".repeat(d + 10));
+            assert!(parse(&deep).is_err());
+            graft_lang::sexpr::program_to_sexpr(&p).len()
+        })
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    assert!(r > 0);
 }

@@ -129,7 +129,11 @@ fn issue_dloss_dw() {
     let out = run(
         &m,
         "dloss_dw",
-        &[Tensor::from_vec(vec![3], w.to_vec()).unwrap(), Tensor::from_vec(vec![3], x.to_vec()).unwrap(), Tensor::scalar(y)],
+        &[
+            Tensor::from_vec(vec![3], w.to_vec()).unwrap(),
+            Tensor::from_vec(vec![3], x.to_vec()).unwrap(),
+            Tensor::scalar(y),
+        ],
     );
     close(&f32s(&out), &want, 1e-5);
 }

@@ -171,7 +171,7 @@ fn loops_and_branches() {
     close(&v64(&run(F, "dbranch", &[Tensor::scalar(3.0f64)])), &[6.0], 0.0);
     close(&v64(&run(F, "dbranch", &[Tensor::scalar(-3.0f64)])), &[-1.0], 0.0);
     for (k, want) in [(0, 10.0), (1, 20.0), (7, 30.0)] {
-        close(&v64(&run(F, "m", &[Tensor::scalar(k as i32)])), &[want], 0.0);
+        close(&v64(&run(F, "m", &[Tensor::scalar::<i32>(k)])), &[want], 0.0);
     }
 }
 
@@ -186,8 +186,24 @@ fn every_def_checks() {
 #[test]
 fn instantiation_is_cached_per_type() {
     let m = module(F);
-    let a = m.instantiate("f", &[graft_core::TensorType::new(graft_core::DType::F64, vec![3]), graft_core::TensorType::scalar(graft_core::DType::F64)]).unwrap();
-    let b = m.instantiate("f", &[graft_core::TensorType::new(graft_core::DType::F64, vec![3]), graft_core::TensorType::scalar(graft_core::DType::F64)]).unwrap();
+    let a = m
+        .instantiate(
+            "f",
+            &[
+                graft_core::TensorType::new(graft_core::DType::F64, vec![3]),
+                graft_core::TensorType::scalar(graft_core::DType::F64),
+            ],
+        )
+        .unwrap();
+    let b = m
+        .instantiate(
+            "f",
+            &[
+                graft_core::TensorType::new(graft_core::DType::F64, vec![3]),
+                graft_core::TensorType::scalar(graft_core::DType::F64),
+            ],
+        )
+        .unwrap();
     assert_eq!(a.func.eqns.len(), b.func.eqns.len());
     // Every equation of the expanded function is a primitive with a source location.
     assert!(a.func.eqns.iter().all(|e| e.loc.is_some()));

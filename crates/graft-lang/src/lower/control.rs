@@ -95,7 +95,14 @@ pub fn scan(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Sp
     }
 }
 
-fn scan_at(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span, wide: bool) -> Result<Val, Diagnostic> {
+fn scan_at(
+    l: &mut Lower<'_>,
+    f: &ArgVal,
+    init: &ArgVal,
+    xs: &ArgVal,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, Diagnostic> {
     let fv = func_arg(l, f, "the first argument of `scan`")?;
     let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
     let (xs_l, xs_t) = l.flatten(&xs.val, &xs.span)?;
@@ -103,12 +110,20 @@ fn scan_at(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Spa
     let mut per = Vec::new();
     for t in xs_t.leaves() {
         if t.rank() == 0 {
-            return Err(l.err(Stage::Type, &xs.span, format!("`scan` walks the leading axis of `xs`, but a part of it is the scalar {t}")));
+            return Err(l.err(
+                Stage::Type,
+                &xs.span,
+                format!("`scan` walks the leading axis of `xs`, but a part of it is the scalar {t}"),
+            ));
         }
         match n {
             None => n = Some(t.shape[0]),
             Some(m) if m != t.shape[0] => {
-                return Err(l.err(Stage::Type, &xs.span, format!("the parts of `xs` disagree on the leading axis: {m} and {}", t.shape[0])))
+                return Err(l.err(
+                    Stage::Type,
+                    &xs.span,
+                    format!("the parts of `xs` disagree on the leading axis: {m} and {}", t.shape[0]),
+                ))
             }
             _ => {}
         }
@@ -121,14 +136,29 @@ fn scan_at(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Spa
     let x_tree = retype(&xs_t, &mut it);
     let st = lower_call(l, &fv, &[init_t.clone(), x_tree], span)?;
     let Tree::Tuple(parts) = &st.out else {
-        return Err(l.err(Stage::Type, &f.span, format!("the body of `scan` must return (carry, y), but it returns {}", st.out)));
+        return Err(l.err(
+            Stage::Type,
+            &f.span,
+            format!("the body of `scan` must return (carry, y), but it returns {}", st.out),
+        ));
     };
     if parts.len() != 2 {
-        return Err(l.err(Stage::Type, &f.span, format!("the body of `scan` must return (carry, y), but it returns {}", st.out)));
+        return Err(l.err(
+            Stage::Type,
+            &f.span,
+            format!("the body of `scan` must return (carry, y), but it returns {}", st.out),
+        ));
     }
     if parts[0] != init_t {
         return Err(l
-            .err(Stage::Type, &f.span, format!("the body of `scan` changes the carry's type: it starts as {init_t} and comes back as {}", parts[0]))
+            .err(
+                Stage::Type,
+                &f.span,
+                format!(
+                    "the body of `scan` changes the carry's type: it starts as {init_t} and comes back as {}",
+                    parts[0]
+                ),
+            )
             .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
     }
     let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;
@@ -169,11 +199,24 @@ pub fn fori(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Spa
     }
 }
 
-fn fori_at(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span, wide: bool) -> Result<Val, Diagnostic> {
+fn fori_at(
+    l: &mut Lower<'_>,
+    n: &ArgVal,
+    f: &ArgVal,
+    init: &ArgVal,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, Diagnostic> {
     let Some(k) = super::expr::static_int(&n.val) else {
         return Err(l
-            .err(Stage::Type, &n.span, format!("the trip count of `fori` must be known while compiling, found {}", n.val.describe()))
-            .with_note("note: a run-time trip count needs the `while` loop primitive, which this build does not have yet"));
+            .err(
+                Stage::Type,
+                &n.span,
+                format!("the trip count of `fori` must be known while compiling, found {}", n.val.describe()),
+            )
+            .with_note(
+                "note: a run-time trip count needs the `while` loop primitive, which this build does not have yet",
+            ));
     };
     if k < 0 {
         return Err(l.err(Stage::Type, &n.span, format!("`fori` needs a trip count >= 0, found {k}")));
@@ -184,7 +227,14 @@ fn fori_at(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span
     let st = lower_call(l, &fv, &[i_t, init_t.clone()], span)?;
     if st.out != init_t {
         return Err(l
-            .err(Stage::Type, &f.span, format!("the body of `fori` changes the carry's type: it starts as {init_t} and comes back as {}", st.out))
+            .err(
+                Stage::Type,
+                &f.span,
+                format!(
+                    "the body of `fori` changes the carry's type: it starts as {init_t} and comes back as {}",
+                    st.out
+                ),
+            )
             .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
     }
     let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;

@@ -9,7 +9,7 @@
 //! every arm and selects. A condition known while compiling picks its arm
 //! statically.
 
-use super::value::{ArrKind, Const, FnVal, Tv, Val};
+use super::value::{ArrKind, Const, FnVal, Val};
 use super::{ArgVal, Env, Lower};
 use crate::ast::{BinOp, Expr, ExprKind, IndexItem, Pattern, PatternKind, Span, Stmt, UnOp};
 use crate::diag::{Diagnostic, Stage};
@@ -298,7 +298,11 @@ impl Lower<'_> {
             PatternKind::Wildcard => Ok(Test::Static(true)),
             PatternKind::Tuple(ps) => {
                 let Val::Tuple(items) = v else {
-                    return Err(self.err(Stage::Type, &pat.span, format!("a tuple pattern cannot match {}", v.describe())));
+                    return Err(self.err(
+                        Stage::Type,
+                        &pat.span,
+                        format!("a tuple pattern cannot match {}", v.describe()),
+                    ));
                 };
                 if items.len() != ps.len() {
                     return Err(self.err(
@@ -335,7 +339,11 @@ impl Lower<'_> {
                     let r = self.b().eq(x, k);
                     Ok(Test::Dyn(self.ir(r, span)?))
                 }
-                other => Err(self.err(Stage::Type, &pat.span, format!("an integer pattern cannot match {}", other.describe()))),
+                other => Err(self.err(
+                    Stage::Type,
+                    &pat.span,
+                    format!("an integer pattern cannot match {}", other.describe()),
+                )),
             },
             PatternKind::Bool(k) => match v {
                 Val::Const(Const::Bool(b)) => Ok(Test::Static(b == k)),
@@ -348,7 +356,9 @@ impl Lower<'_> {
                         Ok(Test::Dyn(self.ir(r, span)?))
                     }
                 }
-                other => Err(self.err(Stage::Type, &pat.span, format!("a bool pattern cannot match {}", other.describe()))),
+                other => {
+                    Err(self.err(Stage::Type, &pat.span, format!("a bool pattern cannot match {}", other.describe())))
+                }
             },
         }
     }
@@ -420,11 +430,9 @@ impl Lower<'_> {
             (UnOp::Neg, Val::Const(Const::Float(f))) => Ok(Val::Const(Const::Float(-f))),
             (UnOp::Neg, Val::Dim(_, n)) => Ok(Val::Const(Const::Int(-(*n as i64)))),
             (UnOp::Not, Val::Const(Const::Bool(b))) => Ok(Val::Const(Const::Bool(!b))),
-            (UnOp::Neg, Val::Array { shape, data, kind }) if *kind != ArrKind::Bool => Ok(Val::Array {
-                shape: shape.clone(),
-                data: Rc::new(data.iter().map(|x| -x).collect()),
-                kind: *kind,
-            }),
+            (UnOp::Neg, Val::Array { shape, data, kind }) if *kind != ArrKind::Bool => {
+                Ok(Val::Array { shape: shape.clone(), data: Rc::new(data.iter().map(|x| -x).collect()), kind: *kind })
+            }
             _ => {
                 let x = self.tensor(&v, span)?;
                 let ty = self.ty(x);
@@ -471,11 +479,15 @@ impl Lower<'_> {
         }
         let (x, y) = self.unify(&l, &r, span).map_err(|d| {
             let (lt, rt) = (self.describe_operand(&l), self.describe_operand(&r));
-            Diagnostic::new(Stage::Type, span.clone(), format!("`{}` needs operands of one dtype, found {lt} and {rt}", op.symbol()))
-                .with_secondary(ls.clone(), lt)
-                .with_secondary(rs.clone(), rt)
-                .with_note(format!("note: {}", d.message))
-                .with_note("help: convert one side with `cast(x, dtype)`")
+            Diagnostic::new(
+                Stage::Type,
+                span.clone(),
+                format!("`{}` needs operands of one dtype, found {lt} and {rt}", op.symbol()),
+            )
+            .with_secondary(ls.clone(), lt)
+            .with_secondary(rs.clone(), rt)
+            .with_note(format!("note: {}", d.message))
+            .with_note("help: convert one side with `cast(x, dtype)`")
         })?;
         let (tx, ty) = (self.ty(x), self.ty(y));
         if op == BinOp::MatMul {
@@ -487,7 +499,10 @@ impl Lower<'_> {
                     .err(
                         Stage::Type,
                         span,
-                        format!("`@` needs the last dimension of the left operand to match the {} of the right one", if ty.rank() == 1 { "length" } else { "second-to-last dimension" }),
+                        format!(
+                            "`@` needs the last dimension of the left operand to match the {} of the right one",
+                            if ty.rank() == 1 { "length" } else { "second-to-last dimension" }
+                        ),
                     )
                     .with_secondary(ls.clone(), format!("this is {}", self.show_val_ty(x)))
                     .with_secondary(rs.clone(), format!("this is {}", self.show_val_ty(y))));
@@ -505,7 +520,9 @@ impl Lower<'_> {
                 )
                 .with_secondary(ls.clone(), format!("this is {}", self.show_val_ty(x)))
                 .with_secondary(rs.clone(), format!("this is {}", self.show_val_ty(y)))
-                .with_note("note: shapes broadcast when, from the right, each pair of dims is equal or one of them is 1"));
+                .with_note(
+                    "note: shapes broadcast when, from the right, each pair of dims is equal or one of them is 1",
+                ));
         }
         let dt = tx.dtype;
         let need = |this: &Self, ok: bool, what: &str| -> Result<(), Diagnostic> {
@@ -590,7 +607,9 @@ impl Lower<'_> {
     fn array(&mut self, items: &[Expr], span: &Span, env: &Env) -> Result<Val, Diagnostic> {
         let vals = items.iter().map(|i| self.expr(i, env)).collect::<Result<Vec<_>, _>>()?;
         if vals.is_empty() {
-            return Err(self.err(Stage::Type, span, "an empty array literal has no type").with_note("help: use `zeros((0,))`"));
+            return Err(self
+                .err(Stage::Type, span, "an empty array literal has no type")
+                .with_note("help: use `zeros((0,))`"));
         }
         // All static: one constant.
         let mut statics = Vec::new();
@@ -607,7 +626,10 @@ impl Lower<'_> {
                 return Err(self.err(
                     Stage::Type,
                     &items[i].span,
-                    format!("array rows must have one shape: element 0 has shape {first:?}, element {i} has {:?}", statics[i].0),
+                    format!(
+                        "array rows must have one shape: element 0 has shape {first:?}, element {i} has {:?}",
+                        statics[i].0
+                    ),
                 ));
             }
             let kind = statics.iter().map(|s| s.2).max().unwrap_or(ArrKind::Int);
@@ -644,7 +666,14 @@ impl Lower<'_> {
         Ok(Val::T(self.tv(v)))
     }
 
-    fn index(&mut self, base: Val, items: &[IndexItem], bspan: &Span, span: &Span, env: &Env) -> Result<Val, Diagnostic> {
+    fn index(
+        &mut self,
+        base: Val,
+        items: &[IndexItem],
+        bspan: &Span,
+        span: &Span,
+        env: &Env,
+    ) -> Result<Val, Diagnostic> {
         if let Val::Tuple(ts) = &base {
             return Err(self
                 .err(Stage::Type, bspan, format!("cannot index a tuple of {} with `[...]`", ts.len()))
@@ -835,6 +864,3 @@ fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {
         }
     })
 }
-
-#[allow(dead_code)]
-fn _tv(_: Tv) {}

@@ -154,7 +154,9 @@ impl<'p> Lower<'p> {
     /// A graft-core error during lowering of the expression at `span`.
     pub fn ir_err(&self, e: IrError, span: &Span) -> Diagnostic {
         let msg = match &e {
-            IrError::Type(t) => format!("{}: {}; got operands ({})", op_name(&t.prim), t.expected, types_str(&t.operands)),
+            IrError::Type(t) => {
+                format!("{}: {}; got operands ({})", op_name(&t.prim), t.expected, types_str(&t.operands))
+            }
             other => other.to_string(),
         };
         Diagnostic::new(Stage::Type, span.clone(), msg)
@@ -282,7 +284,9 @@ impl<'p> Lower<'p> {
             let mut vals = Vec::new();
             for t in args {
                 let leaves: Vec<Tv> = t.leaves().into_iter().map(|ty| self.param(ty)).collect();
-                vals.push(t.rebuild(&mut leaves.into_iter()).expect("internal error: a tree rebuilds from its own leaves"));
+                vals.push(
+                    t.rebuild(&mut leaves.into_iter()).expect("internal error: a tree rebuilds from its own leaves"),
+                );
             }
             let n_real = args.iter().map(Tree::n_leaves).sum();
             let out = body(self, vals)?;
@@ -313,7 +317,13 @@ impl<'p> Lower<'p> {
     // ----- materialising values -----
 
     /// A constant tensor of `dtype` from static data.
-    pub fn const_tensor(&mut self, shape: &[usize], data: &[f64], dtype: DType, span: &Span) -> Result<Value, Diagnostic> {
+    pub fn const_tensor(
+        &mut self,
+        shape: &[usize],
+        data: &[f64],
+        dtype: DType,
+        span: &Span,
+    ) -> Result<Value, Diagnostic> {
         let ty = TensorType::new(dtype, shape.to_vec());
         if data.len() == 1 && shape.is_empty() {
             let r = self.b().scalar(data[0], dtype);
@@ -422,7 +432,14 @@ impl<'p> Lower<'p> {
     /// Checks `v` against a declared type, giving literals the declared
     /// dtype and binding dimension variables in `dims` (`what` names the
     /// value in messages: "argument `w` of `loss`").
-    pub fn coerce(&mut self, v: &Val, ty: &ast::Type, dims: &mut Dims, span: &Span, what: &str) -> Result<Val, Diagnostic> {
+    pub fn coerce(
+        &mut self,
+        v: &Val,
+        ty: &ast::Type,
+        dims: &mut Dims,
+        span: &Span,
+        what: &str,
+    ) -> Result<Val, Diagnostic> {
         use ast::TypeKind;
         match &ty.kind {
             TypeKind::Tuple(ts) => {
@@ -486,10 +503,7 @@ impl<'p> Lower<'p> {
                             .err(
                                 Stage::Type,
                                 span,
-                                format!(
-                                    "dimension `{}` is {got} in {what} but {n} in {from}",
-                                    id.name
-                                ),
+                                format!("dimension `{}` is {got} in {what} but {n} in {from}", id.name),
                             )
                             .with_label(format!("this is {tt}, declared {}", show_type(ty, dims)))
                             .with_secondary(id.span.clone(), format!("`{}` declared here", id.name)));
@@ -513,12 +527,25 @@ impl<'p> Lower<'p> {
     // ----- defs -----
 
     /// Calls def `idx` (attributes applied when `with_attrs`).
-    pub fn call_def(&mut self, idx: usize, with_attrs: bool, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
+    pub fn call_def(
+        &mut self,
+        idx: usize,
+        with_attrs: bool,
+        args: Vec<ArgVal>,
+        span: &Span,
+    ) -> Result<Val, Diagnostic> {
         let p = self.p;
         let def = &p.program.defs[idx];
         let name = def.name.name.as_str();
         let n_extra = if with_attrs { def.attrs.iter().filter(|a| a.name.name == "jvp").count() } else { 0 };
-        let args = order_args(self, &def.params.iter().map(|p| p.name.name.clone()).collect::<Vec<_>>(), n_extra, args, name, span)?;
+        let args = order_args(
+            self,
+            &def.params.iter().map(|p| p.name.name.clone()).collect::<Vec<_>>(),
+            n_extra,
+            args,
+            name,
+            span,
+        )?;
         let mut dims = Dims::new();
         let mut coerced = Vec::new();
         for (a, prm) in args.iter().zip(&def.params) {
@@ -550,7 +577,10 @@ impl<'p> Lower<'p> {
         let inst = self.instantiate(idx, &trees, span)?;
         let outs = self.inline(&inst.func.clone(), &leaves, span)?;
         let level = self.level();
-        Ok(inst.out.rebuild(&mut outs.into_iter().map(|v| Tv { level, v })).expect("internal error: an instance returns its tree's leaves"))
+        Ok(inst
+            .out
+            .rebuild(&mut outs.into_iter().map(|v| Tv { level, v }))
+            .expect("internal error: an instance returns its tree's leaves"))
     }
 
     /// The def at `idx` lowered for arguments of these structures (cached).
@@ -659,7 +689,11 @@ pub fn order_args(
             }
             Some(n) => {
                 let Some(i) = names.iter().position(|p| *p == n.name) else {
-                    return Err(this.err(Stage::Type, &n.span, format!("`{fname}` has no parameter named `{}`", n.name)));
+                    return Err(this.err(
+                        Stage::Type,
+                        &n.span,
+                        format!("`{fname}` has no parameter named `{}`", n.name),
+                    ));
                 };
                 if slots[i].is_some() {
                     return Err(this.err(Stage::Type, &n.span, format!("parameter `{}` is given twice", n.name)));
@@ -672,7 +706,9 @@ pub fn order_args(
         .iter()
         .enumerate()
         .filter(|(_, s)| s.is_none())
-        .map(|(i, _)| names.get(i).map_or(format!("tangent {}", i - names.len()), |n| format!("`{n}`")))
+        .map(|(i, _)| {
+            names.get(i).map_or_else(|| format!("tangent {}", i.saturating_sub(names.len())), |n| format!("`{n}`"))
+        })
         .collect();
     if !missing.is_empty() {
         return Err(this.err(

@@ -17,47 +17,99 @@ use crate::diag::{Diagnostic, Stage};
 use graft_core::composite::{self as c, conv::ConvOpts, pool::PoolOpts};
 use graft_core::ops::binary::Binary;
 use graft_core::{DType, TensorType, Value};
-use std::rc::Rc;
 
 /// (name, parameter names; a trailing `*` param takes the rest positionally).
 const BUILTINS: &[(&str, &[&str])] = &[
     // elementwise math
-    ("exp", &["x"]), ("log", &["x"]), ("tanh", &["x"]), ("sin", &["x"]), ("cos", &["x"]), ("tan", &["x"]),
-    ("sqrt", &["x"]), ("rsqrt", &["x"]), ("abs", &["x"]), ("sign", &["x"]), ("expm1", &["x"]), ("log1p", &["x"]),
-    ("floor", &["x"]), ("ceil", &["x"]), ("round", &["x"]), ("erf", &["x"]), ("sigmoid", &["x"]),
-    ("logistic", &["x"]), ("relu", &["x"]), ("gelu", &["x", "approximate"]), ("silu", &["x"]),
-    ("softplus", &["x"]), ("log_sigmoid", &["x"]), ("square", &["x"]), ("reciprocal", &["x"]),
-    ("maximum", &["x", "y"]), ("minimum", &["x", "y"]), ("pow", &["x", "y"]), ("atan2", &["y", "x"]),
-    ("where", &["cond", "x", "y"]), ("clip", &["x", "lo", "hi"]), ("stop_gradient", &["x"]),
+    ("exp", &["x"]),
+    ("log", &["x"]),
+    ("tanh", &["x"]),
+    ("sin", &["x"]),
+    ("cos", &["x"]),
+    ("tan", &["x"]),
+    ("sqrt", &["x"]),
+    ("rsqrt", &["x"]),
+    ("abs", &["x"]),
+    ("sign", &["x"]),
+    ("expm1", &["x"]),
+    ("log1p", &["x"]),
+    ("floor", &["x"]),
+    ("ceil", &["x"]),
+    ("round", &["x"]),
+    ("erf", &["x"]),
+    ("sigmoid", &["x"]),
+    ("logistic", &["x"]),
+    ("relu", &["x"]),
+    ("gelu", &["x", "approximate"]),
+    ("silu", &["x"]),
+    ("softplus", &["x"]),
+    ("log_sigmoid", &["x"]),
+    ("square", &["x"]),
+    ("reciprocal", &["x"]),
+    ("maximum", &["x", "y"]),
+    ("minimum", &["x", "y"]),
+    ("pow", &["x", "y"]),
+    ("atan2", &["y", "x"]),
+    ("where", &["cond", "x", "y"]),
+    ("clip", &["x", "lo", "hi"]),
+    ("stop_gradient", &["x"]),
     ("cast", &["x", "dtype"]),
     // reductions
-    ("sum", &["x", "axis", "keepdims"]), ("mean", &["x", "axis", "keepdims"]), ("max", &["x", "axis", "keepdims"]),
-    ("min", &["x", "axis", "keepdims"]), ("prod", &["x", "axis", "keepdims"]),
-    ("var", &["x", "axis", "ddof", "keepdims"]), ("std", &["x", "axis", "ddof", "keepdims"]),
-    ("argmax", &["x", "axis", "keepdims"]), ("argmin", &["x", "axis", "keepdims"]),
-    ("logsumexp", &["x", "axis", "keepdims"]), ("softmax", &["x", "axis"]), ("log_softmax", &["x", "axis"]),
+    ("sum", &["x", "axis", "keepdims"]),
+    ("mean", &["x", "axis", "keepdims"]),
+    ("max", &["x", "axis", "keepdims"]),
+    ("min", &["x", "axis", "keepdims"]),
+    ("prod", &["x", "axis", "keepdims"]),
+    ("var", &["x", "axis", "ddof", "keepdims"]),
+    ("std", &["x", "axis", "ddof", "keepdims"]),
+    ("argmax", &["x", "axis", "keepdims"]),
+    ("argmin", &["x", "axis", "keepdims"]),
+    ("logsumexp", &["x", "axis", "keepdims"]),
+    ("softmax", &["x", "axis"]),
+    ("log_softmax", &["x", "axis"]),
     ("cumsum", &["x", "axis", "reverse"]),
     // linear algebra
-    ("matmul", &["x", "y"]), ("einsum", &["spec", "*operands"]),
+    ("matmul", &["x", "y"]),
+    ("einsum", &["spec", "*operands"]),
     // shapes
-    ("reshape", &["x", "shape"]), ("transpose", &["x", "perm"]), ("concat", &["xs", "axis"]),
-    ("stack", &["xs", "axis"]), ("expand_dims", &["x", "axis"]), ("squeeze", &["x", "axis"]),
-    ("flatten", &["x"]), ("broadcast_to", &["x", "shape"]), ("flip", &["x", "axis"]),
-    ("gather", &["table", "idx"]), ("take", &["x", "idx", "axis"]), ("one_hot", &["labels", "n", "dtype"]),
+    ("reshape", &["x", "shape"]),
+    ("transpose", &["x", "perm"]),
+    ("concat", &["xs", "axis"]),
+    ("stack", &["xs", "axis"]),
+    ("expand_dims", &["x", "axis"]),
+    ("squeeze", &["x", "axis"]),
+    ("flatten", &["x"]),
+    ("broadcast_to", &["x", "shape"]),
+    ("flip", &["x", "axis"]),
+    ("gather", &["table", "idx"]),
+    ("take", &["x", "idx", "axis"]),
+    ("one_hot", &["labels", "n", "dtype"]),
     ("size", &["x", "axis"]),
     // creation
-    ("zeros", &["shape", "dtype"]), ("ones", &["shape", "dtype"]), ("full", &["shape", "value", "dtype"]),
-    ("arange", &["start", "stop", "step", "dtype"]), ("linspace", &["start", "stop", "num", "dtype"]),
-    ("zeros_like", &["x"]), ("ones_like", &["x"]),
+    ("zeros", &["shape", "dtype"]),
+    ("ones", &["shape", "dtype"]),
+    ("full", &["shape", "value", "dtype"]),
+    ("arange", &["start", "stop", "step", "dtype"]),
+    ("linspace", &["start", "stop", "num", "dtype"]),
+    ("zeros_like", &["x"]),
+    ("ones_like", &["x"]),
     // neural networks
-    ("conv2d", &["x", "w", "bias", "stride", "padding"]), ("max_pool2d", &["x", "k", "stride"]),
-    ("avg_pool2d", &["x", "k", "stride"]), ("layer_norm", &["x", "gamma", "beta", "eps"]),
-    ("cross_entropy", &["logits", "labels"]), ("mse", &["pred", "target"]),
+    ("conv2d", &["x", "w", "bias", "stride", "padding"]),
+    ("max_pool2d", &["x", "k", "stride"]),
+    ("avg_pool2d", &["x", "k", "stride"]),
+    ("layer_norm", &["x", "gamma", "beta", "eps"]),
+    ("cross_entropy", &["logits", "labels"]),
+    ("mse", &["pred", "target"]),
     // random numbers from explicit keys
-    ("key", &["seed"]), ("split", &["key", "n"]), ("uniform", &["key", "shape", "lo", "hi", "dtype"]),
-    ("normal", &["key", "shape", "dtype"]), ("bernoulli", &["key", "p", "shape"]),
+    ("key", &["seed"]),
+    ("split", &["key", "n"]),
+    ("uniform", &["key", "shape", "lo", "hi", "dtype"]),
+    ("normal", &["key", "shape", "dtype"]),
+    ("bernoulli", &["key", "p", "shape"]),
     // control flow
-    ("tabulate", &["n", "f"]), ("scan", &["f", "init", "xs"]), ("fori", &["n", "f", "init"]),
+    ("tabulate", &["n", "f"]),
+    ("scan", &["f", "init", "xs"]),
+    ("fori", &["n", "f", "init"]),
 ];
 
 pub fn is_builtin(name: &str) -> bool {
@@ -80,8 +132,11 @@ struct A {
 
 impl A {
     fn new(l: &Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Result<A, Diagnostic> {
-        let (bname, params) =
-            BUILTINS.iter().find(|(n, _)| *n == name).copied().ok_or_else(|| l.err(Stage::Resolve, span, format!("unknown function `{name}`")))?;
+        let (bname, params) = BUILTINS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .copied()
+            .ok_or_else(|| l.err(Stage::Resolve, span, format!("unknown function `{name}`")))?;
         let star = params.last().is_some_and(|p| p.starts_with('*'));
         let fixed = if star { params.len() - 1 } else { params.len() };
         let mut a = A { name: bname, params, slots: vec![None; fixed], rest: Vec::new(), span: span.clone() };
@@ -140,9 +195,18 @@ impl A {
 
     fn int(&self, l: &Lower<'_>, p: &str, default: Option<i64>) -> Result<i64, Diagnostic> {
         match self.opt(p) {
-            None => default.ok_or_else(|| l.err(Stage::Type, &self.span, format!("`{}` needs the argument `{p}`", self.name))),
+            None => default
+                .ok_or_else(|| l.err(Stage::Type, &self.span, format!("`{}` needs the argument `{p}`", self.name))),
             Some(a) => static_int(&a.val).ok_or_else(|| {
-                l.err(Stage::Type, &a.span, format!("`{p}` of `{}` must be an integer known while compiling, found {}", self.name, a.val.describe()))
+                l.err(
+                    Stage::Type,
+                    &a.span,
+                    format!(
+                        "`{p}` of `{}` must be an integer known while compiling, found {}",
+                        self.name,
+                        a.val.describe()
+                    ),
+                )
             }),
         }
     }
@@ -151,7 +215,15 @@ impl A {
         match self.opt(p) {
             None => Ok(default),
             Some(a) => super::expr::static_scalar(&a.val).map(Const::as_f64).ok_or_else(|| {
-                l.err(Stage::Type, &a.span, format!("`{p}` of `{}` must be a number known while compiling, found {}", self.name, a.val.describe()))
+                l.err(
+                    Stage::Type,
+                    &a.span,
+                    format!(
+                        "`{p}` of `{}` must be a number known while compiling, found {}",
+                        self.name,
+                        a.val.describe()
+                    ),
+                )
             }),
         }
     }
@@ -161,7 +233,11 @@ impl A {
             None => Ok(false),
             Some(a) => match a.val {
                 Val::Const(Const::Bool(b)) => Ok(b),
-                _ => Err(l.err(Stage::Type, &a.span, format!("`{p}` must be `true` or `false`, found {}", a.val.describe()))),
+                _ => Err(l.err(
+                    Stage::Type,
+                    &a.span,
+                    format!("`{p}` must be `true` or `false`, found {}", a.val.describe()),
+                )),
             },
         }
     }
@@ -170,8 +246,14 @@ impl A {
         match self.opt(p) {
             None => Ok(default),
             Some(a) => match &a.val {
-                Val::Str(s) => parse_dtype(s).ok_or_else(|| l.err(Stage::Type, &a.span, format!("unknown dtype `{s}`"))),
-                other => Err(l.err(Stage::Type, &a.span, format!("expected a dtype (f32, f64, i32, i64, bool), found {}", other.describe()))),
+                Val::Str(s) => {
+                    parse_dtype(s).ok_or_else(|| l.err(Stage::Type, &a.span, format!("unknown dtype `{s}`")))
+                }
+                other => Err(l.err(
+                    Stage::Type,
+                    &a.span,
+                    format!("expected a dtype (f32, f64, i32, i64, bool), found {}", other.describe()),
+                )),
             },
         }
     }
@@ -183,11 +265,13 @@ impl A {
             Val::Tuple(t) => t.to_vec(),
             other => vec![other.clone()],
         };
-        items
-            .iter()
-            .map(|v| static_int(v).map(|k| k as isize))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| l.err(Stage::Type, &a.span, format!("`{p}` must be a tuple of integers known while compiling, found {}", a.val.describe())))
+        items.iter().map(|v| static_int(v).map(|k| k as isize)).collect::<Option<Vec<_>>>().ok_or_else(|| {
+            l.err(
+                Stage::Type,
+                &a.span,
+                format!("`{p}` must be a tuple of integers known while compiling, found {}", a.val.describe()),
+            )
+        })
     }
 
     fn ushape(&self, l: &Lower<'_>, p: &str) -> Result<Vec<usize>, Diagnostic> {
@@ -431,7 +515,11 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             let kd = a.flag(l, "keepdims")?;
             if matches!(name, "mean" | "logsumexp" | "var" | "std") && !l.ty(x).dtype.is_float() {
                 let t = l.ty(x);
-                return Err(l.err(Stage::Type, &a.span_of("x"), format!("`{name}` needs a floating-point value, found {t}")));
+                return Err(l.err(
+                    Stage::Type,
+                    &a.span_of("x"),
+                    format!("`{name}` needs a floating-point value, found {t}"),
+                ));
             }
             let b = l.b();
             match name {
@@ -491,7 +579,13 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         "einsum" => {
             let spec = match &a.req(l, "spec")?.val {
                 Val::Str(s) => s.clone(),
-                other => return Err(l.err(Stage::Type, &a.span_of("spec"), format!("`einsum` needs a spec string first, found {}", other.describe()))),
+                other => {
+                    return Err(l.err(
+                        Stage::Type,
+                        &a.span_of("spec"),
+                        format!("`einsum` needs a spec string first, found {}", other.describe()),
+                    ))
+                }
             };
             let mut ops = Vec::new();
             for o in &a.rest {
@@ -536,7 +630,11 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             let k = a.int(l, "axis", None)?;
             let k = if k < 0 { k + r } else { k };
             if k < 0 || k >= r {
-                return Err(l.err(Stage::Type, &a.span_of("axis"), format!("axis out of range for the result rank {r}")));
+                return Err(l.err(
+                    Stage::Type,
+                    &a.span_of("axis"),
+                    format!("axis out of range for the result rank {r}"),
+                ));
             }
             ir!(c::shape::expand_dims(l.b(), x, &[k as usize]))
         }
@@ -566,8 +664,13 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             ir!(l.b().reverse(x, &ax))
         }
         "gather" | "take" => {
-            let (x, i) = if name == "gather" { (a.t(l, "table", false)?, a.t(l, "idx", false)?) } else { (a.t(l, "x", false)?, a.t(l, "idx", false)?) };
-            let ax = if name == "take" && a.opt("axis").is_some() { one_axis(l, x, a.opt("axis"), false, span)? } else { 0 };
+            let (x, i) = if name == "gather" {
+                (a.t(l, "table", false)?, a.t(l, "idx", false)?)
+            } else {
+                (a.t(l, "x", false)?, a.t(l, "idx", false)?)
+            };
+            let ax =
+                if name == "take" && a.opt("axis").is_some() { one_axis(l, x, a.opt("axis"), false, span)? } else { 0 };
             if l.ty(x).rank() == 0 {
                 return Err(l.err(Stage::Type, span, format!("`{name}` needs a tensor with at least one axis")));
             }
@@ -616,7 +719,8 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             ir!(l.b().full(if name == "zeros_like" { 0.0 } else { 1.0 }, &t))
         }
         "arange" => {
-            let all_int = ["start", "stop", "step"].iter().all(|p| a.opt(p).is_none_or(|x| static_int(&x.val).is_some()));
+            let all_int =
+                ["start", "stop", "step"].iter().all(|p| a.opt(p).is_none_or(|x| static_int(&x.val).is_some()));
             let (start, stop) = match a.opt("stop") {
                 None => (0.0, a.num(l, "start", f64::NAN)?),
                 Some(_) => (a.num(l, "start", 0.0)?, a.num(l, "stop", 0.0)?),
@@ -736,7 +840,13 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             }
             let f = match &a.req(l, "f")?.val {
                 Val::F(f) => f.clone(),
-                other => return Err(l.err(Stage::Type, &a.span_of("f"), format!("`tabulate` needs a function `fn (i) -> ...`, found {}", other.describe()))),
+                other => {
+                    return Err(l.err(
+                        Stage::Type,
+                        &a.span_of("f"),
+                        format!("`tabulate` needs a function `fn (i) -> ...`, found {}", other.describe()),
+                    ))
+                }
             };
             let i = ir!(l.b().iota(DType::I32, &[n as usize], 0));
             let tf = TransformFn {
@@ -753,6 +863,5 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         }
         other => return Err(l.err(Stage::Resolve, span, format!("internal error: builtin `{other}` has no lowering"))),
     };
-    let _ = Rc::<str>::from("");
     Ok(out(l, v))
 }

@@ -65,7 +65,11 @@ pub fn make(
             let [p, t] = args else {
                 let what = if kind == TransformKind::Jvp { "jvp(f, (x, y), (tx, ty))" } else { "vjp(f, (x, y), ct)" };
                 return Err(l
-                    .err(Stage::Transform, span, format!("`{}` takes a function and two more arguments", kind.keyword()))
+                    .err(
+                        Stage::Transform,
+                        span,
+                        format!("`{}` takes a function and two more arguments", kind.keyword()),
+                    )
                     .with_note(format!("help: write `{what}`")));
             };
             let pv = l.expr(&p.value, env)?;
@@ -89,8 +93,7 @@ pub fn make(
                         format!("jvp got {} primals but {} tangents", prims.len(), tans.len()),
                     ));
                 }
-                jvp_call(l, &f, prims, &p.span, tans, &t.span, span)
-                    .map(|(o, t)| Val::tuple(vec![o, t]))
+                jvp_call(l, &f, prims, &p.span, tans, &t.span, span).map(|(o, t)| Val::tuple(vec![o, t]))
             } else {
                 vjp_call(l, &f, prims, &p.span, tv, &t.span, span)
             };
@@ -100,7 +103,14 @@ pub fn make(
     }
     for a in args {
         match (kind, a.name.as_ref().map(|n| n.name.as_str())) {
-            (TransformKind::Grad | TransformKind::ValueAndGrad | TransformKind::Jacfwd | TransformKind::Jacrev | TransformKind::Hessian, Some("wrt")) => {
+            (
+                TransformKind::Grad
+                | TransformKind::ValueAndGrad
+                | TransformKind::Jacfwd
+                | TransformKind::Jacrev
+                | TransformKind::Hessian,
+                Some("wrt"),
+            ) => {
                 tf.wrt = wrt_spec(l, a)?;
             }
             (TransformKind::Vmap, Some("axis") | None) => {
@@ -148,8 +158,11 @@ fn usage(kind: TransformKind) -> &'static str {
 fn wrt_spec(l: &Lower<'_>, a: &Arg) -> Result<WrtSpec, Diagnostic> {
     let one = |e: &crate::ast::Expr| match &e.kind {
         ExprKind::Var(id) => Ok(id.clone()),
-        _ => Err(l
-            .err(Stage::Transform, &e.span, "`wrt` names parameters of the function: write `wrt=x` or `wrt=(x, y)`")),
+        _ => Err(l.err(
+            Stage::Transform,
+            &e.span,
+            "`wrt` names parameters of the function: write `wrt=x` or `wrt=(x, y)`",
+        )),
     };
     match &a.value.kind {
         ExprKind::Tuple(items) => {
@@ -176,8 +189,7 @@ fn tf_err(l: &Lower<'_>, e: IrError, desc: &str, span: &Span) -> Diagnostic {
         }
         other => format!("{desc} failed: {other}"),
     };
-    Diagnostic::new(Stage::Transform, span.clone(), msg)
-        .with_note(format!("note: in {desc} at {}", l.p.pos(span)))
+    Diagnostic::new(Stage::Transform, span.clone(), msg).with_note(format!("note: in {desc} at {}", l.p.pos(span)))
 }
 
 /// Parameter names of a function value, where it has them.
@@ -262,7 +274,13 @@ fn dtype_of_type(t: &crate::ast::Type) -> Option<graft_core::DType> {
 }
 
 /// Lowers `f` at these argument structures into a standalone function.
-fn lower_fn(l: &mut Lower<'_>, f: &Rc<FnVal>, trees: &[Tree], spans: &[Span], span: &Span) -> Result<Standalone, Diagnostic> {
+fn lower_fn(
+    l: &mut Lower<'_>,
+    f: &Rc<FnVal>,
+    trees: &[Tree],
+    spans: &[Span],
+    span: &Span,
+) -> Result<Standalone, Diagnostic> {
     let name = match &**f {
         FnVal::Def(i, _) | FnVal::DefBody(i, _) => l.p.program.defs[*i].name.name.clone(),
         FnVal::Lambda { .. } => "lambda".to_string(),
@@ -277,7 +295,13 @@ fn lower_fn(l: &mut Lower<'_>, f: &Rc<FnVal>, trees: &[Tree], spans: &[Span], sp
 }
 
 /// Inlines a transformed function with the real arguments and the captures.
-fn inline_with(l: &mut Lower<'_>, g: &Func, leaves: &[Value], caps: &[Tv], span: &Span) -> Result<Vec<Value>, Diagnostic> {
+fn inline_with(
+    l: &mut Lower<'_>,
+    g: &Func,
+    leaves: &[Value],
+    caps: &[Tv],
+    span: &Span,
+) -> Result<Vec<Value>, Diagnostic> {
     let mut args = leaves.to_vec();
     for &c in caps {
         args.push(l.import(c));
@@ -309,7 +333,13 @@ pub fn apply(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Span
     apply_inner(l, tf, args, span, &desc).map_err(|d| chain(d, &desc, &pos))
 }
 
-fn apply_inner(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Span, desc: &str) -> Result<Val, Diagnostic> {
+fn apply_inner(
+    l: &mut Lower<'_>,
+    tf: &TransformFn,
+    args: Vec<ArgVal>,
+    span: &Span,
+    desc: &str,
+) -> Result<Val, Diagnostic> {
     let f = &tf.inner;
     match tf.kind {
         TransformKind::Grad | TransformKind::ValueAndGrad => {
@@ -338,11 +368,16 @@ fn apply_inner(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Sp
                 pos.extend(offs[p]..offs[p] + pr.trees[p].n_leaves());
             }
             let wrt = Wrt::Positions(pos);
-            let g = if tf.kind == TransformKind::Grad { ad::grad(&st.func, &wrt) } else { ad::value_and_grad(&st.func, &wrt) };
+            let g = if tf.kind == TransformKind::Grad {
+                ad::grad(&st.func, &wrt)
+            } else {
+                ad::value_and_grad(&st.func, &wrt)
+            };
             let g = g.map_err(|e| tf_err(l, e, desc, span))?;
             l.set_span(span);
             let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
-            let (value, rest) = if tf.kind == TransformKind::Grad { (None, &outs[..]) } else { (Some(outs[0]), &outs[1..]) };
+            let (value, rest) =
+                if tf.kind == TransformKind::Grad { (None, &outs[..]) } else { (Some(outs[0]), &outs[1..]) };
             let mut grads = Vec::new();
             let mut k = 0;
             for &p in &params {
@@ -350,7 +385,11 @@ fn apply_inner(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Sp
                 grads.push(rebuild(l, &pr.trees[p], &rest[k..k + n]));
                 k += n;
             }
-            let g = if single { grads.pop().expect("internal error: single means one gradient") } else { Val::tuple(grads) };
+            let g = if single {
+                grads.pop().expect("internal error: single means one gradient")
+            } else {
+                Val::tuple(grads)
+            };
             Ok(match value {
                 Some(v) => Val::tuple(vec![Val::T(l.tv(v)), g]),
                 None => g,
@@ -387,12 +426,19 @@ fn apply_inner(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Sp
                     return Err(l.err(
                         Stage::Transform,
                         span,
-                        format!("`{}` differentiates with respect to one parameter; name it with `wrt=x`", tf.kind.keyword()),
+                        format!(
+                            "`{}` differentiates with respect to one parameter; name it with `wrt=x`",
+                            tf.kind.keyword()
+                        ),
                     ))
                 }
             };
             if !matches!(pr.trees[p], Tree::Leaf(_)) {
-                return Err(l.err(Stage::Transform, span, format!("`{}` needs a tensor parameter, not a tuple", tf.kind.keyword())));
+                return Err(l.err(
+                    Stage::Transform,
+                    span,
+                    format!("`{}` needs a tensor parameter, not a tuple", tf.kind.keyword()),
+                ));
             }
             let leaf = offsets(&pr.trees)[p];
             let g = match tf.kind {
@@ -405,13 +451,20 @@ fn apply_inner(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Sp
             let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
             Ok(Val::T(l.tv(outs[0])))
         }
-        TransformKind::Jvp | TransformKind::Vjp => Err(l.err(Stage::Transform, span, "internal error: jvp/vjp are applied directly")),
+        TransformKind::Jvp | TransformKind::Vjp => {
+            Err(l.err(Stage::Transform, span, "internal error: jvp/vjp are applied directly"))
+        }
     }
 }
 
 /// Which parameters a gradient/Jacobian is taken with respect to, and
 /// whether the result is one gradient (not a tuple).
-fn select_params(l: &Lower<'_>, tf: &TransformFn, trees: &[Tree], span: &Span) -> Result<(Vec<usize>, bool), Diagnostic> {
+fn select_params(
+    l: &Lower<'_>,
+    tf: &TransformFn,
+    trees: &[Tree],
+    span: &Span,
+) -> Result<(Vec<usize>, bool), Diagnostic> {
     let all_float = |t: &Tree| t.leaves().iter().all(|x| x.dtype.is_float());
     match &tf.wrt {
         WrtSpec::All => {
@@ -443,7 +496,10 @@ fn select_params(l: &Lower<'_>, tf: &TransformFn, trees: &[Tree], span: &Span) -
                             &n.span,
                             format!("`{}` has no parameter named `{}`", tf.inner.describe(), n.name),
                         )
-                        .with_note(format!("note: its parameters are {}", pnames.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", "))));
+                        .with_note(format!(
+                            "note: its parameters are {}",
+                            pnames.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+                        )));
                 };
                 if ps.contains(&i) {
                     return Err(l.err(Stage::Transform, &n.span, format!("`{}` is listed twice in `wrt`", n.name)));
@@ -451,7 +507,11 @@ fn select_params(l: &Lower<'_>, tf: &TransformFn, trees: &[Tree], span: &Span) -
                 if i >= trees.len() || !all_float(&trees[i]) {
                     let t = trees.get(i).map(|t| t.to_string()).unwrap_or_default();
                     return Err(l
-                        .err(Stage::Type, &n.span, format!("cannot differentiate with respect to `{}`: it is {t}", n.name))
+                        .err(
+                            Stage::Type,
+                            &n.span,
+                            format!("cannot differentiate with respect to `{}`: it is {t}", n.name),
+                        )
                         .with_note("note: only f32 and f64 values have derivatives"));
                 }
                 ps.push(i);
@@ -476,7 +536,10 @@ fn axes_for(l: &Lower<'_>, spec: &Val, tree: &Tree, span: &Span, out: &mut Vec<O
                 return Err(l.err(
                     Stage::Transform,
                     span,
-                    format!("an axis entry must be an integer or `none` (nested like the value {t}), found {}", v.describe()),
+                    format!(
+                        "an axis entry must be an integer or `none` (nested like the value {t}), found {}",
+                        v.describe()
+                    ),
                 ))
             }
         },
@@ -484,7 +547,13 @@ fn axes_for(l: &Lower<'_>, spec: &Val, tree: &Tree, span: &Span, out: &mut Vec<O
     Ok(())
 }
 
-fn vmap_apply(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Span, desc: &str) -> Result<Val, Diagnostic> {
+fn vmap_apply(
+    l: &mut Lower<'_>,
+    tf: &TransformFn,
+    args: Vec<ArgVal>,
+    span: &Span,
+    desc: &str,
+) -> Result<Val, Diagnostic> {
     let f = &tf.inner;
     let pr = prepare(l, f, args, span)?;
     let types: Vec<Vec<graft_core::TensorType>> = pr.trees.iter().map(Tree::leaves).collect();
@@ -496,7 +565,11 @@ fn vmap_apply(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Spa
                 return Err(l.err(
                     Stage::Transform,
                     &tf.span,
-                    format!("in_axes has {} entries but the function is called with {} arguments", items.len(), pr.trees.len()),
+                    format!(
+                        "in_axes has {} entries but the function is called with {} arguments",
+                        items.len(),
+                        pr.trees.len()
+                    ),
                 ));
             }
             for (s, t) in items.iter().zip(&pr.trees) {
@@ -526,7 +599,8 @@ fn vmap_apply(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Spa
     let mut per: Vec<graft_core::TensorType> = Vec::new();
     let mut in_axes: Vec<Option<usize>> = Vec::new();
     let mut size: Option<(usize, usize)> = None;
-    let arg_of: Vec<usize> = pr.trees.iter().enumerate().flat_map(|(i, t)| std::iter::repeat_n(i, t.n_leaves())).collect();
+    let arg_of: Vec<usize> =
+        pr.trees.iter().enumerate().flat_map(|(i, t)| std::iter::repeat_n(i, t.n_leaves())).collect();
     let flat: Vec<graft_core::TensorType> = types.concat();
     for (j, (t, a)) in flat.iter().zip(&axes).enumerate() {
         match a {
@@ -661,7 +735,12 @@ pub fn jvp_call(
 
 /// `v` flattened with literals given the dtypes of `like`'s leaves and
 /// shapes checked against them.
-fn flatten_as(l: &mut Lower<'_>, v: &Val, like: &Tree, span: &Span) -> Result<(Vec<Value>, Vec<graft_core::TensorType>), Diagnostic> {
+fn flatten_as(
+    l: &mut Lower<'_>,
+    v: &Val,
+    like: &Tree,
+    span: &Span,
+) -> Result<(Vec<Value>, Vec<graft_core::TensorType>), Diagnostic> {
     match (v, like) {
         (Val::Tuple(items), Tree::Tuple(ts)) if items.len() == ts.len() => {
             let mut a = Vec::new();
@@ -780,7 +859,10 @@ pub fn call_attr_def(
         if !pnames.contains(&n.name) {
             return Err(l
                 .err(Stage::Resolve, &n.span, format!("`{name}` has no parameter named `{}`", n.name))
-                .with_note(format!("note: its parameters are {}", pnames.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", "))));
+                .with_note(format!(
+                    "note: its parameters are {}",
+                    pnames.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+                )));
         }
     }
     let n_params = def.params.len();
@@ -795,7 +877,8 @@ pub fn call_attr_def(
             out_axes: None,
             span: attrs[0].span.clone(),
         };
-        let av = coerced.into_iter().zip(args).map(|(val, a)| ArgVal { name: None, val, span: a.span.clone() }).collect();
+        let av =
+            coerced.into_iter().zip(args).map(|(val, a)| ArgVal { name: None, val, span: a.span.clone() }).collect();
         return apply(l, &tf, av, span);
     }
     // @jvp: the remaining arguments are the tangents, in attribute order.

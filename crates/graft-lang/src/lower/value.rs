@@ -60,7 +60,11 @@ pub enum Val {
     T(Tv),
     Const(Const),
     /// `[1.0, 2.0]`, `[[1, 2], [3, 4]]`: a static array literal.
-    Array { shape: Vec<usize>, data: Rc<Vec<f64>>, kind: ArrKind },
+    Array {
+        shape: Vec<usize>,
+        data: Rc<Vec<f64>>,
+        kind: ArrKind,
+    },
     Str(Rc<str>),
     /// `none` (in `in_axes`).
     None,
@@ -185,7 +189,12 @@ pub enum FnVal {
     /// A standard-library function.
     Builtin(Rc<str>),
     /// `fn (params) -> body` with the environment it was written in.
-    Lambda { params: Rc<Vec<LambdaParam>>, body: Rc<crate::ast::Expr>, env: super::Env, span: Span },
+    Lambda {
+        params: Rc<Vec<LambdaParam>>,
+        body: Rc<crate::ast::Expr>,
+        env: super::Env,
+        span: Span,
+    },
     Transform(TransformFn),
 }
 

@@ -445,6 +445,17 @@ impl Parser<'_> {
                 continue;
             }
             let result = self.expr()?;
+            if self.at(&Tok::Assign) {
+                let text = if matches!(result.kind, ExprKind::Var(_) | ExprKind::Tuple(_)) {
+                    "a name or tuple"
+                } else {
+                    "this"
+                };
+                return Err(err(self.span(), "bindings start with `let`")
+                    .with_label("`=` outside a `let`")
+                    .with_secondary(result.span.clone(), format!("to bind {text}, write `let` before it"))
+                    .with_note("help: e.g. `let (dw, db) = grad(loss, wrt=(w, b))(w, b)`"));
+            }
             while self.eat(&Tok::Semi).is_some() {}
             let Some(close) = self.eat(&Tok::RBrace) else {
                 let mut d = self.unclosed(&open, &Tok::RBrace, "block");
