@@ -8,10 +8,15 @@
 //! No input may make any stage panic (see the fuzz target).
 
 pub mod ast;
+pub mod check;
 pub mod diag;
 pub mod lexer;
+pub mod lower;
+pub mod module;
 pub mod parser;
 pub mod sexpr;
+
+pub use module::{Compiled, Module, Output};
 
 /// Stack size for the front end's recursive passes (see [`with_deep_stack`]).
 pub const STACK_SIZE: usize = 64 << 20;

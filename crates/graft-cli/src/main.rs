@@ -1,0 +1,153 @@
+//! `graft`: the command-line front end of the graft language.
+//!
+//! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=LITERAL]... [--out PATH.npz] [--seed N]`
+//! - `graft check FILE`
+//! - `graft ast FILE`
+//! - `graft ir FILE --entry NAME (--input ... | --shapes NAME=TYPE ...)`
+//!
+//! Exit codes: 0 success, 1 program error (a diagnostic is printed to
+//! stderr), 2 usage error (from clap). Inputs are never cast: an input whose
+//! dtype or rank differs from the declared type is an error naming the
+//! parameter, the declared type and what was given.
+
+mod inputs;
+
+use clap::{Parser, Subcommand};
+use graft_lang::{diag, Module, Output};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "graft", version, about = "Run, check and inspect graft programs")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a function and print its results.
+    Run {
+        file: PathBuf,
+        /// The function to run.
+        #[arg(long, default_value = "main")]
+        entry: String,
+        /// `NAME=PATH.npy` or `NAME=LITERAL` (a number, or an array like `[1, 2]`).
+        #[arg(long = "input", value_name = "NAME=VALUE")]
+        inputs: Vec<String>,
+        /// Write every result leaf, depth first, into an .npz under keys 0, 1, 2, ...
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Value of an integer parameter named `seed` when no --input gives it.
+        #[arg(long)]
+        seed: Option<i64>,
+    },
+    /// Parse and type-check only.
+    Check { file: PathBuf },
+    /// Print the parsed program as S-expressions.
+    Ast { file: PathBuf },
+    /// Print the expanded primitive graph of a function.
+    Ir {
+        file: PathBuf,
+        #[arg(long, default_value = "main")]
+        entry: String,
+        #[arg(long = "input", value_name = "NAME=VALUE")]
+        inputs: Vec<String>,
+        /// `NAME=TYPE`, e.g. `x=tensor[3, 4, f32]` or `b=f32`.
+        #[arg(long = "shapes", value_name = "NAME=TYPE")]
+        shapes: Vec<String>,
+        #[arg(long)]
+        seed: Option<i64>,
+    },
+}
+
+/// A failure: a rendered diagnostic or a plain message, both exit code 1.
+pub struct Fail(pub String);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Deeply nested programs recurse deeply while compiling: give them room.
+    let handle = std::thread::Builder::new().stack_size(512 << 20).spawn(move || run_cmd(cli));
+    let result = match handle {
+        Ok(h) => h.join().unwrap_or_else(|_| Err(Fail("internal error: the compiler crashed".into()))),
+        Err(e) => Err(Fail(format!("error: cannot start the compiler thread: {e}"))),
+    };
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(Fail(msg)) => {
+            eprint!("{msg}");
+            if !msg.ends_with('\n') {
+                eprintln!();
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn read(file: &PathBuf) -> Result<(String, String), Fail> {
+    let name = file.display().to_string();
+    let src = std::fs::read_to_string(file).map_err(|e| Fail(format!("error: cannot read {name}: {e}")))?;
+    Ok((name, src))
+}
+
+fn render_all(ds: &[diag::Diagnostic], file: &str, src: &str) -> Fail {
+    Fail(ds.iter().map(|d| diag::render(d, file, src)).collect::<Vec<_>>().join("\n"))
+}
+
+fn load(file: &PathBuf) -> Result<Module, Fail> {
+    let (name, src) = read(file)?;
+    Module::from_source(&name, &src).map_err(|ds| render_all(&ds, &name, &src))
+}
+
+fn run_cmd(cli: Cli) -> Result<String, Fail> {
+    match cli.cmd {
+        Cmd::Ast { file } => {
+            let (name, src) = read(&file)?;
+            let p = graft_lang::parse(&src).map_err(|ds| render_all(&ds, &name, &src))?;
+            Ok(graft_lang::sexpr::program_to_sexpr(&p))
+        }
+        Cmd::Check { file } => {
+            let m = load(&file)?;
+            m.check().map_err(|ds| render_all(&ds, m.file(), m.source()))?;
+            Ok(format!("{}: ok ({} definitions)\n", m.file(), m.program().defs.len()))
+        }
+        Cmd::Run { file, entry, inputs, out, seed } => {
+            let m = load(&file)?;
+            let ins = inputs::gather(&m, &entry, &inputs, &[], seed)?;
+            let res = m.run(&entry, &ins).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            if let Some(path) = out {
+                let arrays: Vec<(String, graft_core::Tensor)> =
+                    res.leaves().into_iter().enumerate().map(|(i, t)| (i.to_string(), t.clone())).collect();
+                graft_core::npy::save_npz(&path, &arrays)
+                    .map_err(|e| Fail(format!("error: cannot write {}: {e}", path.display())))?;
+            }
+            Ok(show(&res))
+        }
+        Cmd::Ir { file, entry, inputs, shapes, seed } => {
+            let m = load(&file)?;
+            let types = inputs::gather_types(&m, &entry, &inputs, &shapes, seed)?;
+            let c = m.instantiate(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            Ok(graft_core::ir::print_func(&c.func))
+        }
+    }
+}
+
+/// A single tensor prints as NumPy prints it; a tuple prints one leaf per
+/// entry, keyed like `--out` (depth first: `0: ...`, `1: ...`).
+fn show(o: &Output) -> String {
+    match o {
+        Output::Tensor(t) => format!("{}\n", graft_core::format::format_tensor(t)),
+        Output::Tuple(_) => {
+            let mut s = String::new();
+            for (i, t) in o.leaves().into_iter().enumerate() {
+                let body = graft_core::format::format_tensor(t);
+                let pad = " ".repeat(i.to_string().len() + 2);
+                s.push_str(&format!("{i}: {}\n", body.replace('\n', &format!("\n{pad}"))));
+            }
+            s
+        }
+    }
+}

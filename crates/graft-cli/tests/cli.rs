@@ -1,0 +1,114 @@
+//! End-to-end tests of the `graft` binary: run/check/ast/ir, inputs from
+//! .npy files and literals, --out .npz round trips, exit codes.
+
+use assert_cmd::Command;
+use graft_core::{npy, Tensor};
+use std::path::PathBuf;
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn graft() -> Command {
+    Command::cargo_bin("graft").expect("the graft binary is built")
+}
+
+fn stdout(c: &mut Command) -> String {
+    let out = c.output().expect("runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf8")
+}
+
+#[test]
+fn run_syntax_example_prints_results() {
+    let s = stdout(graft().arg("run").arg(examples().join("syntax.graft")));
+    assert_eq!(s, "0: 49.8125\n1: [-5.5   12.125 48.25 ]\n2: 13.\n3: [[0. 1. 2.]\n    [0. 0. 3.]]\n4: [ 6. 12. 18.]\n");
+}
+
+#[test]
+fn run_quickstart_trains() {
+    let s = stdout(graft().arg("run").arg(examples().join("quickstart.graft")));
+    let lines: Vec<&str> = s.lines().collect();
+    let losses: Vec<f64> = lines[0]
+        .trim_start_matches("0: [")
+        .trim_end_matches(']')
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 10);
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "{losses:?}");
+    let acc: f64 = lines[1].trim_start_matches("1: ").parse().unwrap();
+    assert!(acc >= 0.95, "{acc}");
+}
+
+#[test]
+fn npy_inputs_and_npz_output_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.npy");
+    let x = dir.path().join("x.npy");
+    npy::save_npy(&w, &Tensor::from_vec(vec![3], vec![0.5f32, -1.0, 2.0]).unwrap()).unwrap();
+    npy::save_npy(&x, &Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, -1.0, 0.5, 4.0]).unwrap()).unwrap();
+    let out = dir.path().join("out.npz");
+    let s = stdout(
+        graft()
+            .arg("run")
+            .arg(examples().join("syntax.graft"))
+            .args(["--entry", "grads"])
+            .arg(format!("--input=w={}", w.display()))
+            .args(["--input", "b=0.25"])
+            .arg(format!("--input=x={}", x.display()))
+            .args(["--input", "y=[1.0, -2.0]"])
+            .arg("--out")
+            .arg(&out),
+    );
+    assert_eq!(s, "0: [-5.5   12.125 48.25 ]\n1: 13.\n");
+    let arrays = npy::load_npz(&out).unwrap();
+    assert_eq!(arrays.len(), 2);
+    assert_eq!(arrays[0].0, "0");
+    assert_eq!(arrays[0].1.to_vec::<f32>().unwrap(), vec![-5.5, 12.125, 48.25]);
+    assert_eq!(arrays[1].1.to_vec::<f32>().unwrap(), vec![13.0]);
+}
+
+#[test]
+fn input_dtype_mismatch_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.npy");
+    npy::save_npy(&w, &Tensor::from_vec(vec![3], vec![0.5f64, -1.0, 2.0]).unwrap()).unwrap();
+    let out = graft()
+        .arg("run")
+        .arg(examples().join("syntax.graft"))
+        .args(["--entry", "process"])
+        .arg(format!("--input=x={}", w.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("input `x` must be tensor[features, f32]") && err.contains("f64[3]"), "{err}");
+}
+
+#[test]
+fn check_ast_ir_and_exit_codes() {
+    let s = stdout(graft().arg("check").arg(examples().join("syntax.graft")));
+    assert!(s.ends_with("ok (6 definitions)\n"), "{s}");
+    let s = stdout(graft().arg("ast").arg(examples().join("syntax.graft")));
+    assert!(s.contains("(vmap {} (var {} process)"), "{s}");
+    let s = stdout(
+        graft()
+            .arg("ir")
+            .arg(examples().join("syntax.graft"))
+            .args(["--entry", "dloss_dw", "--shapes", "w=f32[3]", "--shapes", "x=f32[3]", "--shapes", "y=f32"]),
+    );
+    assert!(s.starts_with("func @dloss_dw(%0: f32[3], %1: f32[3], %2: f32[]) -> (f32[3]) {"), "{s}");
+    assert!(s.contains("reduce_sum"), "{s}");
+    // Usage error: 2.
+    let out = graft().arg("run").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // Program error: 1, diagnostic on stderr.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.graft");
+    std::fs::write(&bad, "def main() -> f32 = nope\n").unwrap();
+    let out = graft().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown name `nope`") && err.contains("bad.graft:1:21"), "{err}");
+}

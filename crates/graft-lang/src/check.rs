@@ -1,0 +1,244 @@
+//! Name resolution: every name a program uses must be a local, a
+//! parameter, a dimension variable of the enclosing def, a def, or a
+//! builtin; attributes must name real parameters and defs. All problems are
+//! reported at once, each with a "did you mean" where one is close.
+//!
+//! Types and dimensions are checked by instantiation (see
+//! `Module::check`), which evaluates the program at concrete shapes.
+
+use crate::ast::*;
+use crate::diag::{Diagnostic, Stage};
+use std::collections::HashMap;
+
+struct R<'a> {
+    defs: HashMap<&'a str, &'a Def>,
+    errs: Vec<Diagnostic>,
+}
+
+/// Checks names and attributes; `Err` holds every problem found.
+pub fn resolve(p: &Program) -> Result<(), Vec<Diagnostic>> {
+    let mut r = R { defs: HashMap::new(), errs: Vec::new() };
+    for d in &p.defs {
+        if let Some(prev) = r.defs.get(d.name.name.as_str()) {
+            r.errs.push(
+                Diagnostic::new(Stage::Resolve, d.name.span.clone(), format!("`{}` is defined twice", d.name.name))
+                    .with_secondary(prev.name.span.clone(), "first defined here"),
+            );
+        } else {
+            r.defs.insert(&d.name.name, d);
+        }
+    }
+    for d in &p.defs {
+        r.def(d);
+    }
+    if r.errs.is_empty() {
+        Ok(())
+    } else {
+        Err(r.errs)
+    }
+}
+
+fn dims_of(t: &Type, out: &mut Vec<String>) {
+    match &t.kind {
+        TypeKind::Scalar(_) => {}
+        TypeKind::Tuple(ts) => ts.iter().for_each(|t| dims_of(t, out)),
+        TypeKind::Tensor { dims, .. } => {
+            for d in dims {
+                if let Dim::Name(id) = d {
+                    out.push(id.name.clone());
+                }
+            }
+        }
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + usize::from(a[i - 1] != b[j - 1]));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+impl<'a> R<'a> {
+    fn known_global(&self, n: &str) -> bool {
+        self.defs.contains_key(n)
+            || crate::lower::stdlib::is_builtin(n)
+            || n == "none"
+            || crate::lower::stdlib::parse_dtype(n).is_some()
+    }
+
+    fn unknown(&mut self, id: &Ident, scope: &[String]) {
+        let mut d = Diagnostic::new(Stage::Resolve, id.span.clone(), format!("unknown name `{}`", id.name))
+            .with_label("not defined here");
+        let mut cands: Vec<String> = scope.to_vec();
+        cands.extend(self.defs.keys().map(|k| k.to_string()));
+        cands.extend(crate::lower::stdlib::names().map(String::from));
+        let best = cands
+            .iter()
+            .filter(|c| **c != id.name)
+            .map(|c| (edit_distance(c, &id.name), c.clone()))
+            .filter(|(k, c)| *k <= 2 && *k < c.len().max(2))
+            .min();
+        if let Some((_, c)) = best {
+            d = d.with_note(format!("help: did you mean `{c}`?"));
+        }
+        if id.name == "while" {
+            d = d.with_note("note: the `while` loop is not available in this build yet; use `fori` or `scan`");
+        }
+        self.errs.push(d);
+    }
+
+    fn def(&mut self, d: &'a Def) {
+        let mut scope: Vec<String> = Vec::new();
+        for p in &d.params {
+            dims_of(&p.ty, &mut scope);
+        }
+        for p in &d.params {
+            scope.push(p.name.name.clone());
+        }
+        for a in &d.attrs {
+            self.attr(d, a);
+        }
+        self.expr(&d.body, &mut scope);
+    }
+
+    fn attr(&mut self, d: &Def, a: &Attr) {
+        let pnames: Vec<&str> = d.params.iter().map(|p| p.name.name.as_str()).collect();
+        let names: Vec<&Expr> = a.args.iter().map(|x| &x.value).collect();
+        match a.name.name.as_str() {
+            "grad" | "jvp" => {
+                for e in names {
+                    if let ExprKind::Var(id) = &e.kind {
+                        if !pnames.contains(&id.name.as_str()) {
+                            self.errs.push(
+                                Diagnostic::new(
+                                    Stage::Resolve,
+                                    id.span.clone(),
+                                    format!("`@{}({})` names no parameter of `{}`", a.name.name, id.name, d.name.name),
+                                )
+                                .with_note(format!("note: the parameters are {}", pnames.join(", "))),
+                            );
+                        }
+                    } else {
+                        self.errs.push(Diagnostic::new(
+                            Stage::Resolve,
+                            e.span.clone(),
+                            format!("`@{}` takes a parameter name", a.name.name),
+                        ));
+                    }
+                }
+            }
+            "custom_vjp" | "custom_jvp" => {
+                for e in names {
+                    match &e.kind {
+                        ExprKind::Var(id) if self.defs.contains_key(id.name.as_str()) => {}
+                        ExprKind::Var(id) => self.unknown(id, &[]),
+                        _ => self.errs.push(Diagnostic::new(
+                            Stage::Resolve,
+                            e.span.clone(),
+                            format!("`@{}` takes names of defs", a.name.name),
+                        )),
+                    }
+                }
+            }
+            other => self.errs.push(
+                Diagnostic::new(Stage::Resolve, a.name.span.clone(), format!("unknown attribute `@{other}`"))
+                    .with_note("note: the attributes are @grad(p), @jvp(p), @custom_vjp(fwd, bwd), @custom_jvp(rule)"),
+            ),
+        }
+    }
+
+    fn pat(&mut self, p: &Pattern, scope: &mut Vec<String>) {
+        match &p.kind {
+            PatternKind::Var(id) => scope.push(id.name.clone()),
+            PatternKind::Tuple(ps) => ps.iter().for_each(|p| self.pat(p, scope)),
+            _ => {}
+        }
+    }
+
+    fn expr(&mut self, e: &Expr, scope: &mut Vec<String>) {
+        match &e.kind {
+            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) => {}
+            ExprKind::Var(id) => {
+                if !scope.contains(&id.name) && !self.known_global(&id.name) {
+                    self.unknown(id, scope);
+                }
+            }
+            ExprKind::Array(xs) | ExprKind::Tuple(xs) => xs.iter().for_each(|x| self.expr(x, scope)),
+            ExprKind::Field { base, .. } => self.expr(base, scope),
+            ExprKind::Unary { operand, .. } => self.expr(operand, scope),
+            ExprKind::Binary { lhs, rhs, .. } => {
+                self.expr(lhs, scope);
+                self.expr(rhs, scope);
+            }
+            ExprKind::Call { func, args } => {
+                self.expr(func, scope);
+                args.iter().for_each(|a| self.expr(&a.value, scope));
+            }
+            ExprKind::Pipe { value, func } => {
+                self.expr(value, scope);
+                self.expr(func, scope);
+            }
+            ExprKind::Transform { func, args, .. } => {
+                self.expr(func, scope);
+                for a in args {
+                    // `wrt=` names the function's parameters, not values in scope.
+                    if a.name.as_ref().is_some_and(|n| n.name == "wrt") {
+                        continue;
+                    }
+                    self.expr(&a.value, scope);
+                }
+            }
+            ExprKind::Lambda { params, body } => {
+                let n = scope.len();
+                for p in params {
+                    self.pat(&p.pat, scope);
+                }
+                self.expr(body, scope);
+                scope.truncate(n);
+            }
+            ExprKind::If { cond, then, otherwise } => {
+                self.expr(cond, scope);
+                self.expr(then, scope);
+                self.expr(otherwise, scope);
+            }
+            ExprKind::Match { scrutinee, arms } => {
+                self.expr(scrutinee, scope);
+                for a in arms {
+                    let n = scope.len();
+                    self.pat(&a.pat, scope);
+                    self.expr(&a.body, scope);
+                    scope.truncate(n);
+                }
+            }
+            ExprKind::Index { base, items } => {
+                self.expr(base, scope);
+                for it in items {
+                    match it {
+                        IndexItem::Single(x) => self.expr(x, scope),
+                        IndexItem::Slice { start, stop, step, .. } => {
+                            for x in [start, stop, step].into_iter().flatten() {
+                                self.expr(x, scope);
+                            }
+                        }
+                    }
+                }
+            }
+            ExprKind::Block { stmts, result } => {
+                let n = scope.len();
+                for Stmt::Let { pat, value, .. } in stmts {
+                    self.expr(value, scope);
+                    self.pat(pat, scope);
+                }
+                self.expr(result, scope);
+                scope.truncate(n);
+            }
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Control flow: `scan(f, init, xs)`, `fori(n, f, init)` and scalar `if`,
+//! lowered to graft-core's `scan` and `cond` primitives (loop bodies and
+//! branches are closed functions; the tensors they capture become explicit
+//! operands).
+//!
+//! Float literals in an initial carry are f32 unless the body needs f64
+//! (the loop is then lowered again with f64 literals).
+//!
+//! `fori` needs `n` known while compiling (an integer literal, a dimension,
+//! or arithmetic on those); a run-time trip count needs the `while`
+//! primitive, which this build does not have yet.
+
+use super::value::{FnVal, Tree, Tv, Val};
+use super::{ArgVal, Env, Lower, Standalone};
+use crate::ast::{Expr, Span};
+use crate::diag::{Diagnostic, Stage};
+use graft_core::ops::scan::{Checkpointing, ScanOpts};
+use graft_core::{Builder, Func, TensorType, Value};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// `f`'s standalone function with parameters reordered to (captures..., real...).
+fn captures_first(st: &Standalone) -> Result<Func, graft_core::IrError> {
+    let f = &st.func;
+    let mut b = Builder::new(f.name.clone());
+    let n = st.n_real;
+    let caps: Vec<Value> = f.params[n..].iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let real: Vec<Value> = f.params[..n].iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let mut args = real;
+    args.extend(caps);
+    let outs = b.inline(f, &args)?;
+    b.finish(&outs)
+}
+
+fn lower_call(l: &mut Lower<'_>, f: &Rc<FnVal>, trees: &[Tree], span: &Span) -> Result<Standalone, Diagnostic> {
+    let f = f.clone();
+    let sp = span.clone();
+    l.standalone("body", trees, span, move |this, vals| {
+        let args = vals.into_iter().map(|val| ArgVal { name: None, val, span: sp.clone() }).collect();
+        this.call_fn(&f, args, &sp)
+    })
+}
+
+fn func_arg(l: &Lower<'_>, a: &ArgVal, what: &str) -> Result<Rc<FnVal>, Diagnostic> {
+    match &a.val {
+        Val::F(f) => Ok(f.clone()),
+        other => Err(l.err(Stage::Type, &a.span, format!("{what} must be a function, found {}", other.describe()))),
+    }
+}
+
+fn caps(l: &mut Lower<'_>, st: &Standalone) -> Vec<Value> {
+    st.captures.iter().map(|&c| l.import(c)).collect()
+}
+
+fn rebuild(l: &Lower<'_>, t: &Tree, vals: &[Value]) -> Val {
+    let level = l.level();
+    t.rebuild(&mut vals.iter().map(|&v| Tv { level, v })).expect("internal error: a loop returns its tree's leaves")
+}
+
+/// Whether a value holds a float literal (whose dtype the context decides).
+fn has_float_literal(v: &Val) -> bool {
+    match v {
+        Val::Const(super::value::Const::Float(_)) => true,
+        Val::Array { kind: super::value::ArrKind::Float, .. } => true,
+        Val::Tuple(ts) => ts.iter().any(has_float_literal),
+        _ => false,
+    }
+}
+
+/// A loop's initial carry: float literals become f32, or f64 on the retry
+/// (`wide`), so `fori(n, f, 1.0)` works in f32 and f64 programs alike.
+fn init_leaves(l: &mut Lower<'_>, v: &Val, wide: bool, span: &Span) -> Result<(Vec<Value>, Tree), Diagnostic> {
+    if !wide {
+        return l.flatten(v, span);
+    }
+    let v = widen(l, v, span)?;
+    l.flatten(&v, span)
+}
+
+fn widen(l: &mut Lower<'_>, v: &Val, span: &Span) -> Result<Val, Diagnostic> {
+    Ok(match v {
+        Val::Tuple(ts) => Val::tuple(ts.iter().map(|t| widen(l, t, span)).collect::<Result<_, _>>()?),
+        Val::Const(super::value::Const::Float(_)) | Val::Array { kind: super::value::ArrKind::Float, .. } => {
+            Val::T(Tv { level: l.level(), v: l.tensor_as(v, graft_core::DType::F64, span)? })
+        }
+        other => other.clone(),
+    })
+}
+
+/// `scan(f, init, xs)` with `f(carry, x) -> (carry, y)`: `(final_carry, ys)`.
+pub fn scan(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
+    match scan_at(l, f, init, xs, span, false) {
+        Err(e) if has_float_literal(&init.val) => scan_at(l, f, init, xs, span, true).map_err(|_| e),
+        r => r,
+    }
+}
+
+fn scan_at(
+    l: &mut Lower<'_>,
+    f: &ArgVal,
+    init: &ArgVal,
+    xs: &ArgVal,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, Diagnostic> {
+    let fv = func_arg(l, f, "the first argument of `scan`")?;
+    let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
+    let (xs_l, xs_t) = l.flatten(&xs.val, &xs.span)?;
+    let mut n: Option<usize> = None;
+    let mut per = Vec::new();
+    for t in xs_t.leaves() {
+        if t.rank() == 0 {
+            return Err(l.err(
+                Stage::Type,
+                &xs.span,
+                format!("`scan` walks the leading axis of `xs`, but a part of it is the scalar {t}"),
+            ));
+        }
+        match n {
+            None => n = Some(t.shape[0]),
+            Some(m) if m != t.shape[0] => {
+                return Err(l.err(
+                    Stage::Type,
+                    &xs.span,
+                    format!("the parts of `xs` disagree on the leading axis: {m} and {}", t.shape[0]),
+                ))
+            }
+            _ => {}
+        }
+        per.push(TensorType::new(t.dtype, t.shape[1..].to_vec()));
+    }
+    let Some(n) = n else {
+        return Err(l.err(Stage::Type, &xs.span, "`scan` needs at least one tensor in `xs`"));
+    };
+    let mut it = per.into_iter();
+    let x_tree = retype(&xs_t, &mut it);
+    let st = lower_call(l, &fv, &[init_t.clone(), x_tree], span)?;
+    let Tree::Tuple(parts) = &st.out else {
+        return Err(l.err(
+            Stage::Type,
+            &f.span,
+            format!("the body of `scan` must return (carry, y), but it returns {}", st.out),
+        ));
+    };
+    if parts.len() != 2 {
+        return Err(l.err(
+            Stage::Type,
+            &f.span,
+            format!("the body of `scan` must return (carry, y), but it returns {}", st.out),
+        ));
+    }
+    if parts[0] != init_t {
+        return Err(l
+            .err(
+                Stage::Type,
+                &f.span,
+                format!(
+                    "the body of `scan` changes the carry's type: it starts as {init_t} and comes back as {}",
+                    parts[0]
+                ),
+            )
+            .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
+    }
+    let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;
+    let cs = caps(l, &st);
+    l.set_span(span);
+    let r = l.b().scan(Arc::new(body), &cs, &init_l, &xs_l, ScanOpts::new(n));
+    let outs = l.ir(r, span)?;
+    let nc = init_t.n_leaves();
+    let carry = rebuild(l, &init_t, &outs[..nc]);
+    let ys_tree = stack_tree(&parts[1], n);
+    let ys = rebuild(l, &ys_tree, &outs[nc..]);
+    Ok(Val::tuple(vec![carry, ys]))
+}
+
+fn stack_tree(t: &Tree, n: usize) -> Tree {
+    match t {
+        Tree::Leaf(ty) => {
+            let mut s = vec![n];
+            s.extend(&ty.shape);
+            Tree::Leaf(TensorType::new(ty.dtype, s))
+        }
+        Tree::Tuple(ts) => Tree::Tuple(ts.iter().map(|t| stack_tree(t, n)).collect()),
+    }
+}
+
+fn retype(t: &Tree, it: &mut impl Iterator<Item = TensorType>) -> Tree {
+    match t {
+        Tree::Leaf(_) => Tree::Leaf(it.next().expect("internal error: one type per leaf")),
+        Tree::Tuple(ts) => Tree::Tuple(ts.iter().map(|t| retype(t, it)).collect()),
+    }
+}
+
+/// `fori(n, f, init)` with `f(i, carry) -> carry` (`i` an i32 scalar).
+pub fn fori(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
+    match fori_at(l, n, f, init, span, false) {
+        Err(e) if has_float_literal(&init.val) => fori_at(l, n, f, init, span, true).map_err(|_| e),
+        r => r,
+    }
+}
+
+fn fori_at(
+    l: &mut Lower<'_>,
+    n: &ArgVal,
+    f: &ArgVal,
+    init: &ArgVal,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, Diagnostic> {
+    let Some(k) = super::expr::static_int(&n.val) else {
+        return Err(l
+            .err(
+                Stage::Type,
+                &n.span,
+                format!("the trip count of `fori` must be known while compiling, found {}", n.val.describe()),
+            )
+            .with_note(
+                "note: a run-time trip count needs the `while` loop primitive, which this build does not have yet",
+            ));
+    };
+    if k < 0 {
+        return Err(l.err(Stage::Type, &n.span, format!("`fori` needs a trip count >= 0, found {k}")));
+    }
+    let fv = func_arg(l, f, "the second argument of `fori`")?;
+    let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
+    let i_t = Tree::Leaf(TensorType::scalar(graft_core::DType::I32));
+    let st = lower_call(l, &fv, &[i_t, init_t.clone()], span)?;
+    if st.out != init_t {
+        return Err(l
+            .err(
+                Stage::Type,
+                &f.span,
+                format!(
+                    "the body of `fori` changes the carry's type: it starts as {init_t} and comes back as {}",
+                    st.out
+                ),
+            )
+            .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
+    }
+    let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;
+    let cs = caps(l, &st);
+    l.set_span(span);
+    let r = l.b().fori(k as usize, &body, &cs, &init_l, Checkpointing::None);
+    let outs = l.ir(r, span)?;
+    Ok(rebuild(l, &init_t, &outs))
+}
+
+/// Scalar `if` with a run-time condition: a `cond` that runs one branch.
+/// Returns `None` when the branches' types differ (the caller then unifies
+/// literals and selects).
+pub fn if_cond(
+    l: &mut Lower<'_>,
+    pred: Value,
+    then: &Expr,
+    otherwise: &Expr,
+    env: &Env,
+    span: &Span,
+) -> Result<Option<Val>, Diagnostic> {
+    let a = l.standalone("then", &[], &then.span, |this, _| this.expr(then, env))?;
+    let b = l.standalone("else", &[], &otherwise.span, |this, _| this.expr(otherwise, env))?;
+    if a.out != b.out {
+        return Ok(None);
+    }
+    // Both branches take the union of the captures.
+    let ca: Vec<Value> = caps(l, &a);
+    let cb: Vec<Value> = caps(l, &b);
+    let types: Vec<TensorType> = ca.iter().chain(&cb).map(|&v| l.ty(v)).collect();
+    let wrap = |st: &Standalone, skip: usize, keep: usize| -> Result<Func, graft_core::IrError> {
+        let mut bld = Builder::new(st.func.name.clone());
+        let ps: Vec<Value> = types.iter().map(|t| bld.param(t.clone())).collect();
+        let outs = bld.inline(&st.func, &ps[skip..skip + keep])?;
+        bld.finish(&outs)
+    };
+    let fa = wrap(&a, 0, ca.len()).map_err(|e| l.ir_err(e, span))?;
+    let fb = wrap(&b, ca.len(), cb.len()).map_err(|e| l.ir_err(e, span))?;
+    let mut ops = ca;
+    ops.extend(cb);
+    l.set_span(span);
+    let r = l.b().cond(pred, Arc::new(fa), Arc::new(fb), &ops);
+    let outs = l.ir(r, span)?;
+    Ok(Some(rebuild(l, &a.out, &outs)))
+}

@@ -1,0 +1,98 @@
+//! Snapshots of rendered diagnostics for name, type, dimension, transform
+//! and run-time input errors (lex/parse errors are in parse_errors.rs).
+//! Each case is a whole program; `check` (or a run with the given inputs)
+//! must fail, and the rendered text is snapshotted.
+
+use graft_core::Tensor;
+use graft_lang::{diag, Module};
+
+fn render_check(src: &str) -> String {
+    let m = match Module::from_source("case.graft", src) {
+        Ok(m) => m,
+        Err(ds) => return ds.iter().map(|d| diag::render(d, "case.graft", src)).collect::<Vec<_>>().join("\n"),
+    };
+    match m.check() {
+        Ok(()) => panic!("expected an error for:\n{src}"),
+        Err(ds) => ds.iter().map(|d| diag::render(d, "case.graft", src)).collect::<Vec<_>>().join("\n"),
+    }
+}
+
+fn render_run(src: &str, entry: &str, inputs: &[Tensor]) -> String {
+    let m = Module::from_source("case.graft", src).expect("parses");
+    match m.run(entry, inputs) {
+        Ok(_) => panic!("expected an error"),
+        Err(d) => diag::render(&d, "case.graft", src),
+    }
+}
+
+macro_rules! case {
+    ($name:ident, $src:expr) => {
+        #[test]
+        fn $name() {
+            insta::assert_snapshot!(render_check($src));
+        }
+    };
+}
+
+case!(unknown_name, "def f(x: f32) -> f32 = x + y\n");
+case!(unknown_name_suggestion, "def f(x: tensor[n, f32]) -> f32 = summ(x)\n");
+case!(unknown_function_in_call, "def f(x: f32) -> f32 = frobnicate(x)\n");
+case!(duplicate_def, "def f(x: f32) -> f32 = x\ndef f(x: f32) -> f32 = x * 2\n");
+case!(unknown_attribute, "@fast\ndef f(x: f32) -> f32 = x\n");
+case!(grad_attr_unknown_param, "@grad(q)\ndef f(x: f32) -> f32 = x * x\n");
+case!(result_type_mismatch, "def f(x: tensor[n, f32]) -> f32 = x * 2\n");
+case!(result_dim_mismatch, "def f(x: tensor[n, f32], y: tensor[m, f32]) -> tensor[n, f32] = y\n");
+case!(matmul_inner_dims, "def f(a: tensor[m, k, f32], b: tensor[n, f32]) -> tensor[m, f32] = a @ b\n");
+case!(elementwise_dims, "def f(a: tensor[m, f32], b: tensor[n, f32]) -> tensor[m, f32] = a + b\n");
+case!(dtype_mismatch_operands, "def f(a: tensor[n, f32], b: tensor[n, f64]) -> tensor[n, f32] = a * b\n");
+case!(call_dim_mismatch, "def g(a: tensor[n, f32], b: tensor[n, f32]) -> f32 = sum(a * b)\ndef f(a: tensor[3, f32], b: tensor[4, f32]) -> f32 = g(a, b)\n");
+case!(call_arity, "def g(a: f32, b: f32) -> f32 = a * b\ndef f(a: f32) -> f32 = g(a)\n");
+case!(call_unknown_keyword, "def g(a: f32, b: f32) -> f32 = a * b\ndef f(a: f32) -> f32 = g(a, c=1)\n");
+case!(
+    grad_non_scalar,
+    "def f(x: tensor[n, f32]) -> tensor[n, f32] = x * x\ndef g(x: tensor[n, f32]) -> tensor[n, f32] = grad(f)(x)\n"
+);
+case!(grad_wrt_unknown, "def f(x: f32, y: f32) -> f32 = x * y\ndef g(x: f32, y: f32) -> f32 = grad(f, wrt=z)(x, y)\n");
+case!(
+    grad_wrt_integer_param,
+    "def f(x: f32, k: i32) -> f32 = x\ndef g(x: f32, k: i32) -> f32 = grad(f, wrt=k)(x, k)\n"
+);
+case!(grad_of_non_function, "def g(x: f32) -> f32 = grad(x)(x)\n");
+case!(vmap_batch_sizes_disagree, "def f(a: tensor[n, f32], b: tensor[n, f32]) -> tensor[n, f32] = a * b\ndef g(a: tensor[3, 2, f32], b: tensor[4, 2, f32]) -> tensor[3, 2, f32] = vmap(f, axis=0)(a, b)\n");
+case!(
+    vmap_axis_out_of_range,
+    "def f(a: tensor[n, f32]) -> tensor[n, f32] = a\ndef g(a: tensor[3, f32]) -> tensor[3, f32] = vmap(f, axis=2)(a)\n"
+);
+case!(vmap_unknown_option, "def f(a: tensor[n, f32]) -> tensor[n, f32] = a\ndef g(a: tensor[3, 2, f32]) -> tensor[3, 2, f32] = vmap(f, axes=0)(a)\n");
+case!(error_inside_vmap_grad, "def loss(w: tensor[n, f32], x: tensor[n, f32]) -> f32 = sum(w * x)\ndef g(w: tensor[3, f32], xs: tensor[5, 4, f32]) -> tensor[5, 3, f32] = vmap(grad(loss, wrt=w), in_axes=(none, 0))(w, xs)\n");
+case!(tuple_unpack_arity, "def f(x: f32) -> f32 {\n  let (a, b) = (x, x, x)\n  a\n}\n");
+case!(index_out_of_bounds, "def f(x: tensor[3, f32]) -> f32 = x[5]\n");
+case!(too_many_indices, "def f(x: tensor[3, f32]) -> f32 = x[0, 1]\n");
+case!(axis_out_of_range, "def f(x: tensor[3, f32]) -> f32 = sum(x, 2)\n");
+case!(not_on_float, "def f(x: f32) -> bool = not x\n");
+case!(if_condition_not_bool, "def f(x: f32) -> f32 = if x then 1.0 else 2.0\n");
+case!(calling_a_tensor, "def f(x: f32) -> f32 = x(2)\n");
+case!(recursion, "def f(x: f32) -> f32 = f(x)\n");
+case!(match_not_exhaustive, "def f(k: i32) -> f32 = match k { 0 => 1.0, 1 => 2.0 }\n");
+case!(scan_carry_changes_type, "def f(xs: tensor[n, f32]) -> f32 = scan(fn (c, x) -> ((c, c), x), 0.0, xs).0\n");
+case!(fori_runtime_count, "def f(n: i32, x: f32) -> f32 = fori(n, fn (i, c) -> c * x, x)\n");
+case!(float_literal_for_int, "def f(k: tensor[3, i32]) -> tensor[3, i32] = k + 1.5\n");
+case!(jvp_wrong_tangent_count, "def f(x: f32) -> (f32, f32) = jvp(fn (x) -> x * x, (x,), (x, x))\n");
+
+#[test]
+fn run_input_dtype_mismatch() {
+    let src = "def f(x: tensor[n, f32]) -> f32 = sum(x)\n";
+    insta::assert_snapshot!(render_run(src, "f", &[Tensor::from_vec(vec![2], vec![1.0f64, 2.0]).unwrap()]));
+}
+
+#[test]
+fn run_input_rank_mismatch() {
+    let src = "def f(x: tensor[n, f32]) -> f32 = sum(x)\n";
+    insta::assert_snapshot!(render_run(src, "f", &[Tensor::scalar(1.0f32)]));
+}
+
+#[test]
+fn run_missing_entry() {
+    let src = "def f(x: f32) -> f32 = x\n";
+    insta::assert_snapshot!(render_run(src, "main", &[]));
+}
