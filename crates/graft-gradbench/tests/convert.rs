@@ -30,7 +30,19 @@ fn nested_lists_become_row_major_tensors_and_back() {
 
 #[test]
 fn round_trip_is_exact_for_awkward_doubles() {
-    let xs = [0.1, 1.0 / 3.0, f64::MIN_POSITIVE, f64::MAX, -0.0, 5e-324, 123456789.123456789];
+    let mut xs = vec![0.1, 1.0 / 3.0, f64::MIN_POSITIVE, f64::MAX, -0.0, 5e-324, 123_456_789.123_456_79];
+    // Plus many doubles from random bit patterns (SplitMix64), skipping NaN/inf.
+    let mut state = 0x1234_5678_9abc_def0u64;
+    while xs.len() < 5000 {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let x = f64::from_bits(z ^ (z >> 31));
+        if x.is_finite() {
+            xs.push(x);
+        }
+    }
     let t = Tensor::vec1(&xs);
     let text = serde_json::to_string(&to_json(&t).unwrap()).unwrap();
     let back = f64_tensor("x", &serde_json::from_str::<Value>(&text).unwrap()).unwrap();
