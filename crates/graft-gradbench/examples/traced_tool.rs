@@ -10,27 +10,20 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::io::{self, ErrorKind};
-
-use graft_gradbench::Server;
+use graft_gradbench::serve_stdio;
 
 fn main() {
-    let mut server = Server::new(common::ToyBackend::new());
-    match server.serve(io::stdin().lock(), io::stdout().lock()) {
-        Ok(()) => {}
-        // The eval closed its end: the session is over, not failed.
-        Err(e) if e.kind() == ErrorKind::BrokenPipe => {}
+    match serve_stdio(common::ToyBackend::new()) {
+        Ok(log) => eprintln!(
+            "traced_tool: {} responses, {} failures, {} outputs valid, {} invalid",
+            log.responses,
+            log.failures,
+            log.valid,
+            log.invalid.len()
+        ),
         Err(e) => {
             eprintln!("traced_tool: {e}");
             std::process::exit(1);
         }
     }
-    let log = server.log();
-    eprintln!(
-        "traced_tool: {} responses, {} failures, {} outputs valid, {} invalid",
-        log.responses,
-        log.failures,
-        log.valid,
-        log.invalid.len()
-    );
 }

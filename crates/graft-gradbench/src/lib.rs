@@ -50,4 +50,4 @@ pub use backend::{Backend, ProgramCache, ShapeKey, TensorArgs};
 pub use error::GbError;
 pub use protocol::{Message, Response, Timing};
 pub use runs::Runs;
-pub use server::{Server, SessionLog};
+pub use server::{serve_stdio, Server, SessionLog};

@@ -165,3 +165,14 @@ impl<B: Backend> Server<B> {
         }
     }
 }
+
+/// Serves on the process's stdin/stdout until stdin closes, as a tool
+/// process does. The eval closing its end early (a broken pipe on stdout) is
+/// the end of the session, not a failure. Returns the session log.
+pub fn serve_stdio<B: Backend>(backend: B) -> io::Result<SessionLog> {
+    let mut server = Server::new(backend);
+    match server.serve(io::stdin().lock(), io::stdout().lock()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
+        _ => Ok(server.log),
+    }
+}
