@@ -1,8 +1,9 @@
 //! Typed errors of the core: shape/type errors from primitive shape rules,
 //! IR construction and verification errors, and executor errors.
 
-use crate::ir::Value;
+use crate::ir::{SrcLoc, Value};
 use crate::types::{fmt_list, TensorType};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// A primitive's shape rule rejected its operands.
@@ -73,12 +74,40 @@ pub enum IrError {
         /// What is wrong.
         msg: String,
     },
+    /// An error a transform's rule raised while rewriting an equation that
+    /// came from user source: carries that equation's location, so a front
+    /// end can point at the user's line rather than at the transform call.
+    #[error("{inner} (at {loc})")]
+    At {
+        /// Where the equation being rewritten came from.
+        loc: Arc<SrcLoc>,
+        /// The rule's error.
+        inner: Box<IrError>,
+    },
 }
 
 impl IrError {
     /// Shorthand for [`IrError::Invalid`].
     pub fn invalid(op: impl Into<String>, msg: impl Into<String>) -> Self {
         IrError::Invalid { op: op.into(), msg: msg.into() }
+    }
+
+    /// Attaches the location of the equation a rule was rewriting. The
+    /// innermost location wins: an error already located (inside a nested
+    /// transform or sub-function) keeps its own.
+    pub fn at(self, loc: Option<&Arc<SrcLoc>>) -> IrError {
+        match (self, loc) {
+            (e @ IrError::At { .. }, _) | (e, None) => e,
+            (e, Some(loc)) => IrError::At { loc: loc.clone(), inner: Box::new(e) },
+        }
+    }
+
+    /// The error without its location, and the location if any.
+    pub fn located(&self) -> (&IrError, Option<&Arc<SrcLoc>>) {
+        match self {
+            IrError::At { loc, inner } => (inner, Some(loc)),
+            e => (e, None),
+        }
     }
 }
 

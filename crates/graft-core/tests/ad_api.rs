@@ -263,3 +263,19 @@ fn hvp_and_linearize() {
         assert_eq!(out[0].to_vec::<f64>().unwrap(), want);
     }
 }
+
+/// A rule's error raised while rewriting a located equation carries that
+/// location (innermost wins), so front ends can point at the user's line.
+#[test]
+fn rule_errors_carry_the_equation_location() {
+    use graft_core::ir::SrcLoc;
+    use std::sync::Arc;
+    let inner = Arc::new(SrcLoc { file: "m.graft".into(), line: 3, col: 7 });
+    let outer = Arc::new(SrcLoc { file: "m.graft".into(), line: 9, col: 1 });
+    let e = graft_core::IrError::invalid("op", "bad").at(Some(&inner)).at(Some(&outer));
+    let (bare, loc) = e.located();
+    assert_eq!(bare, &graft_core::IrError::invalid("op", "bad"));
+    assert_eq!(loc.map(|l| (l.line, l.col)), Some((3, 7)));
+    assert_eq!(e.to_string(), "op: bad (at m.graft:3:7)");
+    assert_eq!(graft_core::IrError::invalid("op", "bad").at(None), graft_core::IrError::invalid("op", "bad"));
+}

@@ -56,10 +56,13 @@ pub fn jvp_inline(
     for eqn in &f.eqns {
         let ins: Vec<Value> = eqn.inputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;
         b.set_loc(eqn.loc.clone());
-        let outs = b.emit(eqn.prim.clone(), &ins)?;
+        let outs = b.emit(eqn.prim.clone(), &ins).map_err(|e| e.at(eqn.loc.as_ref()))?;
         let tins: Vec<Option<Value>> = eqn.inputs.iter().map(|&v| tan[v.index()]).collect();
         if tins.iter().any(Option::is_some) {
-            let touts = eqn.prim.jvp(b, &JvpCx { primals: &ins, tangents: &tins, outputs: &outs })?;
+            let touts = eqn
+                .prim
+                .jvp(b, &JvpCx { primals: &ins, tangents: &tins, outputs: &outs })
+                .map_err(|e| e.at(eqn.loc.as_ref()))?;
             if touts.len() != outs.len() {
                 return Err(IrError::NoRule {
                     prim: eqn.prim.name().into(),

@@ -86,10 +86,10 @@ pub fn linearize_transpose(
         let in_types: Vec<_> = eqn.inputs.iter().map(|&v| jf.ty(v).clone()).collect();
         let out_types: Vec<_> = eqn.outputs.iter().map(|&v| jf.ty(v).clone()).collect();
         b.set_loc(eqn.loc.clone());
-        let in_cts = eqn.prim.transpose(
-            b,
-            &TransposeCx { inputs: &inputs, in_types: &in_types, out_types: &out_types, cts: &out_cts },
-        )?;
+        let in_cts = eqn
+            .prim
+            .transpose(b, &TransposeCx { inputs: &inputs, in_types: &in_types, out_types: &out_types, cts: &out_cts })
+            .map_err(|e| e.at(eqn.loc.as_ref()))?;
         if in_cts.len() != eqn.inputs.len() {
             return Err(IrError::NoRule {
                 prim: eqn.prim.name().into(),

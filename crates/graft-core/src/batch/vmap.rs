@@ -212,7 +212,7 @@ pub fn vmap_func(
         let outs: Vec<(Value, Option<usize>)> = if bdims.iter().all(Option::is_none) {
             b.emit(eqn.prim.clone(), &args)?.into_iter().map(|o| (o, None)).collect()
         } else {
-            eqn.prim.batch(&mut b, &BatchCx { args: &args, bdims: &bdims, size })?
+            eqn.prim.batch(&mut b, &BatchCx { args: &args, bdims: &bdims, size }).map_err(|e| e.at(eqn.loc.as_ref()))?
         };
         if outs.len() != eqn.outputs.len() {
             return Err(rule_bug(&eqn.prim, format!("returned {} results for {}", outs.len(), eqn.outputs.len())));

@@ -54,6 +54,12 @@ pub struct SrcLoc {
     pub col: u32,
 }
 
+impl fmt::Display for SrcLoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.col)
+    }
+}
+
 /// One primitive application: `outputs = prim(inputs)`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Eqn {

@@ -100,6 +100,19 @@ impl Prog {
         let (l, c) = line_col(&self.src, span.start);
         format!("{}:{l}:{c}", self.file)
     }
+
+    /// The span of the token-ish run starting at a 1-based line and column
+    /// (the inverse of [`line_col`], for locations carried by IR equations).
+    pub fn span_at(&self, line: u32, col: u32) -> Option<Span> {
+        let line_start =
+            if line <= 1 { 0 } else { self.src.match_indices('\n').nth(line as usize - 2).map(|(i, _)| i + 1)? };
+        let rest = self.src.get(line_start..)?;
+        let (off, _) = rest.char_indices().nth(col.saturating_sub(1) as usize)?;
+        let start = line_start + off;
+        let tail = &self.src[start..];
+        let len = tail.find(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|&n| n > 0).unwrap_or(1);
+        Some(start..(start + len).min(self.src.len()))
+    }
 }
 
 /// Where each dimension variable got its size: `n -> (4, "argument `w`")`.

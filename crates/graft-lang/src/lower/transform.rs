@@ -181,15 +181,27 @@ fn chain(mut d: Diagnostic, desc: &str, pos: &str) -> Diagnostic {
     d
 }
 
-/// A graft-core error while rewriting: reported at the transform's call.
+/// A graft-core error while rewriting. When the rule that failed was
+/// rewriting an equation from this file, the diagnostic points at that
+/// equation's source (the user's line) and labels the transform's call;
+/// otherwise it points at the call.
 fn tf_err(l: &Lower<'_>, e: IrError, desc: &str, span: &Span) -> Diagnostic {
-    let msg = match &e {
+    let (e, loc) = e.located();
+    let msg = match e {
         IrError::NoRule { prim, rule, msg } => {
             format!("{desc} cannot be computed: the primitive `{prim}` has no {rule} rule ({msg})")
         }
         other => format!("{desc} failed: {other}"),
     };
-    Diagnostic::new(Stage::Transform, span.clone(), msg).with_note(format!("note: in {desc} at {}", l.p.pos(span)))
+    let at = loc.filter(|loc| *loc.file == *l.p.file).and_then(|loc| l.p.span_at(loc.line, loc.col));
+    let note = format!("note: in {desc} at {}", l.p.pos(span));
+    match at {
+        Some(at) if at.start != span.start => Diagnostic::new(Stage::Transform, at, msg)
+            .with_label("the operation the transform could not rewrite")
+            .with_secondary(span.clone(), format!("{desc} applied here"))
+            .with_note(note),
+        _ => Diagnostic::new(Stage::Transform, span.clone(), msg).with_note(note),
+    }
 }
 
 /// Parameter names of a function value, where it has them.
