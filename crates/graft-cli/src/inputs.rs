@@ -170,7 +170,7 @@ fn parse_type(s: &str) -> Result<TensorType, Fail> {
     } else {
         (s, Vec::new())
     };
-    let dtype = graft_lang::lower::stdlib::parse_dtype(dt).ok_or_else(bad)?;
+    let dtype = graft_core::DType::parse(dt).ok_or_else(bad)?;
     let shape = dims.iter().map(|d| d.parse::<usize>().map_err(|_| bad())).collect::<Result<Vec<_>, _>>()?;
     Ok(TensorType::new(dtype, shape))
 }

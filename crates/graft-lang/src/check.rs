@@ -70,7 +70,7 @@ impl<'a> R<'a> {
         self.defs.contains_key(n)
             || crate::lower::stdlib::is_builtin(n)
             || n == "none"
-            || crate::lower::stdlib::parse_dtype(n).is_some()
+            || graft_core::DType::parse(n).is_some()
     }
 
     fn unknown(&mut self, id: &Ident, scope: &[String]) {

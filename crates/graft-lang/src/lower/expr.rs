@@ -183,7 +183,7 @@ impl Lower<'_> {
         if name == "none" {
             return Ok(Val::None);
         }
-        if super::stdlib::parse_dtype(name).is_some() {
+        if graft_core::DType::parse(name).is_some() {
             return Ok(Val::Str(name.into()));
         }
         Err(self.err(Stage::Resolve, span, format!("unknown name `{name}`")).with_label("not defined"))

@@ -247,7 +247,7 @@ impl A {
             None => Ok(default),
             Some(a) => match &a.val {
                 Val::Str(s) => {
-                    parse_dtype(s).ok_or_else(|| l.err(Stage::Type, &a.span, format!("unknown dtype `{s}`")))
+                    DType::parse(s).ok_or_else(|| l.err(Stage::Type, &a.span, format!("unknown dtype `{s}`")))
                 }
                 other => Err(l.err(
                     Stage::Type,
@@ -286,17 +286,6 @@ impl A {
     fn span_of(&self, p: &str) -> Span {
         self.opt(p).map_or(self.span.clone(), |a| a.span.clone())
     }
-}
-
-pub fn parse_dtype(s: &str) -> Option<DType> {
-    Some(match s {
-        "f32" | "float32" => DType::F32,
-        "f64" | "float64" => DType::F64,
-        "i32" | "int32" => DType::I32,
-        "i64" | "int64" => DType::I64,
-        "bool" => DType::Bool,
-        _ => return None,
-    })
 }
 
 /// Resolves an `axis` argument against `x`: integers (negative from the
