@@ -33,8 +33,7 @@ const CHECKED: &[&str] = &[
 /// Examples that `Module::check` cannot pass yet, with the reason.
 /// `pending_checks_still_fail` keeps this list honest: remove an entry once
 /// its cause is fixed.
-const CHECK_PENDING: &[(&str, &str)] = &[
-];
+const CHECK_PENDING: &[(&str, &str)] = &[];
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
