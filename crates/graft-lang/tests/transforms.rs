@@ -290,3 +290,55 @@ fn check_accepts_jvp_attribute_defs() {
     );
     close(&v64(&o), &[3.0], 1e-6);
 }
+
+const C: &str = r#"
+def sq_fwd(x: f64) -> (f64, f64) = (x * x, x)
+def sq_bwd(r: f64, g: f64) -> f64 = 5.0 * r * g
+@custom_vjp(sq_fwd, sq_bwd)
+def sq(x: f64) -> f64 = x * x
+def dsq(x: f64) -> f64 = grad(sq)(x)
+def dchain(x: f64) -> f64 = grad(fn (x) -> sin(sq(x)))(x)
+def vdsq(xs: tensor[b, f64]) -> tensor[b, f64] = vmap(grad(sq))(xs)
+def n_fwd(x: tensor[n, f64]) -> (f64, tensor[n, f64]) = (sum(x * x), x)
+def n_bwd(r: tensor[n, f64], g: f64) -> tensor[n, f64] = clip(2.0 * r * g, -1.0, 1.0)
+@custom_vjp(n_fwd, n_bwd)
+def nsq(x: tensor[n, f64]) -> f64 = sum(x * x)
+def dnsq(x: tensor[n, f64]) -> tensor[n, f64] = grad(nsq)(x)
+def e_rule(x: f64, t: f64) -> (f64, f64) = (exp(x), 3.0 * t)
+@custom_jvp(e_rule)
+def e(x: f64) -> f64 = exp(x)
+def de(x: f64) -> f64 = grad(e)(x)
+def jve(x: f64, t: f64) -> (f64, f64) = jvp(e, (x,), (t,))
+def vde(xs: tensor[b, f64]) -> tensor[b, f64] = vmap(grad(e))(xs)
+"#;
+
+#[test]
+fn custom_vjp_rule_is_used() {
+    let x = 0.7f64;
+    // The value is the def's; the gradient is bwd's (5 x, not 2 x).
+    close(&v64(&run(C, "sq", &[s64(x)])), &[x * x], 1e-12);
+    close(&v64(&run(C, "dsq", &[s64(x)])), &[5.0 * x], 1e-12);
+    close(&v64(&run(C, "dchain", &[s64(x)])), &[(x * x).cos() * 5.0 * x], 1e-12);
+    let xs = [0.5, -1.0, 2.0];
+    close(&v64(&run(C, "vdsq", &[t64(&[3], &xs)])), &[2.5, -5.0, 10.0], 1e-12);
+    // A clipped gradient: 2 x clipped to [-1, 1].
+    close(&v64(&run(C, "dnsq", &[t64(&[3], &[0.2, -3.0, 0.9])])), &[0.4, -1.0, 1.0], 1e-12);
+}
+
+#[test]
+fn custom_jvp_rule_is_used() {
+    let x = 0.4f64;
+    close(&v64(&run(C, "e", &[s64(x)])), &[x.exp()], 1e-12);
+    close(&v64(&run(C, "de", &[s64(x)])), &[3.0], 1e-12);
+    let o = run(C, "jve", &[s64(x), s64(2.0)]);
+    close(&v64(part(&o, 0)), &[x.exp()], 1e-12);
+    close(&v64(part(&o, 1)), &[6.0], 1e-12);
+    close(&v64(&run(C, "vde", &[t64(&[2], &[0.1, 5.0])])), &[3.0, 3.0], 1e-12);
+}
+
+#[test]
+fn custom_rule_mismatch_is_a_diagnostic() {
+    let src = "def bad_fwd(x: f64) -> f64 = x\ndef bad_bwd(g: f64) -> f64 = g\n@custom_vjp(bad_fwd, bad_bwd)\ndef h(x: f64) -> (f64, f64) = (x, x)\n";
+    let d = module(src).run("h", &[s64(1.0)]).expect_err("fwd returns too few outputs");
+    assert!(d.message.contains("custom rule `bad_fwd` of `h`"), "{}", d.message);
+}
