@@ -270,10 +270,12 @@ fn fori_with_run_time_trip_count() {
 }
 
 #[test]
-fn while_and_run_time_fori_check() {
-    module(W)
-        .check()
-        .unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", W)).collect::<String>()));
+fn while_fori_and_custom_rules_check() {
+    for src in [W, C] {
+        module(src)
+            .check()
+            .unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", src)).collect::<String>()));
+    }
 }
 
 #[test]

@@ -249,20 +249,20 @@ fn fori_at(
 /// A run-time trip count: an i32 scalar tensor (other integer or float
 /// types are rejected rather than silently converted).
 fn run_time_count(l: &mut Lower<'_>, n: &ArgVal) -> Result<Value, Diagnostic> {
-    let bad = |l: &Lower<'_>| {
+    let bad = |l: &Lower<'_>, found: String| {
         l.err(
             Stage::Type,
             &n.span,
             format!(
-                "the trip count of `fori` must be an integer known while compiling or an i32 scalar, found {}",
-                n.val.describe()
+                "the trip count of `fori` must be an integer known while compiling or an i32 scalar, found {found}"
             ),
         )
     };
-    let Val::T(tv) = &n.val else { return Err(bad(l)) };
+    let Val::T(tv) = &n.val else { return Err(bad(l, n.val.describe())) };
     let v = l.import(*tv);
-    if l.ty(v) != TensorType::scalar(graft_core::DType::I32) {
-        return Err(bad(l));
+    let ty = l.ty(v);
+    if ty != TensorType::scalar(graft_core::DType::I32) {
+        return Err(bad(l, ty.to_string()));
     }
     Ok(v)
 }
