@@ -88,9 +88,6 @@ impl<'a> R<'a> {
         if let Some((_, c)) = best {
             d = d.with_note(format!("help: did you mean `{c}`?"));
         }
-        if id.name == "while" {
-            d = d.with_note("note: the `while` loop is not available in this build yet; use `fori` or `scan`");
-        }
         self.errs.push(d);
     }
 

@@ -114,6 +114,18 @@ impl Module {
             if !ok {
                 continue;
             }
+            // `@jvp(p)` adds a tangent input (p's type) per attribute, in attribute order.
+            for a in def.attrs.iter().filter(|a| a.name.name == "jvp") {
+                let named = a.args.first().and_then(|x| match &x.value.kind {
+                    ast::ExprKind::Var(id) => def.params.iter().position(|p| p.name.name == id.name),
+                    _ => None,
+                });
+                match named {
+                    Some(i) => types.push(types[i].clone()),
+                    // A malformed attribute: instantiating reports it.
+                    None => types.push(Tree::Tuple(Vec::new())),
+                }
+            }
             if let Err(mut d) = self.instantiate_trees(&def.name.name, &types) {
                 if !names.is_empty() {
                     let sizes: Vec<String> = names.iter().map(|n| format!("{n}={}", size(n))).collect();

@@ -75,7 +75,10 @@ case!(calling_a_tensor, "def f(x: f32) -> f32 = x(2)\n");
 case!(recursion, "def f(x: f32) -> f32 = f(x)\n");
 case!(match_not_exhaustive, "def f(k: i32) -> f32 = match k { 0 => 1.0, 1 => 2.0 }\n");
 case!(scan_carry_changes_type, "def f(xs: tensor[n, f32]) -> f32 = scan(fn (c, x) -> ((c, c), x), 0.0, xs).0\n");
-case!(fori_runtime_count, "def f(n: i32, x: f32) -> f32 = fori(n, fn (i, c) -> c * x, x)\n");
+case!(fori_float_count, "def f(n: f32, x: f32) -> f32 = fori(n, fn (i, c) -> c * x, x)\n");
+case!(while_cond_not_bool, "def f(x: f32) -> f32 = while(fn (c) -> c * 2.0, fn (c) -> c, x)\n");
+case!(while_body_changes_carry, "def f(x: f32) -> f32 = while(fn (c) -> c < 2.0, fn (c) -> (c, c), x)\n");
+case!(custom_vjp_arity, "def h_fwd(x: f32) -> (f32, f32) = (x, x)\n@custom_vjp(h_fwd)\ndef h(x: f32) -> f32 = x\n");
 case!(float_literal_for_int, "def f(k: tensor[3, i32]) -> tensor[3, i32] = k + 1.5\n");
 case!(jvp_wrong_tangent_count, "def f(x: f32) -> (f32, f32) = jvp(fn (x) -> x * x, (x,), (x, x))\n");
 

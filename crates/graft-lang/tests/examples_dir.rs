@@ -33,10 +33,7 @@ const CHECKED: &[&str] = &[
 /// Examples that `Module::check` cannot pass yet, with the reason.
 /// `pending_checks_still_fail` keeps this list honest: remove an entry once
 /// its cause is fixed.
-const CHECK_PENDING: &[(&str, &str)] = &[
-    ("seed_001_grad_attr", "Module::check instantiates an @jvp def without its tangent parameters"),
-    ("newton_while", "`while` is not wired into the language yet"),
-];
+const CHECK_PENDING: &[(&str, &str)] = &[];
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
@@ -491,7 +488,6 @@ fn rk4_ode() {
 }
 
 #[test]
-#[ignore = "needs `while` in the language (the while primitive is on branch h-while, not yet wired into graft-lang)"]
 fn newton_while() {
     let o = run_main("newton_while");
     let a = vals(&o, &[0], &[5]);

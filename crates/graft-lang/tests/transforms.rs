@@ -208,3 +208,139 @@ fn instantiation_is_cached_per_type() {
     // Every equation of the expanded function is a primitive with a source location.
     assert!(a.func.eqns.iter().all(|e| e.loc.is_some()));
 }
+
+const W: &str = r#"
+def nsq(a: f64) -> f64 = while(fn (c) -> abs(c * c - a) > 1e-12 * a, fn (c) -> 0.5 * (c + a / c), a + 1.0)
+def dnsq(a: f64) -> f64 = grad(nsq)(a)
+def halve(x: f64) -> (f64, i32) = while(fn (c) -> c.0 >= 1.0, fn (c) -> (c.0 * 0.5, c.1 + 1), (x, 0))
+def vhalve(xs: tensor[b, f64]) -> (tensor[b, f64], tensor[b, i32]) = vmap(halve)(xs)
+def vdhalve(xs: tensor[b, f64]) -> tensor[b, f64] = vmap(grad(fn (x) -> halve(x).0))(xs)
+def capt(x: f64, s: f64) -> f64 = while(fn (c) -> c < s, fn (c) -> c + s * 0.25, x)
+def powr(x: f64, n: i32) -> f64 = fori(n, fn (i, c) -> c * x + cast(i, f64) * 0.0, 1.0)
+def dpowr(x: f64, n: i32) -> f64 = grad(powr, wrt=x)(x, n)
+def vpowr(xs: tensor[b, f64], ns: tensor[b, i32]) -> tensor[b, f64] = vmap(powr)(xs, ns)
+"#;
+
+fn s64(v: f64) -> Tensor {
+    t64(&[], &[v])
+}
+
+fn i32s(shape: &[usize], d: &[i32]) -> Tensor {
+    Tensor::from_vec(shape.to_vec(), d.to_vec()).unwrap()
+}
+
+#[test]
+fn while_value_and_grad() {
+    for a in [2.0, 0.3, 50.0] {
+        close(&v64(&run(W, "nsq", &[s64(a)])), &[f64::sqrt(a)], 1e-10);
+        close(&v64(&run(W, "dnsq", &[s64(a)])), &[0.5 / f64::sqrt(a)], 1e-8);
+    }
+    // Captured values (s) are constants of the loop: 0.1 + k * 0.5 until >= 2.
+    close(&v64(&run(W, "capt", &[s64(0.1), s64(2.0)])), &[2.1], 1e-12);
+    // A carry that already fails the condition runs no trip.
+    close(&v64(&run(W, "capt", &[s64(3.0), s64(2.0)])), &[3.0], 1e-12);
+}
+
+#[test]
+fn vmap_of_while_has_per_example_trip_counts() {
+    let xs = [0.5, 3.0, 9.0, 100.0];
+    let o = run(W, "vhalve", &[t64(&[4], &xs)]);
+    let ks: Vec<i32> = xs.iter().map(|&x: &f64| if x < 1.0 { 0 } else { x.log2().floor() as i32 + 1 }).collect();
+    let want: Vec<f64> = xs.iter().zip(&ks).map(|(x, &k)| x * 0.5f64.powi(k)).collect();
+    close(&v64(part(&o, 0)), &want, 1e-12);
+    let got_k: Vec<i32> = part(&o, 1).tensor().unwrap().to_f64_vec().iter().map(|&v| v as i32).collect();
+    assert_eq!(got_k, ks);
+    // d/dx (x * 0.5^k(x)) = 0.5^k per example (k is piecewise constant).
+    let d: Vec<f64> = ks.iter().map(|&k| 0.5f64.powi(k)).collect();
+    close(&v64(&run(W, "vdhalve", &[t64(&[4], &xs)])), &d, 1e-12);
+}
+
+#[test]
+fn fori_with_run_time_trip_count() {
+    for n in [0, 1, 4] {
+        let x = 1.3f64;
+        let ins = [s64(x), i32s(&[], &[n])];
+        close(&v64(&run(W, "powr", &ins)), &[x.powi(n)], 1e-12);
+        let d = if n == 0 { 0.0 } else { n as f64 * x.powi(n - 1) };
+        close(&v64(&run(W, "dpowr", &ins)), &[d], 1e-10);
+    }
+    // Negative counts run no trip; vmap gives each example its own count.
+    let o = run(W, "vpowr", &[t64(&[3], &[2.0, 3.0, 0.5]), i32s(&[3], &[3, -2, 5])]);
+    close(&v64(&o), &[8.0, 1.0, 0.03125], 1e-12);
+}
+
+#[test]
+fn while_fori_and_custom_rules_check() {
+    for src in [W, C] {
+        module(src)
+            .check()
+            .unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", src)).collect::<String>()));
+    }
+}
+
+#[test]
+fn check_accepts_jvp_attribute_defs() {
+    // Regression: check() instantiated an @jvp def without its tangent input.
+    let src = "def f(x: f32) -> f32 = x * x\n@jvp(x)\ndef g(x: f32) -> f32 = f(x)\n";
+    module(src)
+        .check()
+        .unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", src)).collect::<String>()));
+    let o = run(
+        src,
+        "g",
+        &[Tensor::from_vec(vec![], vec![3.0f32]).unwrap(), Tensor::from_vec(vec![], vec![0.5f32]).unwrap()],
+    );
+    close(&v64(&o), &[3.0], 1e-6);
+}
+
+const C: &str = r#"
+def sq_fwd(x: f64) -> (f64, f64) = (x * x, x)
+def sq_bwd(r: f64, g: f64) -> f64 = 5.0 * r * g
+@custom_vjp(sq_fwd, sq_bwd)
+def sq(x: f64) -> f64 = x * x
+def dsq(x: f64) -> f64 = grad(sq)(x)
+def dchain(x: f64) -> f64 = grad(fn (x) -> sin(sq(x)))(x)
+def vdsq(xs: tensor[b, f64]) -> tensor[b, f64] = vmap(grad(sq))(xs)
+def n_fwd(x: tensor[n, f64]) -> (f64, tensor[n, f64]) = (sum(x * x), x)
+def n_bwd(r: tensor[n, f64], g: f64) -> tensor[n, f64] = clip(2.0 * r * g, -1.0, 1.0)
+@custom_vjp(n_fwd, n_bwd)
+def nsq(x: tensor[n, f64]) -> f64 = sum(x * x)
+def dnsq(x: tensor[n, f64]) -> tensor[n, f64] = grad(nsq)(x)
+def e_rule(x: f64, t: f64) -> (f64, f64) = (exp(x), 3.0 * t)
+@custom_jvp(e_rule)
+def e(x: f64) -> f64 = exp(x)
+def de(x: f64) -> f64 = grad(e)(x)
+def jve(x: f64, t: f64) -> (f64, f64) = jvp(e, (x,), (t,))
+def vde(xs: tensor[b, f64]) -> tensor[b, f64] = vmap(grad(e))(xs)
+"#;
+
+#[test]
+fn custom_vjp_rule_is_used() {
+    let x = 0.7f64;
+    // The value is the def's; the gradient is bwd's (5 x, not 2 x).
+    close(&v64(&run(C, "sq", &[s64(x)])), &[x * x], 1e-12);
+    close(&v64(&run(C, "dsq", &[s64(x)])), &[5.0 * x], 1e-12);
+    close(&v64(&run(C, "dchain", &[s64(x)])), &[(x * x).cos() * 5.0 * x], 1e-12);
+    let xs = [0.5, -1.0, 2.0];
+    close(&v64(&run(C, "vdsq", &[t64(&[3], &xs)])), &[2.5, -5.0, 10.0], 1e-12);
+    // A clipped gradient: 2 x clipped to [-1, 1].
+    close(&v64(&run(C, "dnsq", &[t64(&[3], &[0.2, -3.0, 0.9])])), &[0.4, -1.0, 1.0], 1e-12);
+}
+
+#[test]
+fn custom_jvp_rule_is_used() {
+    let x = 0.4f64;
+    close(&v64(&run(C, "e", &[s64(x)])), &[x.exp()], 1e-12);
+    close(&v64(&run(C, "de", &[s64(x)])), &[3.0], 1e-12);
+    let o = run(C, "jve", &[s64(x), s64(2.0)]);
+    close(&v64(part(&o, 0)), &[x.exp()], 1e-12);
+    close(&v64(part(&o, 1)), &[6.0], 1e-12);
+    close(&v64(&run(C, "vde", &[t64(&[2], &[0.1, 5.0])])), &[3.0, 3.0], 1e-12);
+}
+
+#[test]
+fn custom_rule_mismatch_is_a_diagnostic() {
+    let src = "def bad_fwd(x: f64) -> f64 = x\ndef bad_bwd(g: f64) -> f64 = g\n@custom_vjp(bad_fwd, bad_bwd)\ndef h(x: f64) -> (f64, f64) = (x, x)\n";
+    let d = module(src).run("h", &[s64(1.0)]).expect_err("fwd returns too few outputs");
+    assert!(d.message.contains("custom rule `bad_fwd` of `h`"), "{}", d.message);
+}

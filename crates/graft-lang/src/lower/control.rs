@@ -6,15 +6,19 @@
 //! Float literals in an initial carry are f32 unless the body needs f64
 //! (the loop is then lowered again with f64 literals).
 //!
-//! `fori` needs `n` known while compiling (an integer literal, a dimension,
-//! or arithmetic on those); a run-time trip count needs the `while`
-//! primitive, which this build does not have yet.
+//! `fori` with `n` known while compiling (an integer literal, a dimension,
+//! or arithmetic on those) lowers to a fixed-length `scan`; with a run-time
+//! i32 scalar `n` it lowers to graft-core's `fori_dynamic` (a `while` loop
+//! whose carry holds the counter; `n <= 0` runs no trip).
+//! `while(cond, body, init)` lowers to the `while` primitive; `cond` and
+//! `body` both take the union of their captures as leading constants.
 
 use super::value::{FnVal, Tree, Tv, Val};
 use super::{ArgVal, Env, Lower, Standalone};
 use crate::ast::{Expr, Span};
 use crate::diag::{Diagnostic, Stage};
 use graft_core::ops::scan::{Checkpointing, ScanOpts};
+use graft_core::ops::while_loop::Remat;
 use graft_core::{Builder, Func, TensorType, Value};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -207,20 +211,14 @@ fn fori_at(
     span: &Span,
     wide: bool,
 ) -> Result<Val, Diagnostic> {
-    let Some(k) = super::expr::static_int(&n.val) else {
-        return Err(l
-            .err(
-                Stage::Type,
-                &n.span,
-                format!("the trip count of `fori` must be known while compiling, found {}", n.val.describe()),
-            )
-            .with_note(
-                "note: a run-time trip count needs the `while` loop primitive, which this build does not have yet",
-            ));
+    let k = super::expr::static_int(&n.val);
+    let dynamic = match k {
+        Some(k) if k < 0 => {
+            return Err(l.err(Stage::Type, &n.span, format!("`fori` needs a trip count >= 0, found {k}")))
+        }
+        Some(_) => None,
+        None => Some(run_time_count(l, n)?),
     };
-    if k < 0 {
-        return Err(l.err(Stage::Type, &n.span, format!("`fori` needs a trip count >= 0, found {k}")));
-    }
     let fv = func_arg(l, f, "the second argument of `fori`")?;
     let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
     let i_t = Tree::Leaf(TensorType::scalar(graft_core::DType::I32));
@@ -240,9 +238,100 @@ fn fori_at(
     let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;
     let cs = caps(l, &st);
     l.set_span(span);
-    let r = l.b().fori(k as usize, &body, &cs, &init_l, Checkpointing::None);
+    let r = match (dynamic, k) {
+        (Some(nv), _) => l.b().fori_dynamic(nv, &body, &cs, &init_l, Remat::Off),
+        (None, k) => l.b().fori(k.unwrap_or(0) as usize, &body, &cs, &init_l, Checkpointing::None),
+    };
     let outs = l.ir(r, span)?;
     Ok(rebuild(l, &init_t, &outs))
+}
+
+/// A run-time trip count: an i32 scalar tensor (other integer or float
+/// types are rejected rather than silently converted).
+fn run_time_count(l: &mut Lower<'_>, n: &ArgVal) -> Result<Value, Diagnostic> {
+    let bad = |l: &Lower<'_>, found: String| {
+        l.err(
+            Stage::Type,
+            &n.span,
+            format!(
+                "the trip count of `fori` must be an integer known while compiling or an i32 scalar, found {found}"
+            ),
+        )
+    };
+    let Val::T(tv) = &n.val else { return Err(bad(l, n.val.describe())) };
+    let v = l.import(*tv);
+    let ty = l.ty(v);
+    if ty != TensorType::scalar(graft_core::DType::I32) {
+        return Err(bad(l, ty.to_string()));
+    }
+    Ok(v)
+}
+
+/// `while(cond, body, init)`: `cond(carry) -> bool`, `body(carry) -> carry`;
+/// repeats `body` while `cond` holds and returns the final carry.
+pub fn while_loop(l: &mut Lower<'_>, c: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
+    match while_at(l, c, f, init, span, false) {
+        Err(e) if has_float_literal(&init.val) => while_at(l, c, f, init, span, true).map_err(|_| e),
+        r => r,
+    }
+}
+
+fn while_at(
+    l: &mut Lower<'_>,
+    c: &ArgVal,
+    f: &ArgVal,
+    init: &ArgVal,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, Diagnostic> {
+    let cv = func_arg(l, c, "the first argument of `while`")?;
+    let fv = func_arg(l, f, "the second argument of `while`")?;
+    let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
+    let cst = lower_call(l, &cv, std::slice::from_ref(&init_t), span)?;
+    let bool_t = Tree::Leaf(TensorType::scalar(graft_core::DType::Bool));
+    if cst.out != bool_t {
+        return Err(l.err(
+            Stage::Type,
+            &c.span,
+            format!("the condition of `while` must return a bool scalar, but it returns {}", cst.out),
+        ));
+    }
+    let bst = lower_call(l, &fv, std::slice::from_ref(&init_t), span)?;
+    if bst.out != init_t {
+        return Err(l
+            .err(
+                Stage::Type,
+                &f.span,
+                format!(
+                    "the body of `while` changes the carry's type: it starts as {init_t} and comes back as {}",
+                    bst.out
+                ),
+            )
+            .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
+    }
+    let cc = caps(l, &cst);
+    let bc = caps(l, &bst);
+    let types: Vec<TensorType> = cc.iter().chain(&bc).map(|&v| l.ty(v)).collect();
+    let cf = consts_first(&cst, &types, 0).map_err(|e| l.ir_err(e, span))?;
+    let bf = consts_first(&bst, &types, cc.len()).map_err(|e| l.ir_err(e, span))?;
+    let mut consts = cc;
+    consts.extend(bc);
+    l.set_span(span);
+    let r = l.b().while_loop(Arc::new(cf), Arc::new(bf), &consts, &init_l);
+    let outs = l.ir(r, span)?;
+    Ok(rebuild(l, &init_t, &outs))
+}
+
+/// `st`'s function as `(consts..., real...)` where `consts` has the types
+/// `types` and `st`'s own captures are `consts[skip..]` (in order).
+fn consts_first(st: &Standalone, types: &[TensorType], skip: usize) -> Result<Func, graft_core::IrError> {
+    let f = &st.func;
+    let mut b = Builder::new(f.name.clone());
+    let ks: Vec<Value> = types.iter().map(|t| b.param(t.clone())).collect();
+    let mut args: Vec<Value> = f.params[..st.n_real].iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    args.extend_from_slice(&ks[skip..skip + st.captures.len()]);
+    let outs = b.inline(f, &args)?;
+    b.finish(&outs)
 }
 
 /// Scalar `if` with a run-time condition: a `cond` that runs one branch.

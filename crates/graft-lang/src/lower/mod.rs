@@ -20,6 +20,7 @@
 //!   ([`Prog::cache`]), and recursion is reported, never followed forever.
 
 pub mod control;
+pub mod custom;
 pub mod expr;
 pub mod stdlib;
 pub mod transform;
@@ -588,6 +589,11 @@ impl<'p> Lower<'p> {
             trees.push(t);
         }
         let inst = self.instantiate(idx, &trees, span)?;
+        if with_attrs {
+            if let Some(rule) = custom::rule_of(self, def)? {
+                return custom::call(self, rule, idx, inst.func.clone(), &inst.out, &trees, &leaves, span);
+            }
+        }
         let outs = self.inline(&inst.func.clone(), &leaves, span)?;
         let level = self.level();
         Ok(inst

@@ -110,6 +110,7 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("tabulate", &["n", "f"]),
     ("scan", &["f", "init", "xs"]),
     ("fori", &["n", "f", "init"]),
+    ("while", &["cond", "body", "init"]),
 ];
 
 pub fn is_builtin(name: &str) -> bool {
@@ -821,6 +822,10 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         "fori" => {
             let (n, f, i) = (a.req(l, "n")?.clone(), a.req(l, "f")?.clone(), a.req(l, "init")?.clone());
             return super::control::fori(l, &n, &f, &i, span);
+        }
+        "while" => {
+            let (c, f, i) = (a.req(l, "cond")?.clone(), a.req(l, "body")?.clone(), a.req(l, "init")?.clone());
+            return super::control::while_loop(l, &c, &f, &i, span);
         }
         "tabulate" => {
             let n = a.int(l, "n", None)?;

@@ -595,14 +595,11 @@ fn vmap_apply(
         }
         None => {
             let k = tf.axis.unwrap_or(0);
-            let declared = root_def(f).map(|i| l.p.program.defs[i].params.clone());
-            for (i, ts) in types.iter().enumerate() {
-                let scalar_decl = declared
-                    .as_ref()
-                    .and_then(|ps| ps.get(i))
-                    .is_some_and(|p| matches!(p.ty.kind, crate::ast::TypeKind::Scalar(_)));
+            // Scalars are shared; a tensor passed for a parameter declared
+            // scalar is batched too (the only reading under which it fits).
+            for ts in &types {
                 for t in ts {
-                    axes.push(if scalar_decl || t.rank() == 0 { None } else { Some(k) });
+                    axes.push(if t.rank() == 0 { None } else { Some(k) });
                 }
             }
         }
