@@ -88,8 +88,9 @@ fn lse_gradient_matches_finite_differences() {
 #[test]
 fn llsq_gradient_matches_finite_differences() {
     let mut b = LangBackend::new();
-    // Odd n puts one sample exactly at t = 0, where sign is 0.
-    for n in [7, 8] {
+    // Odd n puts one sample exactly at t = 0, where sign is 0; n > 512
+    // takes the program's other (Horner) branch.
+    for n in [7, 8, 601] {
         let input = json!({"x": [0.5, -0.25, 1.0, 0.125, -2.0], "n": n});
         let g = flat(&eval(&mut b, "llsq", "gradient", &input));
         assert_close("llsq", &g, &fd(&mut b, "llsq", "primal", &input, "x", 1e-5), 1e-7);
