@@ -168,9 +168,9 @@ impl Backend for LangBackend {
             return Err(GbError::UnknownModule(module.to_string()));
         };
         let file = format!("{module}.graft");
-        let parsed = Module::from_source(&file, src)
-            .and_then(|m| m.check().map(|()| m))
-            .map_err(|ds| GbError::Backend(ds.iter().map(|d| format!("{file}: {}", d.message)).collect::<Vec<_>>().join("; ")))?;
+        let parsed = Module::from_source(&file, src).and_then(|m| m.check().map(|()| m)).map_err(|ds| {
+            GbError::Backend(ds.iter().map(|d| format!("{file}: {}", d.message)).collect::<Vec<_>>().join("; "))
+        })?;
         self.modules.insert(module.to_string(), parsed);
         Ok(())
     }
