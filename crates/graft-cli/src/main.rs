@@ -59,6 +59,9 @@ enum Cmd {
         #[arg(long)]
         seed: Option<i64>,
     },
+    /// Serve the GradBench protocol on stdin/stdout (the `graft` tool), with
+    /// the evals written in graft (`gradbench/*.graft`, built in).
+    Gradbench,
 }
 
 /// A failure: a rendered diagnostic or a plain message, both exit code 1.
@@ -126,6 +129,19 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Ok(show(&res))
         }
+        Cmd::Gradbench => match graft_gradbench::serve_stdio(graft_gradbench::LangBackend::new()) {
+            Ok(log) => {
+                eprintln!(
+                    "graft gradbench: {} responses, {} failures, {} outputs valid, {} invalid",
+                    log.responses,
+                    log.failures,
+                    log.valid,
+                    log.invalid.len()
+                );
+                Ok(String::new())
+            }
+            Err(e) => Err(Fail(format!("error: graft gradbench: {e}"))),
+        },
         Cmd::Ir { file, entry, inputs, shapes, seed } => {
             let m = load(&file)?;
             let types = inputs::gather_types(&m, &entry, &inputs, &shapes, seed)?;

@@ -112,3 +112,23 @@ fn check_ast_ir_and_exit_codes() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown name `nope`") && err.contains("bad.graft:1:21"), "{err}");
 }
+
+#[test]
+fn gradbench_serves_the_protocol_on_stdin_from_any_directory() {
+    // The eval programs are built into the binary, so the working directory
+    // does not matter.
+    let dir = std::env::temp_dir();
+    let input = "{\"id\": 0, \"kind\": \"start\"}\n\
+                 {\"id\": 1, \"kind\": \"define\", \"module\": \"hello\"}\n\
+                 {\"id\": 2, \"kind\": \"evaluate\", \"module\": \"hello\", \"function\": \"double\", \"input\": 4}\n\
+                 not json\n\
+                 {\"id\": 3, \"kind\": \"define\", \"module\": \"nope\"}\n";
+    let s = stdout(graft().current_dir(&dir).arg("gradbench").write_stdin(input));
+    let lines: Vec<serde_json::Value> = s.lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines[0], serde_json::json!({"id": 0, "tool": "graft"}));
+    assert_eq!(lines[1]["success"], true);
+    assert_eq!(lines[2]["output"], serde_json::json!(8.0));
+    assert_eq!(lines[3]["success"], false);
+    assert_eq!(lines[4]["error"], "unknown module `nope`");
+}

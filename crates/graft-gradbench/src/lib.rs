@@ -42,12 +42,14 @@
 pub mod backend;
 pub mod convert;
 pub mod error;
+pub mod lang;
 pub mod protocol;
 pub mod runs;
 pub mod server;
 
 pub use backend::{Backend, ProgramCache, ShapeKey, TensorArgs};
 pub use error::GbError;
+pub use lang::LangBackend;
 pub use protocol::{Message, Response, Timing};
 pub use runs::Runs;
 pub use server::{serve_stdio, Server, SessionLog};
