@@ -344,3 +344,17 @@ fn custom_rule_mismatch_is_a_diagnostic() {
     let d = module(src).run("h", &[s64(1.0)]).expect_err("fwd returns too few outputs");
     assert!(d.message.contains("custom rule `bad_fwd` of `h`"), "{}", d.message);
 }
+
+/// A math builtin on a number literal is folded while compiling and stays
+/// untyped, so it takes the dtype of its context (here f64), and a def over
+/// a scalar maps over a vector under vmap.
+#[test]
+fn folded_constants_take_their_context_dtype_and_vmap_maps_scalar_defs() {
+    let src = "def f(x: f64) -> f64 = x + log(2.0) * exp(1) + sqrt(4)\n\
+               def g(z: f32) -> f32 = z * z\n\
+               def h(t: tensor[3, f32]) -> tensor[3, f32] = vmap(g, axis=0)(t)\n";
+    let out = run(src, "f", &[t64(&[], &[1.5])]);
+    close(&v64(&out), &[1.5 + 2f64.ln() * 1f64.exp() + 2.0], 1e-15);
+    let out = run(src, "h", &[Tensor::vec1(&[1.0f32, 2.0, -3.0])]);
+    close(&v64(&out), &[1.0, 4.0, 9.0], 0.0);
+}

@@ -403,8 +403,37 @@ fn out(l: &Lower<'_>, v: Value) -> Val {
     Val::T(Tv { level: l.level(), v })
 }
 
+/// Evaluates a float math builtin on a number literal while compiling, so
+/// `x + log(2.0)` stays an untyped constant that takes the dtype of its
+/// context (f64 next to an f64 `x`) instead of becoming an f32 tensor.
+fn fold_const(name: &str, args: &[ArgVal]) -> Option<Val> {
+    let [ArgVal { name: None, val: Val::Const(c @ (Const::Int(_) | Const::Float(_))), .. }] = args else {
+        return None;
+    };
+    let x = c.as_f64();
+    let y = match name {
+        "exp" => x.exp(),
+        "log" => x.ln(),
+        "tanh" => x.tanh(),
+        "sin" => x.sin(),
+        "cos" => x.cos(),
+        "tan" => x.tan(),
+        "sqrt" => x.sqrt(),
+        "rsqrt" => 1.0 / x.sqrt(),
+        "expm1" => x.exp_m1(),
+        "log1p" => x.ln_1p(),
+        "sigmoid" | "logistic" => 1.0 / (1.0 + (-x).exp()),
+        "reciprocal" => 1.0 / x,
+        _ => return None,
+    };
+    Some(Val::Const(Const::Float(y)))
+}
+
 /// Calls builtin `name`.
 pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
+    if let Some(v) = fold_const(name, &args) {
+        return Ok(v);
+    }
     let a = A::new(l, name, args, span)?;
     l.set_span(span);
     macro_rules! ir {
