@@ -132,3 +132,36 @@ fn gradbench_serves_the_protocol_on_stdin_from_any_directory() {
     assert_eq!(lines[3]["success"], false);
     assert_eq!(lines[4]["error"], "unknown module `nope`");
 }
+
+/// Every example program runs through the binary, and what it prints is
+/// exactly the results the library computes (which
+/// `crates/graft-lang/tests/examples_dir.rs` checks against reference
+/// values): leaf `i` of `main`'s result printed NumPy-style after `i: `.
+#[test]
+fn every_example_runs_and_prints_its_checked_results() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(examples())
+        .expect("examples/ exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "graft"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "only {} examples", files.len());
+    for path in files {
+        let src = std::fs::read_to_string(&path).expect("readable example");
+        let name = path.file_name().expect("a file").to_string_lossy().into_owned();
+        let module = graft_lang::Module::from_source(&name, &src).expect("the example parses");
+        let out = module.run("main", &[]).expect("main runs");
+        let leaves = out.leaves();
+        let printed = stdout(graft().arg("run").arg(&path));
+        let mut expected = String::new();
+        for (i, t) in leaves.iter().enumerate() {
+            let body = graft_core::format::format_tensor(t);
+            let pad = " ".repeat(i.to_string().len() + 2);
+            expected.push_str(&format!("{i}: {}\n", body.replace('\n', &format!("\n{pad}"))));
+        }
+        if leaves.len() == 1 && out.tensor().is_some() {
+            expected = format!("{}\n", graft_core::format::format_tensor(leaves[0]));
+        }
+        assert_eq!(printed, expected, "{name}");
+    }
+}
