@@ -83,6 +83,10 @@ pub struct Executable {
     /// For each step, the owned values to release after it ran.
     release_after: Vec<Vec<Value>>,
     pool: Mutex<Pool>,
+    /// How many values of each (dtype, element count) the function has: the
+    /// most buffers of that kind `recycle` keeps (computed once at plan time,
+    /// because loop kernels recycle on every iteration).
+    kinds: HashMap<(crate::dtype::DType, usize), usize>,
 }
 
 impl Executable {
@@ -98,7 +102,11 @@ impl Executable {
         verify(&func)?;
         let plan = fuse::plan(&func, &options);
         let release_after = plan_releases(&func, &plan);
-        Ok(Executable { func, plan, release_after, pool: Mutex::new(Pool::default()) })
+        let mut kinds = HashMap::new();
+        for ty in &func.types {
+            *kinds.entry((ty.dtype, ty.numel())).or_insert(0) += 1;
+        }
+        Ok(Executable { func, plan, release_after, pool: Mutex::new(Pool::default()), kinds })
     }
 
     /// Number of fused groups in the plan and the equations they hold.
@@ -129,7 +137,7 @@ impl Executable {
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         for t in tensors {
             let key = (t.dtype(), t.numel());
-            let room = self.func.types.iter().filter(|ty| (ty.dtype, ty.numel()) == key).count();
+            let room = self.kinds.get(&key).copied().unwrap_or(0);
             if pool.free.get(&key).map_or(0, Vec::len) < room {
                 pool.put(t);
             }
