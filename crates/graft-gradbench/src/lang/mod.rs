@@ -1,0 +1,180 @@
+//! The language backend: GradBench modules written as graft programs
+//! (`gradbench/<module>.graft` at the repository root, embedded in the
+//! binary), one entry def per GradBench function.
+//!
+//! The Rust side only moves data: JSON fields become tensors in the entry's
+//! parameter order, and structural integers (`llsq`'s `n`, `ode`'s `s`)
+//! become the length of a zero-filled f64 tensor, because the language sizes
+//! loops and grids from tensor shapes, never from run-time values. Every
+//! function value and every derivative is computed by the graft program
+//! (its `grad`, `jvp`, ...).
+//!
+//! Each module (its program, functions, JSON decoding and encoding) lives in
+//! its own file `lang/<module>.rs` as a [`ModuleSpec`], listed in [`SPECS`].
+//!
+//! Invariants: a module is parsed and type-checked once, at `define`; an
+//! entry is instantiated, simplified and planned once per argument types
+//! (the `ProgramCache` key), so repeated evaluations only run the plan.
+
+mod gmm;
+mod hello;
+mod kmeans;
+mod llsq;
+mod lse;
+mod ode;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use graft_core::exec::{self, Executable};
+use graft_core::{DType, Tensor, TensorType};
+use graft_lang::Module;
+use serde_json::Value;
+
+use crate::backend::{Backend, ProgramCache, TensorArgs};
+use crate::convert::{scalar_json, to_json, Dims, Input};
+use crate::error::GbError;
+
+/// One GradBench module served by this backend: its graft program, the
+/// GradBench functions it answers, and how its JSON input and output map to
+/// the entry defs' tensors. Each module has its own file in `lang/`; adding
+/// an eval touches that file and one line of [`SPECS`].
+pub(crate) struct ModuleSpec {
+    pub name: &'static str,
+    /// The graft program, embedded so the binary works from any directory.
+    pub source: &'static str,
+    /// The entry defs served (GradBench function names).
+    pub functions: &'static [&'static str],
+    /// JSON input -> the entry's arguments in parameter order.
+    pub decode: fn(&Value) -> Result<TensorArgs, GbError>,
+    /// The entry's results -> the JSON output GradBench's golden tool prints.
+    pub encode: fn(function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError>,
+}
+
+const SPECS: &[&ModuleSpec] = &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC];
+
+fn spec(module: &str) -> Result<&'static ModuleSpec, GbError> {
+    SPECS.iter().copied().find(|s| s.name == module).ok_or_else(|| GbError::UnknownModule(module.to_string()))
+}
+
+/// The names of the modules served.
+pub fn module_names() -> impl Iterator<Item = &'static str> {
+    SPECS.iter().map(|s| s.name)
+}
+
+/// An entry instantiated and planned at one set of argument types.
+#[derive(Debug)]
+pub struct LangProgram {
+    exe: Arc<Executable>,
+}
+
+/// Serves the modules in [`SPECS`].
+#[derive(Debug, Default)]
+pub struct LangBackend {
+    modules: HashMap<String, Module>,
+    /// Compiled entries by argument types (public so tests can check reuse).
+    pub cache: ProgramCache<LangProgram>,
+}
+
+impl LangBackend {
+    /// A backend with no module defined yet.
+    pub fn new() -> LangBackend {
+        LangBackend::default()
+    }
+}
+
+fn diag_err(module: &str, d: graft_lang::diag::Diagnostic) -> GbError {
+    GbError::Backend(format!("{module}.graft: {}", d.message))
+}
+
+impl Backend for LangBackend {
+    type Args = TensorArgs;
+    type Program = LangProgram;
+    type Output = Vec<Tensor>;
+
+    fn tool(&self) -> &str {
+        "graft"
+    }
+
+    fn define(&mut self, module: &str) -> Result<(), GbError> {
+        if self.modules.contains_key(module) {
+            return Ok(());
+        }
+        let src = spec(module)?.source;
+        let file = format!("{module}.graft");
+        let parsed = Module::from_source(&file, src).and_then(|m| m.check().map(|()| m)).map_err(|ds| {
+            GbError::Backend(ds.iter().map(|d| format!("{file}: {}", d.message)).collect::<Vec<_>>().join("; "))
+        })?;
+        self.modules.insert(module.to_string(), parsed);
+        Ok(())
+    }
+
+    fn decode(&mut self, module: &str, function: &str, input: &Value) -> Result<TensorArgs, GbError> {
+        let spec = spec(module)?;
+        if !spec.functions.contains(&function) {
+            return Err(GbError::UnknownFunction { module: module.into(), function: function.into() });
+        }
+        (spec.decode)(input)
+    }
+
+    fn compile(&mut self, module: &str, function: &str, args: &TensorArgs) -> Result<Arc<LangProgram>, GbError> {
+        let m = self.modules.get(module).ok_or_else(|| GbError::NotDefined(module.to_string()))?;
+        let key = args.key(module, function);
+        self.cache.get_or_build(key, || {
+            let types: Vec<TensorType> = args.tensors.iter().map(Tensor::ty).collect();
+            let c = m.instantiate(function, &types).map_err(|d| diag_err(module, d))?;
+            let exe = exec::plan_cached(&c.func).map_err(|e| GbError::Backend(e.to_string()))?;
+            Ok(LangProgram { exe })
+        })
+    }
+
+    fn run(&self, program: &LangProgram, args: &TensorArgs) -> Result<Vec<Tensor>, GbError> {
+        program.exe.run(&args.refs()).map_err(|e| GbError::Backend(e.to_string()))
+    }
+
+    fn encode(&self, module: &str, function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError> {
+        for t in &output {
+            if t.dtype() != DType::F64 && t.dtype() != DType::I64 && t.dtype() != DType::I32 {
+                return Err(GbError::Output(format!("unexpected {} result", t.dtype().name())));
+            }
+        }
+        (spec(module)?.encode)(function, args, output)
+    }
+}
+
+/// Result `i` of an entry's outputs.
+pub(crate) fn result(output: &[Tensor], i: usize) -> Result<&Tensor, GbError> {
+    output.get(i).ok_or_else(|| GbError::Output(format!("missing result {i}")))
+}
+
+/// The usual encoding: a scalar result as a JSON number, anything else as
+/// nested lists (first result only).
+pub(crate) fn encode_first(_function: &str, _args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError> {
+    let t = result(&output, 0)?;
+    if t.rank() == 0 {
+        scalar_json(t)
+    } else {
+        to_json(t)
+    }
+}
+
+/// A zero-filled f64 vector whose length carries a structural integer.
+pub(crate) fn size_carrier(field: &str, n: usize, min: usize) -> Result<Tensor, GbError> {
+    if n < min {
+        return Err(GbError::input(field, format!("must be at least {min}, found {n}")));
+    }
+    Tensor::from_vec(vec![n], vec![0.0f64; n]).map_err(|e| GbError::input(field, format!("internal error: {e}")))
+}
+
+pub(crate) fn scalar(field: &str, x: f64) -> Result<Tensor, GbError> {
+    Tensor::from_vec(Vec::<usize>::new(), vec![x]).map_err(|e| GbError::input(field, format!("internal error: {e}")))
+}
+
+/// Checks that an integer field agrees with the size the tensors imply.
+pub(crate) fn agree(inp: &Input<'_>, field: &str, dims: &Dims, dim: &str) -> Result<(), GbError> {
+    let v = inp.usize(field)?;
+    match dims.get(dim) {
+        Some(s) if s != v => Err(GbError::input(field, format!("is {v} but the arrays have {dim} = {s}"))),
+        _ => Ok(()),
+    }
+}
