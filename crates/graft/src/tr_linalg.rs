@@ -18,12 +18,10 @@ pub fn matmul(x: &Tr, y: &Tr) -> Tr {
 
 /// `np.einsum(spec, *operands)`, e.g. `einsum("bij,bjk->bik", &[&a, &c])`;
 /// see `graft_core::composite::linalg::einsum` for the supported syntax.
-///
-/// # Panics
-/// If `operands` is empty: with no tensor there is no trace to record the
-/// error in.
+/// An empty operand list fails the enclosing trace.
 pub fn einsum(spec: &str, operands: &[&Tr]) -> Tr {
-    let (first, rest) =
-        operands.split_first().expect("einsum: need at least one operand (there is no trace without one)");
+    let Some((first, rest)) = operands.split_first() else {
+        return crate::trace::fail_without_operand(graft_core::IrError::invalid("einsum", "need at least one operand"));
+    };
     first.lift_with(rest, |b, v| linalg::einsum(b, spec, v))
 }

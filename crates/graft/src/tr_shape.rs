@@ -5,6 +5,7 @@
 
 use crate::trace::{Axes, Tr};
 use graft_core::composite::shape;
+use graft_core::IrError;
 
 impl Tr {
     /// Reshapes (row-major); one entry may be `-1` and is inferred.
@@ -98,11 +99,11 @@ fn first_rank_axis(
 }
 
 /// Joins tensors along an existing axis (`np.concatenate`, no broadcasting).
-///
-/// # Panics
-/// If `xs` is empty: with no tensor there is no trace to record the error in.
+/// An empty list fails the enclosing trace (`trace` returns the error).
 pub fn concat(xs: &[&Tr], axis: isize) -> Tr {
-    let (first, rest) = xs.split_first().expect("concat: need at least one tensor (a call with none has no trace)");
+    let Some((first, rest)) = xs.split_first() else {
+        return crate::trace::fail_without_operand(IrError::invalid("concat", "need at least one tensor"));
+    };
     first.lift_with(rest, |b, v| {
         let a = first_rank_axis(b, "concat", v[0], axis, 0)?;
         shape::concat(b, v, a)
@@ -110,11 +111,11 @@ pub fn concat(xs: &[&Tr], axis: isize) -> Tr {
 }
 
 /// Joins equal-shaped tensors along a new axis (`np.stack`).
-///
-/// # Panics
-/// If `xs` is empty: with no tensor there is no trace to record the error in.
+/// An empty list fails the enclosing trace (`trace` returns the error).
 pub fn stack(xs: &[&Tr], axis: isize) -> Tr {
-    let (first, rest) = xs.split_first().expect("stack: need at least one tensor (a call with none has no trace)");
+    let Some((first, rest)) = xs.split_first() else {
+        return crate::trace::fail_without_operand(IrError::invalid("stack", "need at least one tensor"));
+    };
     first.lift_with(rest, |b, v| {
         let a = first_rank_axis(b, "stack", v[0], axis, 1)?;
         shape::stack(b, v, a)

@@ -13,7 +13,7 @@ use graft_core::ops::unary::Unary;
 use graft_core::{Builder, Func, IrError, TensorType, Value};
 use std::cell::RefCell;
 use std::ops;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 #[derive(Debug)]
 struct State {
@@ -135,9 +135,44 @@ impl IntoOutputs for (Tr, Tr, Tr) {
     }
 }
 
+thread_local! {
+    /// The traces being recorded on this thread, innermost last. Only
+    /// operations that receive no `Tr` at all (e.g. `concat(&[])`) need it:
+    /// they record their error in the innermost trace instead of panicking.
+    static ACTIVE: RefCell<Vec<Weak<RefCell<State>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Pops this trace off [`ACTIVE`] when tracing ends, also on unwinding.
+struct ActiveGuard;
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| a.borrow_mut().pop());
+    }
+}
+
+/// A failed handle for an operation that was given no tensor: the error
+/// poisons the innermost active trace, so [`trace`] returns it. Outside any
+/// trace the handle belongs to a detached, already failed trace (returning
+/// it from a closure is then reported as a foreign tensor).
+pub(crate) fn fail_without_operand(err: IrError) -> Tr {
+    let st = ACTIVE
+        .with(|a| a.borrow().last().and_then(Weak::upgrade))
+        .unwrap_or_else(|| Rc::new(RefCell::new(State { b: Builder::new("detached"), err: None })));
+    {
+        let mut s = st.borrow_mut();
+        if s.err.is_none() {
+            s.err = Some(err);
+        }
+    }
+    Tr { st, v: None }
+}
+
 /// Traces `f` on parameters of the given types into a function.
 pub fn trace<O: IntoOutputs>(name: &str, types: &[TensorType], f: impl Fn(&[Tr]) -> O) -> Result<Func, IrError> {
     let st = Rc::new(RefCell::new(State { b: Builder::new(name), err: None }));
+    ACTIVE.with(|a| a.borrow_mut().push(Rc::downgrade(&st)));
+    let _active = ActiveGuard;
     let args: Vec<Tr> = types
         .iter()
         .map(|t| {

@@ -197,3 +197,20 @@ fn errors_poison_without_panicking() {
     let err = f.call(&[&iota(&[2, 3])]).unwrap_err().to_string();
     assert!(err.contains("reshape") && err.contains("6 elements"), "{err}");
 }
+
+/// An empty operand list has no `Tr` to carry the error; it fails the
+/// enclosing trace instead of panicking, and the error names the op.
+#[test]
+fn empty_operand_lists_fail_the_trace_without_panicking() {
+    let x = iota(&[2, 3]);
+    let e = call_err(|x| &ops::concat(&[], 0) + x, &x);
+    assert!(e.contains("concat") && e.contains("at least one"), "{e}");
+    let e = call_err(|x| &ops::stack(&[], 0) + x, &x);
+    assert!(e.contains("stack") && e.contains("at least one"), "{e}");
+    let e = call_err(|_| ops::einsum("ij->i", &[]), &x);
+    assert!(e.contains("einsum") && e.contains("at least one"), "{e}");
+    // The same trace after a successful call still works: the failure was
+    // recorded in its own trace only.
+    let y = call1(|x| ops::concat(&[x, x], 1), &x);
+    assert_eq!(y.shape(), &[2, 6]);
+}
