@@ -94,7 +94,12 @@ fn ba_session_reproduces_the_golden_tool() {
     ]);
     assert!(rs.iter().all(|r| r["success"] != false), "{rs:?}");
     let obj = &rs[2]["output"];
-    assert_close("reproj_error", &nums(&obj["reproj_error"]["elements"]), &[0.10133583791450886, -0.06896776592424401], 1e-9);
+    assert_close(
+        "reproj_error",
+        &nums(&obj["reproj_error"]["elements"]),
+        &[0.10133583791450886, -0.06896776592424401],
+        1e-9,
+    );
     assert_eq!(obj["reproj_error"]["repeated"], json!(20));
     assert_close("w_err", &[obj["w_err"]["element"].as_f64().unwrap()], &[1.0 - 0.417022 * 0.417022], 1e-15);
     assert_eq!(obj["w_err"]["repeated"], json!(20));
@@ -127,7 +132,8 @@ fn ba_session_reproduces_the_golden_tool() {
 fn reference(cam: &[f64], x: &[f64], w: f64, feat: &[f64]) -> [f64; 2] {
     let (r, c) = (&cam[0..3], &cam[3..6]);
     let p = [x[0] - c[0], x[1] - c[1], x[2] - c[2]];
-    let cross = |a: &[f64], b: &[f64]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
+    let cross =
+        |a: &[f64], b: &[f64]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
     let sq: f64 = r.iter().map(|v| v * v).sum();
     let q = if sq != 0.0 {
         let th = sq.sqrt();
