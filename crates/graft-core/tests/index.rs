@@ -302,6 +302,16 @@ fn gather_large_parallel_inputs() {
     let y = gather(&x, &idx_i32(&[500, 1], &ids), 0, &[1], IndexMode::Fill);
     let r = Ref { os: &[300, 401], is: &[500, 1], ids: &ids, bd: 0, dims: &[1], mode: IndexMode::Fill };
     assert_eq!(y.to_vec::<i32>().unwrap(), r.gather(&x.to_vec::<i32>().unwrap()));
+    // A vector table: one element per position (the plain indexed-load
+    // path), large enough to run in parallel chunks.
+    let v = Tensor::from_fn(&ty(DType::F64, &[1000]), |i| i as f64 * 0.25);
+    let ids = lcg_values(100_003, -3, 1003, 3);
+    for mode in [IndexMode::Clip, IndexMode::Fill] {
+        let r = Ref { os: &[1000], is: &[100_003, 1], ids: &ids, bd: 0, dims: &[0], mode };
+        let want = r.gather(&v.to_vec::<f64>().unwrap());
+        assert_eq!(gather(&v, &idx_i32(&[100_003, 1], &ids), 0, &[0], mode).to_vec::<f64>().unwrap(), want);
+        assert_eq!(gather(&v, &idx_i64(&[100_003, 1], &ids), 0, &[0], mode).to_vec::<f64>().unwrap(), want);
+    }
 }
 
 // ---------- scatter_add ----------

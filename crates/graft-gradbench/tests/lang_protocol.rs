@@ -105,7 +105,7 @@ fn repeated_shapes_reuse_the_compiled_program() {
 #[test]
 fn bad_requests_fail_and_the_session_goes_on() {
     let (rs, _) = session(&[
-        r#"{"id": 0, "kind": "define", "module": "ba"}"#,
+        r#"{"id": 0, "kind": "define", "module": "no_such_eval"}"#,
         r#"{"id": 1, "kind": "evaluate", "module": "lse", "function": "primal", "input": {"x": [1]}}"#,
         r#"{"id": 2, "kind": "define", "module": "gmm"}"#,
         r#"{"id": 3, "kind": "evaluate", "module": "gmm", "function": "hessian", "input": {}}"#,
@@ -123,7 +123,7 @@ fn bad_requests_fail_and_the_session_goes_on() {
         r#"{"id": 15, "kind": "evaluate", "module": "hello", "function": "square", "input": 1e300}"#,
         r#"{"id": 16, "kind": "evaluate", "module": "hello", "function": "square", "input": 3}"#,
     ]);
-    assert_eq!(error_of(&rs[0]), "unknown module `ba`");
+    assert_eq!(error_of(&rs[0]), "unknown module `no_such_eval`");
     assert!(error_of(&rs[1]).contains("not defined"));
     assert_eq!(rs[2]["success"], true);
     assert_eq!(error_of(&rs[3]), "module `gmm` has no function `hessian`");

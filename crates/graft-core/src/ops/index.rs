@@ -268,6 +268,36 @@ fn gather_kernel<T: Element, I: AsPrimitive<i64> + Sync>(
         return;
     }
     let zero = T::from_f64(0.0);
+    if g.slab == 1 && g.idx.len() == 1 && g.ni >= out.len() {
+        // One element per position, one index each, no batch dims in play
+        // (every position lies in batch 0): a plain indexed load, without
+        // the per-position division and slab loop of the general path
+        // (the same element `origin` would pick).
+        let (size, stride) = g.idx[0];
+        let r0 = g.runs[0];
+        let load = |o: &mut [T], ix: &[I]| {
+            for (o, &raw) in o.iter_mut().zip(ix) {
+                let raw: i64 = raw.as_();
+                let v = if raw >= 0 && (raw as u64) < size as u64 {
+                    Some(raw as usize)
+                } else {
+                    match mode {
+                        IndexMode::Fill => None,
+                        IndexMode::Clip if size == 0 => None,
+                        IndexMode::Clip if raw < 0 => Some(0),
+                        IndexMode::Clip => Some(size - 1),
+                    }
+                };
+                *o = v.map_or(zero, |v| operand[v * stride + r0]);
+            }
+        };
+        if worth_parallel(out.len()) {
+            out.par_chunks_mut(CHUNK).zip(indices.par_chunks(CHUNK)).for_each(|(o, ix)| load(o, ix));
+        } else {
+            load(out, indices);
+        }
+        return;
+    }
     let one = |p: usize, o: &mut [T]| match g.origin(p, indices, mode) {
         None => o.fill(zero),
         Some(base) if g.inner == 1 => {

@@ -16,6 +16,7 @@
 //! entry is instantiated, simplified and planned once per argument types
 //! (the `ProgramCache` key), so repeated evaluations only run the plan.
 
+mod ba;
 mod gmm;
 mod hello;
 mod kmeans;
@@ -51,7 +52,8 @@ pub(crate) struct ModuleSpec {
     pub encode: fn(function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError>,
 }
 
-const SPECS: &[&ModuleSpec] = &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC];
+const SPECS: &[&ModuleSpec] =
+    &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC, &ba::SPEC];
 
 fn spec(module: &str) -> Result<&'static ModuleSpec, GbError> {
     SPECS.iter().copied().find(|s| s.name == module).ok_or_else(|| GbError::UnknownModule(module.to_string()))
