@@ -22,6 +22,8 @@ mod kmeans;
 mod llsq;
 mod lse;
 mod ode;
+mod particle;
+mod saddle;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,7 +53,8 @@ pub(crate) struct ModuleSpec {
     pub encode: fn(function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError>,
 }
 
-const SPECS: &[&ModuleSpec] = &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC];
+const SPECS: &[&ModuleSpec] =
+    &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC, &particle::SPEC, &saddle::SPEC];
 
 fn spec(module: &str) -> Result<&'static ModuleSpec, GbError> {
     SPECS.iter().copied().find(|s| s.name == module).ok_or_else(|| GbError::UnknownModule(module.to_string()))
