@@ -23,6 +23,8 @@ mod kmeans;
 mod llsq;
 mod lse;
 mod ode;
+mod particle;
+mod saddle;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,8 +54,17 @@ pub(crate) struct ModuleSpec {
     pub encode: fn(function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError>,
 }
 
-const SPECS: &[&ModuleSpec] =
-    &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC, &ba::SPEC];
+const SPECS: &[&ModuleSpec] = &[
+    &hello::SPEC,
+    &lse::SPEC,
+    &llsq::SPEC,
+    &kmeans::SPEC,
+    &gmm::SPEC,
+    &ode::SPEC,
+    &ba::SPEC,
+    &particle::SPEC,
+    &saddle::SPEC,
+];
 
 fn spec(module: &str) -> Result<&'static ModuleSpec, GbError> {
     SPECS.iter().copied().find(|s| s.name == module).ok_or_else(|| GbError::UnknownModule(module.to_string()))
