@@ -218,23 +218,27 @@ fn the_parent_tree_is_data_one_program_serves_both_trees() {
     assert!(a.iter().zip(&c).any(|(x, y)| (x - y).abs() > 1e-3), "the tree changes the result");
 }
 
+fn rep(x: Value, n: usize) -> Value {
+    Value::Array(vec![x; n])
+}
+
 #[test]
 fn bad_inputs_fail_with_the_field_named() {
     let base = complicated_input();
     let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
-        ("`theta`", Box::new(|v| v["theta"] = json!([0.0; 25]))),
+        ("`theta`", Box::new(|v| v["theta"] = rep(json!(0.0), 25))),
         ("`us`", Box::new(|v| v["us"] = json!([[0.1, 0.2], [0.1, 0.2], [0.3, 0.3]]))),
-        ("`us`", Box::new(|v| v["us"] = json!([[0.1, 0.2, 0.3]; 4]))),
+        ("`us`", Box::new(|v| v["us"] = rep(json!([0.1, 0.2, 0.3]), 4))),
         ("`data.model.parents`", Box::new(|v| v["data"]["model"]["parents"][3] = json!(5))),
-        ("`data.model.parents`", Box::new(|v| v["data"]["model"]["parents"] = json!([-1; 21]))),
+        ("`data.model.parents`", Box::new(|v| v["data"]["model"]["parents"] = rep(json!(-1), 21))),
         ("`data.model.bone_count`", Box::new(|v| v["data"]["model"]["bone_count"] = json!(21))),
         ("`data.correspondences`", Box::new(|v| v["data"]["correspondences"][1] = json!(5))),
         ("`data.correspondences`", Box::new(|v| v["data"]["correspondences"][1] = json!(-1))),
         ("`data.model.triangles`", Box::new(|v| v["data"]["model"]["triangles"][0][2] = json!(12))),
-        ("`data.model.weights`", Box::new(|v| v["data"]["model"]["weights"] = json!([[0.5; 21]; 12]))),
-        ("`data.model.weights`", Box::new(|v| v["data"]["model"]["weights"] = json!([[0.5; 22]; 11]))),
-        ("`data.points`", Box::new(|v| v["data"]["points"] = json!([[0.5; 2]; 4]))),
-        ("`data.points`", Box::new(|v| v["data"]["points"] = json!([[0.5; 3]; 5]))),
+        ("`data.model.weights`", Box::new(|v| v["data"]["model"]["weights"] = rep(rep(json!(0.5), 21), 12))),
+        ("`data.model.weights`", Box::new(|v| v["data"]["model"]["weights"] = rep(rep(json!(0.5), 22), 11))),
+        ("`data.points`", Box::new(|v| v["data"]["points"] = rep(rep(json!(0.5), 2), 4))),
+        ("`data.points`", Box::new(|v| v["data"]["points"] = rep(rep(json!(0.5), 3), 5))),
         ("`data.model.is_mirrored`", Box::new(|v| v["data"]["model"]["is_mirrored"] = json!(1))),
         ("`data.model`", Box::new(|v| v["data"]["model"] = json!([]))),
     ];
