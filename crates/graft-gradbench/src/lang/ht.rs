@@ -64,7 +64,10 @@ fn decode(input: &Value) -> Result<TensorArgs, GbError> {
 
     let bone_count = model.usize("bone_count")?;
     if bone_count != BONES {
-        return Err(GbError::input("data.model.bone_count", format!("must be {BONES} (the hand model), found {bone_count}")));
+        return Err(GbError::input(
+            "data.model.bone_count",
+            format!("must be {BONES} (the hand model), found {bone_count}"),
+        ));
     }
     for (i, p) in ints(&parents).into_iter().enumerate() {
         if p < -1 || p >= i as i64 {
@@ -95,7 +98,8 @@ fn decode(input: &Value) -> Result<TensorArgs, GbError> {
     } else {
         in_range("data.correspondences", &corr, nv)?;
         // The entry's `us` is [n, 2] in both variants; the simple one ignores it.
-        Tensor::from_vec(vec![n, 2], vec![0.0f64; 2 * n]).map_err(|e| GbError::input("us", format!("internal error: {e}")))?
+        Tensor::from_vec(vec![n, 2], vec![0.0f64; 2 * n])
+            .map_err(|e| GbError::input("us", format!("internal error: {e}")))?
     };
     let variant = size_carrier("us", usize::from(complicated), 0)?;
     let mirrored = scalar("data.model.is_mirrored", if mirrored { 1.0 } else { 0.0 })?;

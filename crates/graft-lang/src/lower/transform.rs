@@ -741,12 +741,8 @@ pub fn jvp_call(
 fn jvp_some(f: &Func, has_tangent: &[bool]) -> Result<Func, IrError> {
     let mut b = graft_core::Builder::new(format!("jvp_{}", f.name));
     let primals: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
-    let tangents: Vec<Option<Value>> = f
-        .params
-        .iter()
-        .zip(has_tangent)
-        .map(|(&p, &has)| has.then(|| b.param(f.ty(p).clone())))
-        .collect();
+    let tangents: Vec<Option<Value>> =
+        f.params.iter().zip(has_tangent).map(|(&p, &has)| has.then(|| b.param(f.ty(p).clone()))).collect();
     let (outs, touts) = ad::jvp_inline(&mut b, f, &primals, &tangents)?;
     let mut all = outs.clone();
     for (t, &o) in touts.into_iter().zip(&outs) {
