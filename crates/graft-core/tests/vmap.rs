@@ -154,6 +154,21 @@ fn gather_scatter_family() {
         Ok(vec![b.gather(p[0], p[1], 1, &[1, 2], IndexMode::Fill)?])
     });
     check("gather_bd", &g, &[X, Gen::I(-1, 5)], TRIALS * 2);
+    // A batched operand with shared indices keeps its batch dim as a sliced
+    // axis (no broadcast indices): every operand axis, including one between
+    // the index axes, and a middle index axis.
+    let mut rng = Rng(11);
+    let h = func("gather_mid", &[t64(&[4, 5, 3]), ty(DType::I32, &[6, 1])], |b, p| {
+        Ok(vec![b.gather(p[0], p[1], 0, &[1], IndexMode::Clip)?])
+    });
+    for (name, f, rank) in [("gather", &f, 2), ("gather_bd", &g, 3), ("gather_mid", &h, 3)] {
+        for a in 0..=rank {
+            for out in [0, -1] {
+                let gens = [X, Gen::I(-1, 5)];
+                common::vmap::check_vmap_axes(name, f, &gens, &[Some(a), None], &[Some(out)], 3, &mut rng);
+            }
+        }
+    }
     let s = func("scatter", &[t64(&[5, 3]), ty(DType::I32, &[4, 1]), t64(&[4, 3])], |b, p| {
         Ok(vec![b.scatter_add(p[0], p[1], p[2], 0, &[0], IndexMode::Clip)?])
     });

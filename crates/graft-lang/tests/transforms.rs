@@ -358,3 +358,23 @@ fn folded_constants_take_their_context_dtype_and_vmap_maps_scalar_defs() {
     let out = run(src, "h", &[Tensor::vec1(&[1.0f32, 2.0, -3.0])]);
     close(&v64(&out), &[1.0, 4.0, 9.0], 0.0);
 }
+
+/// A `jvp` through a lambda treats what the lambda captures as constants
+/// with symbolic zero tangents: the right number, and no tangent work for
+/// the capture (no `cos`, which only `d sin(c)/dc` would need).
+#[test]
+fn jvp_of_a_lambda_does_no_tangent_work_for_captures() {
+    const SRC: &str = "
+def f(x: tensor[3, f64], c: tensor[3, f64], t: tensor[3, f64]) -> tensor[3, f64] {
+  let g = fn (y) -> y * sin(c)
+  jvp(g, (x,), (t,)).1
+}
+";
+    let (x, c, t) = ([0.3, -1.2, 2.0], [0.5, 1.5, -0.7], [1.0, 2.0, -0.5]);
+    let out = run(SRC, "f", &[t64(&[3], &x), t64(&[3], &c), t64(&[3], &t)]);
+    close(&v64(&out), &[t[0] * c[0].sin(), t[1] * c[1].sin(), t[2] * c[2].sin()], 1e-12);
+    let ty = graft_core::TensorType::new(graft_core::DType::F64, vec![3]);
+    let func = module(SRC).instantiate("f", &[ty.clone(), ty.clone(), ty]).expect("instantiates").func;
+    let text = graft_core::ir::print_func(&func);
+    assert!(!text.contains("cos"), "tangent work for a capture:\n{text}");
+}

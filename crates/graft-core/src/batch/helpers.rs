@@ -49,15 +49,24 @@ pub fn all_to_front(b: &mut Builder, cx: &BatchCx<'_>) -> Result<Vec<Value>, IrE
 }
 
 /// The rule of an elementwise primitive (identical operand shapes): when all
-/// batched operands agree on the bdim and none is unbatched, apply in place;
-/// otherwise bring every operand's bdim to the front. Results share the bdim.
+/// batched operands agree on the bdim, apply there, broadcasting unbatched
+/// operands to that layout (so a `[V, B, ..]` value stays as it is instead
+/// of being transposed); otherwise bring every operand's bdim to the front.
+/// Results share the bdim.
 pub fn elementwise(b: &mut Builder, prim: impl Into<Prim>, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
     let prim = prim.into();
-    let first = cx.bdims[0];
-    let (args, bdim) = if first.is_some() && cx.bdims.iter().all(|&d| d == first) {
-        (cx.args.to_vec(), first.unwrap_or(0))
-    } else {
-        (all_to_front(b, cx)?, 0)
+    let first = cx.bdims.iter().flatten().next().copied();
+    let (args, bdim) = match first {
+        Some(d) if cx.bdims.iter().all(|&e| e.is_none() || e == Some(d)) => {
+            let args = cx
+                .args
+                .iter()
+                .zip(cx.bdims)
+                .map(|(&x, &e)| if e.is_some() { Ok(x) } else { materialize(b, x, d, cx.size) })
+                .collect::<Result<Vec<_>, _>>()?;
+            (args, d)
+        }
+        _ => (all_to_front(b, cx)?, 0),
     };
     let outs = b.emit(prim, &args)?;
     Ok(outs.into_iter().map(|o| (o, Some(bdim))).collect())

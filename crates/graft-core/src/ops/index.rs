@@ -876,6 +876,20 @@ mod batching {
                 let idx = move_bdim(b, cx.args[1], id, 0)?;
                 return Ok(vec![(b.emit1(self.clone(), &[cx.args[0], idx])?, Some(0))]);
             }
+            // Batched operand, shared indices, batch dim outside the shared
+            // leading dims: the batch dim is one more sliced (non-indexed)
+            // axis, so the same gather runs with the index axes renumbered
+            // and nothing moves or is broadcast (rows of a `[V, B, ..]`
+            // tangent are copied whole).
+            if let (Some(d), None) = (cx.bdims[0], cx.bdims[1]) {
+                if d >= self.batch_dims {
+                    let index_dims: Vec<usize> = self.index_dims.iter().map(|&k| k + usize::from(k >= d)).collect();
+                    let n_i = b.ty(cx.args[1])?.rank() - self.batch_dims - 1;
+                    let before = (self.batch_dims..d).filter(|a| !index_dims.contains(a)).count();
+                    let op = Gather { batch_dims: self.batch_dims, index_dims, mode: self.mode };
+                    return Ok(vec![(b.emit1(op, cx.args)?, Some(self.batch_dims + n_i + before))]);
+                }
+            }
             let args = all_to_front(b, cx)?;
             let op = Gather {
                 batch_dims: self.batch_dims + 1,

@@ -19,6 +19,7 @@
 mod ba;
 mod gmm;
 mod hello;
+mod ht;
 mod kmeans;
 mod llsq;
 mod lse;
@@ -62,6 +63,7 @@ const SPECS: &[&ModuleSpec] = &[
     &gmm::SPEC,
     &ode::SPEC,
     &ba::SPEC,
+    &ht::SPEC,
     &particle::SPEC,
     &saddle::SPEC,
 ];

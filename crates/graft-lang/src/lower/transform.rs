@@ -700,27 +700,25 @@ pub fn jvp_call(
     let pr = prepare(l, f, args, span)?;
     let st = lower_fn(l, f, &pr.trees, &pr.spans, span)?;
     let desc = format!("jvp({})", f.describe());
-    let g = ad::jvp_func(&st.func).map_err(|e| tf_err(l, e, &desc, span))?;
     let mut ins = pr.leaves.clone();
     for &c in &st.captures {
         ins.push(l.import(c));
     }
-    // Tangents of the float leaves, in order (real params then captures).
+    // Tangents of the float leaves of the real params, in order; `None` for
+    // captures (constants of `f`) and for params given no tangent, so they
+    // stay symbolic zeros and emit no tangent equations.
+    let mut has_tangent = Vec::new();
     for (k, t) in pr.trees.iter().enumerate() {
         let leaves = t.leaves();
         match &tans[k] {
-            None => {
-                for ty in leaves.iter().filter(|x| x.dtype.is_float()) {
-                    let r = l.b().zeros(ty);
-                    ins.push(l.ir(r, span)?);
-                }
-            }
+            None => has_tangent.extend(leaves.iter().map(|_| false)),
             Some(tv) => {
                 let (tl, tt) = flatten_as(l, tv, t, tspan)?;
                 if tt.len() != leaves.len() {
                     return Err(l.err(Stage::Type, tspan, format!("tangent {k} must have the structure {t}")));
                 }
                 for (v, ty) in tl.into_iter().zip(&leaves) {
+                    has_tangent.push(ty.dtype.is_float());
                     if ty.dtype.is_float() {
                         ins.push(v);
                     }
@@ -728,18 +726,37 @@ pub fn jvp_call(
             }
         }
     }
-    for &c in &st.captures {
-        let cv = l.import(c);
-        let ty = l.ty(cv);
-        if ty.dtype.is_float() {
-            let r = l.b().zeros(&ty);
-            ins.push(l.ir(r, span)?);
-        }
-    }
+    has_tangent.extend(st.captures.iter().map(|_| false));
+    let g = jvp_some(&st.func, &has_tangent).map_err(|e| tf_err(l, e, &desc, span))?;
     l.set_span(span);
     let outs = l.inline(&g, &ins, span)?;
     let n = st.out.n_leaves();
     Ok((rebuild(l, &st.out, &outs[..n]), rebuild(l, &st.out, &outs[n..])))
+}
+
+/// Forward mode of `f` with tangents only for the params marked in
+/// `has_tangent`: `(primals..., tangents of the marked params...) ->
+/// (outputs..., output tangents...)`. Unmarked params are symbolic zeros,
+/// so a `jvp` through a lambda does no tangent work for what it captures.
+fn jvp_some(f: &Func, has_tangent: &[bool]) -> Result<Func, IrError> {
+    let mut b = graft_core::Builder::new(format!("jvp_{}", f.name));
+    let primals: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let tangents: Vec<Option<Value>> =
+        f.params.iter().zip(has_tangent).map(|(&p, &has)| has.then(|| b.param(f.ty(p).clone()))).collect();
+    let (outs, touts) = ad::jvp_inline(&mut b, f, &primals, &tangents)?;
+    let mut all = outs.clone();
+    for (t, &o) in touts.into_iter().zip(&outs) {
+        let z = match t {
+            Some(t) => t,
+            None => {
+                let ty = b.ty(o)?.clone();
+                b.zeros(&ty)?
+            }
+        };
+        all.push(z);
+    }
+    let g = b.finish(&all)?;
+    Ok(graft_core::opt::simplify(&g))
 }
 
 /// `v` flattened with literals given the dtypes of `like`'s leaves and
