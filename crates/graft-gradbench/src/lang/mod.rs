@@ -16,6 +16,7 @@
 //! entry is instantiated, simplified and planned once per argument types
 //! (the `ProgramCache` key), so repeated evaluations only run the plan.
 
+mod det;
 mod gmm;
 mod hello;
 mod kmeans;
@@ -52,7 +53,7 @@ pub(crate) struct ModuleSpec {
     pub encode: fn(function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError>,
 }
 
-const SPECS: &[&ModuleSpec] = &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC, &lstm::SPEC];
+const SPECS: &[&ModuleSpec] = &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC, &lstm::SPEC, &det::SPEC];
 
 fn spec(module: &str) -> Result<&'static ModuleSpec, GbError> {
     SPECS.iter().copied().find(|s| s.name == module).ok_or_else(|| GbError::UnknownModule(module.to_string()))
