@@ -268,6 +268,42 @@ fn gather_kernel<T: Element, I: AsPrimitive<i64> + Sync>(
         return;
     }
     let zero = T::from_f64(0.0);
+    if g.slab == 1 && g.idx.len() == 1 {
+        // Element gathers (one index per output element, e.g. `take` of
+        // scalars by a big index table) skip the per-slab run loop: the
+        // generic path costs several times the load itself per element.
+        let (off, (size, stride), ni, ob) = (g.runs[0], g.idx[0], g.ni, g.op_batch);
+        let run = |start: usize, chunk: &mut [T]| {
+            let idx = &indices[start..start + chunk.len()];
+            for (i, (o, &raw)) in chunk.iter_mut().zip(idx).enumerate() {
+                let raw: i64 = raw.as_();
+                let v = if raw >= 0 && (raw as u64) < size as u64 {
+                    raw as usize
+                } else {
+                    match mode {
+                        IndexMode::Fill => {
+                            *o = zero;
+                            continue;
+                        }
+                        IndexMode::Clip if size == 0 => {
+                            *o = zero;
+                            continue;
+                        }
+                        IndexMode::Clip if raw < 0 => 0,
+                        IndexMode::Clip => size - 1,
+                    }
+                };
+                let batch = if ni == 0 { 0 } else { (start + i) / ni };
+                *o = operand[batch * ob + v * stride + off];
+            }
+        };
+        if worth_parallel(out.len()) {
+            out.par_chunks_mut(CHUNK).enumerate().for_each(|(t, chunk)| run(t * CHUNK, chunk));
+        } else {
+            run(0, out);
+        }
+        return;
+    }
     let one = |p: usize, o: &mut [T]| match g.origin(p, indices, mode) {
         None => o.fill(zero),
         Some(base) if g.inner == 1 => {
