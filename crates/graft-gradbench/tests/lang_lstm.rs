@@ -78,12 +78,8 @@ fn input(l: usize, c: usize, b: usize) -> Value {
     let extra = mat(3, b);
     let state = mat(2 * l, b);
     let text = "Graft differentiates programs.";
-    let seq: Vec<Vec<f64>> = text
-        .bytes()
-        .cycle()
-        .take(c)
-        .map(|ch| (0..b).map(|i| f64::from((ch >> (b - 1 - i)) & 1)).collect())
-        .collect();
+    let seq: Vec<Vec<f64>> =
+        text.bytes().cycle().take(c).map(|ch| (0..b).map(|i| f64::from((ch >> (b - 1 - i)) & 1)).collect()).collect();
     json!({"main_params": main, "extra_params": extra, "state": state, "sequence": seq})
 }
 

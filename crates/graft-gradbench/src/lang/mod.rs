@@ -53,7 +53,8 @@ pub(crate) struct ModuleSpec {
     pub encode: fn(function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError>,
 }
 
-const SPECS: &[&ModuleSpec] = &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC, &lstm::SPEC, &det::SPEC];
+const SPECS: &[&ModuleSpec] =
+    &[&hello::SPEC, &lse::SPEC, &llsq::SPEC, &kmeans::SPEC, &gmm::SPEC, &ode::SPEC, &lstm::SPEC, &det::SPEC];
 
 fn spec(module: &str) -> Result<&'static ModuleSpec, GbError> {
     SPECS.iter().copied().find(|s| s.name == module).ok_or_else(|| GbError::UnknownModule(module.to_string()))
