@@ -293,7 +293,7 @@ fn gather_kernel<T: Element, I: AsPrimitive<i64> + Sync>(
                         IndexMode::Clip => size - 1,
                     }
                 };
-                let batch = if ni == 0 { 0 } else { (start + i) / ni };
+                let batch = (start + i).checked_div(ni).unwrap_or(0);
                 *o = operand[batch * ob + v * stride + off];
             }
         };

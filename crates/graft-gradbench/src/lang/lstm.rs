@@ -36,7 +36,7 @@ fn decode(input: &Value) -> Result<TensorArgs, GbError> {
     dims.bind("b4", 4 * b, "b")?;
     let main_params = inp.f64_tensor("main_params", &mut dims, &[Dim::Var("l2"), Dim::Var("b4")])?;
     let l2 = dims.get("l2").unwrap_or(0);
-    if l2 == 0 || l2 % 2 != 0 {
+    if l2 == 0 || !l2.is_multiple_of(2) {
         return Err(GbError::input("main_params", format!("needs 2l rows for l >= 1 layers, found {l2}")));
     }
     let extra_params = inp.f64_tensor("extra_params", &mut dims, &[Dim::Fixed(3), Dim::Var("b")])?;
