@@ -235,6 +235,30 @@ fn gather_with_batch_dims() {
 }
 
 #[test]
+fn large_element_gathers_match_the_reference() {
+    // One index per output element (the kernel's element fast path), big
+    // enough to split across threads, with out-of-range indices, i64 and
+    // i32 indices, with and without a batch dim.
+    let n = 3 * (1 << 15) + 17;
+    let ids = lcg_values(n, -3, 43, 7);
+    let x = iota(DType::F64, &[40]);
+    for mode in [IndexMode::Fill, IndexMode::Clip] {
+        let r = Ref { os: &[40], is: &[n, 1], ids: &ids, bd: 0, dims: &[0], mode };
+        let want = r.gather(&x.to_vec::<f64>().unwrap());
+        assert_eq!(gather(&x, &idx_i64(&[n, 1], &ids), 0, &[0], mode).to_vec::<f64>().unwrap(), want);
+        assert_eq!(gather(&x, &idx_i32(&[n, 1], &ids), 0, &[0], mode).to_vec::<f64>().unwrap(), want);
+    }
+    let xb = iota(DType::F64, &[4, 40]);
+    let per = n / 4 + 1;
+    let idsb = lcg_values(4 * per, -3, 43, 11);
+    for mode in [IndexMode::Fill, IndexMode::Clip] {
+        let r = Ref { os: &[4, 40], is: &[4, per, 1], ids: &idsb, bd: 1, dims: &[1], mode };
+        let y = gather(&xb, &idx_i64(&[4, per, 1], &idsb), 1, &[1], mode);
+        assert_eq!(y.to_vec::<f64>().unwrap(), r.gather(&xb.to_vec::<f64>().unwrap()));
+    }
+}
+
+#[test]
 fn gather_multi_dim_index_vectors() {
     // x[i0, :, i2] for index vectors (i0, i2): index_dims [0, 2].
     let x = iota(DType::F64, &[3, 4, 5]);

@@ -268,33 +268,39 @@ fn gather_kernel<T: Element, I: AsPrimitive<i64> + Sync>(
         return;
     }
     let zero = T::from_f64(0.0);
-    if g.slab == 1 && g.idx.len() == 1 && g.ni >= out.len() {
-        // One element per position, one index each, no batch dims in play
-        // (every position lies in batch 0): a plain indexed load, without
-        // the per-position division and slab loop of the general path
-        // (the same element `origin` would pick).
-        let (size, stride) = g.idx[0];
-        let r0 = g.runs[0];
-        let load = |o: &mut [T], ix: &[I]| {
-            for (o, &raw) in o.iter_mut().zip(ix) {
+    if g.slab == 1 && g.idx.len() == 1 {
+        // Element gathers (one index per output element, e.g. `take` of
+        // scalars by a big index table) skip the per-slab run loop: the
+        // generic path costs several times the load itself per element.
+        let (off, (size, stride), ni, ob) = (g.runs[0], g.idx[0], g.ni, g.op_batch);
+        let run = |start: usize, chunk: &mut [T]| {
+            let idx = &indices[start..start + chunk.len()];
+            for (i, (o, &raw)) in chunk.iter_mut().zip(idx).enumerate() {
                 let raw: i64 = raw.as_();
                 let v = if raw >= 0 && (raw as u64) < size as u64 {
-                    Some(raw as usize)
+                    raw as usize
                 } else {
                     match mode {
-                        IndexMode::Fill => None,
-                        IndexMode::Clip if size == 0 => None,
-                        IndexMode::Clip if raw < 0 => Some(0),
-                        IndexMode::Clip => Some(size - 1),
+                        IndexMode::Fill => {
+                            *o = zero;
+                            continue;
+                        }
+                        IndexMode::Clip if size == 0 => {
+                            *o = zero;
+                            continue;
+                        }
+                        IndexMode::Clip if raw < 0 => 0,
+                        IndexMode::Clip => size - 1,
                     }
                 };
-                *o = v.map_or(zero, |v| operand[v * stride + r0]);
+                let batch = (start + i).checked_div(ni).unwrap_or(0);
+                *o = operand[batch * ob + v * stride + off];
             }
         };
         if worth_parallel(out.len()) {
-            out.par_chunks_mut(CHUNK).zip(indices.par_chunks(CHUNK)).for_each(|(o, ix)| load(o, ix));
+            out.par_chunks_mut(CHUNK).enumerate().for_each(|(t, chunk)| run(t * CHUNK, chunk));
         } else {
-            load(out, indices);
+            run(0, out);
         }
         return;
     }

@@ -17,12 +17,14 @@
 //! (the `ProgramCache` key), so repeated evaluations only run the plan.
 
 mod ba;
+mod det;
 mod gmm;
 mod hello;
 mod ht;
 mod kmeans;
 mod llsq;
 mod lse;
+mod lstm;
 mod ode;
 mod particle;
 mod saddle;
@@ -62,8 +64,10 @@ const SPECS: &[&ModuleSpec] = &[
     &kmeans::SPEC,
     &gmm::SPEC,
     &ode::SPEC,
+    &lstm::SPEC,
     &ba::SPEC,
     &ht::SPEC,
+    &det::SPEC,
     &particle::SPEC,
     &saddle::SPEC,
 ];
