@@ -126,6 +126,10 @@ pub enum BinOp {
     Sub,
     Mul,
     Div,
+    /// `//`: floor division (Python semantics; exact on integers)
+    FloorDiv,
+    /// `%`: remainder with the divisor's sign (Python semantics)
+    Mod,
     Pow,
     MatMul,
     Eq,
@@ -146,6 +150,8 @@ impl BinOp {
             BinOp::Sub => "-",
             BinOp::Mul => "*",
             BinOp::Div => "/",
+            BinOp::FloorDiv => "//",
+            BinOp::Mod => "%",
             BinOp::Pow => "**",
             BinOp::MatMul => "@",
             BinOp::Eq => "==",

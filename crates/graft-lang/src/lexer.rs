@@ -58,6 +58,10 @@ pub enum Tok {
     Minus,
     Star,
     Slash,
+    /// `//` (floor division)
+    SlashSlash,
+    /// `%` (remainder with the divisor's sign)
+    Percent,
     StarStar,
     At,
     Pipe,
@@ -115,6 +119,8 @@ impl Tok {
             Tok::Minus => "-",
             Tok::Star => "*",
             Tok::Slash => "/",
+            Tok::SlashSlash => "//",
+            Tok::Percent => "%",
             Tok::StarStar => "**",
             Tok::At => "@",
             Tok::Pipe => "|>",
@@ -390,7 +396,9 @@ impl Lexer<'_> {
             ('-', _) => Tok::Minus,
             ('*', Some('*')) => two(self, Tok::StarStar),
             ('*', _) => Tok::Star,
+            ('/', Some('/')) => two(self, Tok::SlashSlash),
             ('/', _) => Tok::Slash,
+            ('%', _) => Tok::Percent,
             ('@', _) => Tok::At,
             ('|', Some('>')) => two(self, Tok::Pipe),
             _ => {
@@ -401,7 +409,6 @@ impl Lexer<'_> {
                     ('|', _) => (1, Some("help: write `or` for logical or, or `|>` to pipe a value into a function")),
                     ('!', _) => (1, Some("help: write `not` for logical negation")),
                     ('\'', _) => (1, Some("help: strings use double quotes: \"ij,jk->ik\"")),
-                    ('%', _) => (1, Some("note: graft has no `%` operator")),
                     (c, _) if !c.is_ascii() && c.is_alphabetic() => {
                         (1, Some("note: names may only use ASCII letters, digits and `_`"))
                     }

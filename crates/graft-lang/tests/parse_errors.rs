@@ -41,7 +41,7 @@ error_case!(lex_float_too_large, "def f() -> f64 = 1e999\n");
 error_case!(lex_number_with_suffix, "def f(x: f32) -> f32 = 2x\n");
 error_case!(lex_non_ascii_name, "def f(λ: f32) -> f32 = λ\n");
 error_case!(lex_single_quotes, "def f(a: tensor[n, f32]) -> f32 = einsum('i->', a)\n");
-error_case!(lex_several_errors, "def f(x: f32) -> f32 = x $ 2\ndef g(y: f32) -> f32 = y % 2\n");
+error_case!(lex_several_errors, "def f(x: f32) -> f32 = x $ 2\ndef g(y: f32) -> f32 = y & 2\n");
 
 // ----- transforms -------------------------------------------------------
 error_case!(bare_grad, "def f(x: f32) -> f32 = x * x\ndef g(x: f32) -> f32 = grad\n");

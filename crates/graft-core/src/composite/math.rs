@@ -1,6 +1,7 @@
 //! Elementwise math composites: `square`, `reciprocal`, `clamp`,
-//! `safe_log`, and the activation functions `relu`, `gelu`, `silu`,
-//! `softplus`, `sigmoid`, `log_sigmoid`.
+//! `safe_log`, Python's `//` and `%` (`floor_divide`, `remainder`), and the
+//! activation functions `relu`, `gelu`, `silu`, `softplus`, `sigmoid`,
+//! `log_sigmoid`.
 //!
 //! Conventions:
 //! - Everything is elementwise, keeps the operand's shape and dtype, and
@@ -15,6 +16,7 @@ use super::broadcast::{self, scalar_like};
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
 use crate::ops::binary::{Binary, Compare};
+use crate::DType;
 
 /// Requires a floating-point operand (for ops whose formula needs one).
 pub(crate) fn require_float(b: &Builder, op: &str, x: Value) -> Result<(), IrError> {
@@ -145,4 +147,58 @@ pub fn log_sigmoid(b: &mut Builder, x: Value) -> Result<Value, IrError> {
     let nx = b.neg(x)?;
     let sp = softplus(b, nx)?;
     b.neg(sp)
+}
+
+/// Where a truncated remainder `r` has the opposite sign to the divisor `y`
+/// (so `r != 0`): the elements Python's floor semantics round differently.
+fn sign_differs(b: &mut Builder, r: Value, y: Value) -> Result<Value, IrError> {
+    let zero = scalar_like(b, 0.0, r)?;
+    let r_neg = broadcast::compare(b, Compare::Lt, r, zero)?;
+    let r_pos = broadcast::compare(b, Compare::Gt, r, zero)?;
+    let y_neg = broadcast::compare(b, Compare::Lt, y, zero)?;
+    let y_pos = broadcast::compare(b, Compare::Gt, y, zero)?;
+    let a = broadcast::binary(b, Binary::And, r_neg, y_pos)?;
+    let c = broadcast::binary(b, Binary::And, r_pos, y_neg)?;
+    broadcast::binary(b, Binary::Or, a, c)
+}
+
+fn require_number(b: &Builder, op: &str, x: Value, y: Value) -> Result<(), IrError> {
+    for v in [x, y] {
+        if b.ty(v)?.dtype == DType::Bool {
+            return Err(IrError::invalid(op, "expected numbers, got a bool tensor"));
+        }
+    }
+    Ok(())
+}
+
+/// Python's `x // y` (`np.floor_divide`), with NumPy broadcasting: the
+/// quotient rounded toward negative infinity. Floats: `floor(x / y)`;
+/// integers exactly (the truncated quotient, less one where the remainder
+/// and divisor differ in sign); an integer division by zero gives 0, as
+/// graft's integer `/` does.
+pub fn floor_divide(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrError> {
+    require_number(b, "floor_divide", x, y)?;
+    let q = broadcast::binary(b, Binary::Div, x, y)?;
+    if b.ty(q)?.dtype.is_float() {
+        return b.floor(q);
+    }
+    let r = broadcast::binary(b, Binary::Rem, x, y)?;
+    let fix = sign_differs(b, r, y)?;
+    let one = scalar_like(b, 1.0, q)?;
+    let zero = scalar_like(b, 0.0, q)?;
+    let dec = broadcast::select(b, fix, one, zero)?;
+    broadcast::binary(b, Binary::Sub, q, dec)
+}
+
+/// Python's `x % y` (`np.remainder`), with NumPy broadcasting: the result
+/// has the divisor's sign, and `x == floor_divide(x, y) * y + remainder(x, y)`.
+/// An integer remainder by zero gives 0 (graft's `rem`). Differentiable in
+/// both operands for floats (the truncated `rem` plus a piecewise-constant
+/// correction).
+pub fn remainder(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrError> {
+    require_number(b, "remainder", x, y)?;
+    let r = broadcast::binary(b, Binary::Rem, x, y)?;
+    let fix = sign_differs(b, r, y)?;
+    let shifted = broadcast::binary(b, Binary::Add, r, y)?;
+    broadcast::select(b, fix, shifted, r)
 }

@@ -543,6 +543,14 @@ impl Lower<'_> {
                 };
                 broadcast::binary(self.b(), bop, x, y)
             }
+            BinOp::FloorDiv => {
+                need(self, dt != DType::Bool, "numbers, not bool")?;
+                graft_core::composite::math::floor_divide(self.b(), x, y)
+            }
+            BinOp::Mod => {
+                need(self, dt != DType::Bool, "numbers, not bool")?;
+                graft_core::composite::math::remainder(self.b(), x, y)
+            }
             BinOp::Pow => {
                 need(self, dt.is_float(), "floating-point operands (use a float base)")?;
                 match static_scalar(&r) {
@@ -827,6 +835,14 @@ fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {
             BinOp::Sub => Int(x.wrapping_sub(y)),
             BinOp::Mul => Int(x.wrapping_mul(y)),
             BinOp::Div => Float(x as f64 / y as f64),
+            // Python semantics; a zero divisor gives 0 like the integer kernels.
+            BinOp::FloorDiv if y == 0 => Int(0),
+            BinOp::Mod if y == 0 => Int(0),
+            BinOp::FloorDiv => Int(x.wrapping_div(y) - i64::from(x.wrapping_rem(y) != 0 && ((x < 0) != (y < 0)))),
+            BinOp::Mod => {
+                let r = x.wrapping_rem(y);
+                Int(if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r })
+            }
             BinOp::Pow if (0..64).contains(&y) => Int(x.wrapping_pow(y as u32)),
             BinOp::Pow => Float((x as f64).powf(y as f64)),
             BinOp::Eq => Bool(x == y),
@@ -852,6 +868,11 @@ fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {
                 BinOp::Sub => Float(x - y),
                 BinOp::Mul => Float(x * y),
                 BinOp::Div => Float(x / y),
+                BinOp::FloorDiv => Float((x / y).floor()),
+                BinOp::Mod => {
+                    let r = x % y;
+                    Float(if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r })
+                }
                 BinOp::Pow => Float(x.powf(y)),
                 BinOp::Eq => Bool(x == y),
                 BinOp::Ne => Bool(x != y),

@@ -127,6 +127,8 @@ impl Parser<'_> {
         self.chain(Self::unary, |t| match t {
             Tok::Star => Some(BinOp::Mul),
             Tok::Slash => Some(BinOp::Div),
+            Tok::SlashSlash => Some(BinOp::FloorDiv),
+            Tok::Percent => Some(BinOp::Mod),
             Tok::At => Some(BinOp::MatMul),
             _ => None,
         })

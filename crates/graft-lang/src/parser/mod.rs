@@ -216,6 +216,8 @@ impl<'t> Parser<'t> {
                 Tok::Plus
                     | Tok::Star
                     | Tok::Slash
+                    | Tok::SlashSlash
+                    | Tok::Percent
                     | Tok::StarStar
                     | Tok::At
                     | Tok::EqEq
