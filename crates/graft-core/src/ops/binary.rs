@@ -27,7 +27,7 @@
 //!   branches, which have identical types (any dtype). Both branches are already
 //!   computed; `select` only picks elementwise.
 
-use super::kernel::{check_block, for_blocks, unsupported, zip2, zip3, BlockElem, BlockMut, BlockRef, Real};
+use super::kernel::{check_block, for_blocks, simd, unsupported, zip2, zip3, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
 use crate::dispatch_any;
 use crate::dtype::DType;
@@ -124,6 +124,8 @@ fn fmin<T: Real>(a: T, b: T) -> T {
 }
 
 /// Float binary block: one `match` on the op, then a monomorphic loop.
+/// Inlined so the loop is compiled at each [`simd`] level.
+#[inline(always)]
 fn float_binary<T: Real>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError> {
     let name = op.name();
     let (a, b, o) = (x.typed::<T>(name)?, y.typed::<T>(name)?, z.typed::<T>(name)?);
@@ -144,6 +146,7 @@ fn float_binary<T: Real>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockM
 }
 
 /// Integer binary block: wrapping arithmetic, division by zero gives 0.
+#[inline(always)]
 fn int_binary<T>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError>
 where
     T: BlockElem
@@ -218,13 +221,13 @@ impl Binary {
     pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
         check_block(self.name(), ins, 2, &out)?;
         let (op, x, y) = (*self, ins[0], ins[1]);
-        match x.dtype() {
+        simd(|| match x.dtype() {
             DType::F32 => float_binary::<f32>(op, x, y, out),
             DType::F64 => float_binary::<f64>(op, x, y, out),
             DType::I32 => int_binary::<i32>(op, x, y, out),
             DType::I64 => int_binary::<i64>(op, x, y, out),
             DType::Bool => bool_binary(op, x, y, out),
-        }
+        })
     }
 }
 
