@@ -214,20 +214,37 @@ fn bool_binary(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) ->
     Ok(())
 }
 
+/// One binary block, run by [`simd`] at the CPU's best level.
+struct BinaryBlock<'a> {
+    op: Binary,
+    x: BlockRef<'a>,
+    y: BlockRef<'a>,
+    out: BlockMut<'a>,
+}
+
+impl pulp::WithSimd for BinaryBlock<'_> {
+    type Output = Result<(), ExecError>;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> Self::Output {
+        let BinaryBlock { op, x, y, out } = self;
+        match x.dtype() {
+            DType::F32 => float_binary::<f32>(op, x, y, out),
+            DType::F64 => float_binary::<f64>(op, x, y, out),
+            DType::I32 => int_binary::<i32>(op, x, y, out),
+            DType::I64 => int_binary::<i64>(op, x, y, out),
+            DType::Bool => bool_binary(op, x, y, out),
+        }
+    }
+}
+
 impl Binary {
     /// Evaluates the op on one block: `out[i] = ins[0][i] op ins[1][i]`. The
     /// only implementation of the binary math: the kernel and the executor's
     /// fused groups both call it. Dispatches on the dtype once per block.
     pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
         check_block(self.name(), ins, 2, &out)?;
-        let (op, x, y) = (*self, ins[0], ins[1]);
-        simd(|| match x.dtype() {
-            DType::F32 => float_binary::<f32>(op, x, y, out),
-            DType::F64 => float_binary::<f64>(op, x, y, out),
-            DType::I32 => int_binary::<i32>(op, x, y, out),
-            DType::I64 => int_binary::<i64>(op, x, y, out),
-            DType::Bool => bool_binary(op, x, y, out),
-        })
+        simd(BinaryBlock { op: *self, x: ins[0], y: ins[1], out })
     }
 }
 

@@ -34,16 +34,32 @@ pub const CHUNK: usize = 1 << 13;
 /// into a fused multiply-add or reorders float arithmetic, so each element is
 /// computed by the same IEEE operations in the same order, only more per
 /// instruction (the `simd_levels_agree` test checks this bitwise).
+///
+/// `op` is a struct whose `with_simd` is `#[inline(always)]` rather than a
+/// closure: closures cannot be marked, and LLVM does not inline a closure
+/// holding a whole `match` of loops, which would leave it compiled for the
+/// baseline only.
 #[inline(always)]
-pub fn simd<R>(f: impl FnOnce() -> R) -> R {
+pub fn simd<Op: pulp::WithSimd>(op: Op) -> Op::Output {
+    if BASELINE_ONLY.with(std::cell::Cell::get) {
+        return pulp::Arch::Scalar.dispatch(op);
+    }
     static ARCH: std::sync::OnceLock<pulp::Arch> = std::sync::OnceLock::new();
-    ARCH.get_or_init(pulp::Arch::new).dispatch(f)
+    ARCH.get_or_init(pulp::Arch::new).dispatch(op)
 }
 
-/// [`simd`] at the baseline level only (for tests comparing levels).
-#[inline(always)]
-pub fn no_simd<R>(f: impl FnOnce() -> R) -> R {
-    pulp::Arch::Scalar.dispatch(f)
+thread_local! {
+    static BASELINE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with [`simd`] restricted to the baseline level on this thread
+/// (for tests comparing levels; kernels that spread over rayon threads run
+/// those parts at the detected level).
+pub fn baseline_simd<R>(f: impl FnOnce() -> R) -> R {
+    let prev = BASELINE_ONLY.with(|c| c.replace(true));
+    let r = f();
+    BASELINE_ONLY.with(|c| c.set(prev));
+    r
 }
 
 /// True when a loop over `n` elements is worth splitting across threads.

@@ -178,20 +178,36 @@ fn bool_block(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecErr
     Ok(())
 }
 
+/// One unary block, run by [`simd`] at the CPU's best level.
+struct UnaryBlock<'a> {
+    op: Unary,
+    x: BlockRef<'a>,
+    out: BlockMut<'a>,
+}
+
+impl pulp::WithSimd for UnaryBlock<'_> {
+    type Output = Result<(), ExecError>;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> Self::Output {
+        let UnaryBlock { op, x, out } = self;
+        match x.dtype() {
+            DType::F32 => float_block::<f32>(op, x, out),
+            DType::F64 => float_block::<f64>(op, x, out),
+            DType::I32 => int_block::<i32>(op, x, out),
+            DType::I64 => int_block::<i64>(op, x, out),
+            DType::Bool => bool_block(op, x, out),
+        }
+    }
+}
+
 impl Unary {
     /// Evaluates the op on one block: `out[i] = f(ins[0][i])`. The only
     /// implementation of the unary math: the kernel and the executor's
     /// fused groups both call it. Dispatches on the dtype once per block.
     pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
         check_block(self.name(), ins, 1, &out)?;
-        let (op, x) = (*self, ins[0]);
-        simd(|| match x.dtype() {
-            DType::F32 => float_block::<f32>(op, x, out),
-            DType::F64 => float_block::<f64>(op, x, out),
-            DType::I32 => int_block::<i32>(op, x, out),
-            DType::I64 => int_block::<i64>(op, x, out),
-            DType::Bool => bool_block(op, x, out),
-        })
+        simd(UnaryBlock { op: *self, x: ins[0], out })
     }
 }
 
