@@ -241,6 +241,23 @@ fn second_derivative_through_scan() {
     check_grads("grad(f) through scan", &gall, &[Tensor::scalar(a), h0, xs], &mut rng, 1e-6, 1e-6);
 }
 
+/// Reverse mode through a scan runs the loop forward once: `grad` (whose
+/// primal outputs are dropped) holds one forward scan (the residual scan,
+/// which also computes the carries) and one reverse scan, and gives the
+/// unrolled graph's gradient.
+#[test]
+fn gradient_graph_runs_the_primal_loop_once() {
+    let n = 6;
+    let g = grad(&scalar_param_loss(n, false), &Wrt::All).unwrap();
+    let scans: Vec<String> = g.eqns.iter().filter(|q| q.prim.name() == "scan").map(|q| q.prim.params()).collect();
+    assert_eq!(scans.len(), 2, "{scans:?}");
+    assert_eq!(scans.iter().filter(|p| p.contains("reverse=false")).count(), 1, "{scans:?}");
+    let mut rng = Rng(9);
+    let ins = vec![Tensor::scalar(0.3), rng.tensor(&t64(&[3]), -1.0, 1.0), rng.tensor(&t64(&[n, 3]), -1.0, 1.0)];
+    let want = run(&grad(&scalar_param_loss(n, true), &Wrt::All).unwrap(), &ins);
+    assert_all_close("grad", &run(&g, &ins), &want, 1e-12);
+}
+
 // ---- LSTM -------------------------------------------------------------
 
 const H: usize = 4;

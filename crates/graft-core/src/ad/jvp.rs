@@ -56,13 +56,26 @@ pub fn jvp_inline(
     for eqn in &f.eqns {
         let ins: Vec<Value> = eqn.inputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;
         b.set_loc(eqn.loc.clone());
-        let outs = b.emit(eqn.prim.clone(), &ins).map_err(|e| e.at(eqn.loc.as_ref()))?;
+        let mut outs = b.emit(eqn.prim.clone(), &ins).map_err(|e| e.at(eqn.loc.as_ref()))?;
         let tins: Vec<Option<Value>> = eqn.inputs.iter().map(|&v| tan[v.index()]).collect();
         if tins.iter().any(Option::is_some) {
+            let replaced = std::cell::RefCell::new(None);
             let touts = eqn
                 .prim
-                .jvp(b, &JvpCx { primals: &ins, tangents: &tins, outputs: &outs })
+                .jvp(b, &JvpCx { primals: &ins, tangents: &tins, outputs: &outs, replaced: &replaced })
                 .map_err(|e| e.at(eqn.loc.as_ref()))?;
+            if let Some(new) = replaced.into_inner() {
+                let same = new.len() == outs.len()
+                    && new.iter().zip(&outs).all(|(&n, &o)| matches!((b.ty(n), b.ty(o)), (Ok(a), Ok(c)) if a == c));
+                if !same {
+                    return Err(IrError::NoRule {
+                        prim: eqn.prim.name().into(),
+                        rule: "jvp",
+                        msg: "internal error: replacement results differ from the equation's in number or type".into(),
+                    });
+                }
+                outs = new;
+            }
             if touts.len() != outs.len() {
                 return Err(IrError::NoRule {
                     prim: eqn.prim.name().into(),

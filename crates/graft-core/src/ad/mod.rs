@@ -47,6 +47,20 @@ pub struct JvpCx<'a> {
     pub tangents: &'a [Option<Value>],
     /// Results of the equation (already emitted; rules may reuse them, e.g. `exp`).
     pub outputs: &'a [Value],
+    /// See [`JvpCx::replace_outputs`].
+    pub replaced: &'a std::cell::RefCell<Option<Vec<Value>>>,
+}
+
+impl JvpCx<'_> {
+    /// Hands the driver values equal to the equation's results, computed by
+    /// the rule itself, to use in their place. A loop's JVP runs a primal
+    /// loop anyway (to stack the residuals); when that loop also returns the
+    /// carries and `ys`, the equation the driver emitted becomes dead and
+    /// DCE removes it, so reverse mode runs the loop forward once instead of
+    /// twice. The values must have the results' types (the driver checks).
+    pub fn replace_outputs(&self, values: Vec<Value>) {
+        *self.replaced.borrow_mut() = Some(values);
+    }
 }
 
 /// What a transpose rule sees. Linear operands have no primal value in the

@@ -159,6 +159,18 @@ pub(crate) struct Group {
     slots: Vec<DType>,
     /// Per-task splat buffers: (scalar index, dtype).
     splats: Vec<(usize, DType)>,
+    /// Scratch and splat buffers of finished tasks, reused by later runs
+    /// (a group inside a loop body runs once per step; allocating and
+    /// zeroing its buffers each time showed as ~15% of small loops).
+    spare: std::sync::Mutex<Vec<TaskBufs>>,
+}
+
+/// One task's scratch slots and splat buffers, each of `cap` elements.
+#[derive(Debug)]
+struct TaskBufs {
+    cap: usize,
+    scratch: Vec<Storage>,
+    splats: Vec<Storage>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -430,7 +442,7 @@ fn layout(
             (b.clamp(MIN_BLOCK, MAX_BLOCK) / 256) * 256
         }
     };
-    Group { n, block, eqns, work, inputs, scalars, outputs, slots, splats }
+    Group { n, block, eqns, work, inputs, scalars, outputs, slots, splats, spare: Default::default() }
 }
 
 /// Linear-scan slot allocation: virtual scratch value `k` gets a slot of its
@@ -550,12 +562,22 @@ impl Group {
         mut outs: Vec<BlockMut<'_>>,
     ) -> Result<(), ExecError> {
         let cap = self.block.min(len);
-        let mut scratch: Vec<Storage> = self.slots.iter().map(|&d| Storage::zeros(d, cap)).collect();
-        let mut splat_bufs: Vec<Storage> = Vec::with_capacity(self.splats.len());
-        for &(s, d) in &self.splats {
-            let mut buf = Storage::zeros(d, cap);
-            BlockMut::of_storage(&mut buf).splat("broadcast_in_dim", sc[s])?;
-            splat_bufs.push(buf);
+        let reused = self.spare.lock().ok().and_then(|mut v| {
+            let i = v.iter().position(|b| b.cap == cap)?;
+            Some(v.swap_remove(i))
+        });
+        let TaskBufs { mut scratch, splats: mut splat_bufs, .. } = match reused {
+            Some(b) => b,
+            None => TaskBufs {
+                cap,
+                scratch: self.slots.iter().map(|&d| Storage::zeros(d, cap)).collect(),
+                splats: self.splats.iter().map(|&(_, d)| Storage::zeros(d, cap)).collect(),
+            },
+        };
+        // Every op overwrites its scratch block before reading it, so stale
+        // contents are harmless; splats are refilled (their scalar may change).
+        for (buf, &(s, _)) in splat_bufs.iter_mut().zip(&self.splats) {
+            BlockMut::of_storage(buf).splat("broadcast_in_dim", sc[s])?;
         }
         let mut lo = 0;
         while lo < len {
@@ -604,6 +626,12 @@ impl Group {
                 }
             }
             lo += bl;
+        }
+        if let Ok(mut v) = self.spare.lock() {
+            // At most one set per task a run can have (bounded memory).
+            if v.len() < rayon::current_num_threads() * 4 {
+                v.push(TaskBufs { cap, scratch, splats: splat_bufs });
+            }
         }
         Ok(())
     }

@@ -27,7 +27,7 @@
 //!   branches, which have identical types (any dtype). Both branches are already
 //!   computed; `select` only picks elementwise.
 
-use super::kernel::{check_block, for_blocks, unsupported, zip2, zip3, BlockElem, BlockMut, BlockRef, Real};
+use super::kernel::{check_block, for_blocks, simd, unsupported, zip2, zip3, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
 use crate::dispatch_any;
 use crate::dtype::DType;
@@ -124,6 +124,8 @@ fn fmin<T: Real>(a: T, b: T) -> T {
 }
 
 /// Float binary block: one `match` on the op, then a monomorphic loop.
+/// Inlined so the loop is compiled at each [`simd`] level.
+#[inline(always)]
 fn float_binary<T: Real>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError> {
     let name = op.name();
     let (a, b, o) = (x.typed::<T>(name)?, y.typed::<T>(name)?, z.typed::<T>(name)?);
@@ -144,6 +146,7 @@ fn float_binary<T: Real>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockM
 }
 
 /// Integer binary block: wrapping arithmetic, division by zero gives 0.
+#[inline(always)]
 fn int_binary<T>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError>
 where
     T: BlockElem
@@ -211,13 +214,20 @@ fn bool_binary(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) ->
     Ok(())
 }
 
-impl Binary {
-    /// Evaluates the op on one block: `out[i] = ins[0][i] op ins[1][i]`. The
-    /// only implementation of the binary math: the kernel and the executor's
-    /// fused groups both call it. Dispatches on the dtype once per block.
-    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
-        check_block(self.name(), ins, 2, &out)?;
-        let (op, x, y) = (*self, ins[0], ins[1]);
+/// One binary block, run by [`simd`] at the CPU's best level.
+struct BinaryBlock<'a> {
+    op: Binary,
+    x: BlockRef<'a>,
+    y: BlockRef<'a>,
+    out: BlockMut<'a>,
+}
+
+impl pulp::WithSimd for BinaryBlock<'_> {
+    type Output = Result<(), ExecError>;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> Self::Output {
+        let BinaryBlock { op, x, y, out } = self;
         match x.dtype() {
             DType::F32 => float_binary::<f32>(op, x, y, out),
             DType::F64 => float_binary::<f64>(op, x, y, out),
@@ -225,6 +235,16 @@ impl Binary {
             DType::I64 => int_binary::<i64>(op, x, y, out),
             DType::Bool => bool_binary(op, x, y, out),
         }
+    }
+}
+
+impl Binary {
+    /// Evaluates the op on one block: `out[i] = ins[0][i] op ins[1][i]`. The
+    /// only implementation of the binary math: the kernel and the executor's
+    /// fused groups both call it. Dispatches on the dtype once per block.
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 2, &out)?;
+        simd(BinaryBlock { op: *self, x: ins[0], y: ins[1], out })
     }
 }
 

@@ -24,6 +24,44 @@ pub const PAR_MIN: usize = 1 << 15;
 /// Elements per parallel task for elementwise loops (fits L1/L2 comfortably).
 pub const CHUNK: usize = 1 << 13;
 
+/// Runs `f` inside a function compiled for the best instruction set this CPU
+/// has (AVX-512, else AVX2 + FMA, else the baseline the crate is built for),
+/// detected once at run time. The build targets baseline x86-64 (SSE2) so the
+/// binary runs anywhere; the elementwise block loops are where wider vectors
+/// pay, so their bodies (inlined into `f`) are compiled once per level.
+///
+/// Results do not depend on the level taken: Rust never contracts `a * b + c`
+/// into a fused multiply-add or reorders float arithmetic, so each element is
+/// computed by the same IEEE operations in the same order, only more per
+/// instruction (the `simd_levels_agree` test checks this bitwise).
+///
+/// `op` is a struct whose `with_simd` is `#[inline(always)]` rather than a
+/// closure: closures cannot be marked, and LLVM does not inline a closure
+/// holding a whole `match` of loops, which would leave it compiled for the
+/// baseline only.
+#[inline(always)]
+pub fn simd<Op: pulp::WithSimd>(op: Op) -> Op::Output {
+    if BASELINE_ONLY.with(std::cell::Cell::get) {
+        return pulp::Arch::Scalar.dispatch(op);
+    }
+    static ARCH: std::sync::OnceLock<pulp::Arch> = std::sync::OnceLock::new();
+    ARCH.get_or_init(pulp::Arch::new).dispatch(op)
+}
+
+thread_local! {
+    static BASELINE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with [`simd`] restricted to the baseline level on this thread
+/// (for tests comparing levels; kernels that spread over rayon threads run
+/// those parts at the detected level).
+pub fn baseline_simd<R>(f: impl FnOnce() -> R) -> R {
+    let prev = BASELINE_ONLY.with(|c| c.replace(true));
+    let r = f();
+    BASELINE_ONLY.with(|c| c.set(prev));
+    r
+}
+
 /// True when a loop over `n` elements is worth splitting across threads.
 pub fn worth_parallel(n: usize) -> bool {
     n >= PAR_MIN && rayon::current_num_threads() > 1

@@ -176,6 +176,7 @@ pub fn tanh_f64(x: f64) -> f64 {
 macro_rules! slice_fn {
     ($($name:ident => $f:ident: $t:ty),* $(,)?) => {$(
         #[doc = concat!("`o[i] = ", stringify!($f), "(a[i])` over `min(a.len(), o.len())` elements (vectorised).")]
+        #[inline(always)]
         pub fn $name(a: &[$t], o: &mut [$t]) {
             for (o, &x) in o.iter_mut().zip(a) {
                 *o = $f(x);
@@ -213,9 +214,11 @@ impl SliceMath for f32 {
     fn tanh1(self) -> f32 {
         tanh_f32(self)
     }
+    #[inline(always)]
     fn exp_slice(a: &[f32], o: &mut [f32]) {
         exp_f32_slice(a, o)
     }
+    #[inline(always)]
     fn tanh_slice(a: &[f32], o: &mut [f32]) {
         tanh_f32_slice(a, o)
     }
@@ -230,9 +233,11 @@ impl SliceMath for f64 {
     fn tanh1(self) -> f64 {
         tanh_f64(self)
     }
+    #[inline(always)]
     fn exp_slice(a: &[f64], o: &mut [f64]) {
         exp_f64_slice(a, o)
     }
+    #[inline(always)]
     fn tanh_slice(a: &[f64], o: &mut [f64]) {
         tanh_f64_slice(a, o)
     }

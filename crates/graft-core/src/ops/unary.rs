@@ -7,7 +7,7 @@
 //! (within 2 ulp of the correctly rounded result, exact specials); the
 //! other transcendentals call std/libm per element.
 
-use super::kernel::{check_block, for_blocks, unsupported, zip1, BlockElem, BlockMut, BlockRef, Real};
+use super::kernel::{check_block, for_blocks, simd, unsupported, zip1, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
 use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
@@ -130,7 +130,9 @@ impl Unary {
 }
 
 /// Float block: one `match` on the op outside the loop, so each arm is a
-/// monomorphic loop (`apply` folds to a single function per arm).
+/// monomorphic loop (`apply` folds to a single function per arm). Inlined
+/// so the loops are compiled at each [`simd`] level.
+#[inline(always)]
 fn float_block<T: Real>(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
     let (a, o) = (x.typed::<T>(op.name())?, y.typed::<T>(op.name())?);
     macro_rules! per_op {
@@ -149,6 +151,7 @@ fn float_block<T: Real>(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(
     Ok(())
 }
 
+#[inline(always)]
 fn int_block<T: BlockElem + num_traits::PrimInt + num_traits::Signed + num_traits::WrappingSub>(
     op: Unary,
     x: BlockRef<'_>,
@@ -175,13 +178,19 @@ fn bool_block(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecErr
     Ok(())
 }
 
-impl Unary {
-    /// Evaluates the op on one block: `out[i] = f(ins[0][i])`. The only
-    /// implementation of the unary math: the kernel and the executor's
-    /// fused groups both call it. Dispatches on the dtype once per block.
-    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
-        check_block(self.name(), ins, 1, &out)?;
-        let (op, x) = (*self, ins[0]);
+/// One unary block, run by [`simd`] at the CPU's best level.
+struct UnaryBlock<'a> {
+    op: Unary,
+    x: BlockRef<'a>,
+    out: BlockMut<'a>,
+}
+
+impl pulp::WithSimd for UnaryBlock<'_> {
+    type Output = Result<(), ExecError>;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> Self::Output {
+        let UnaryBlock { op, x, out } = self;
         match x.dtype() {
             DType::F32 => float_block::<f32>(op, x, out),
             DType::F64 => float_block::<f64>(op, x, out),
@@ -189,6 +198,16 @@ impl Unary {
             DType::I64 => int_block::<i64>(op, x, out),
             DType::Bool => bool_block(op, x, out),
         }
+    }
+}
+
+impl Unary {
+    /// Evaluates the op on one block: `out[i] = f(ins[0][i])`. The only
+    /// implementation of the unary math: the kernel and the executor's
+    /// fused groups both call it. Dispatches on the dtype once per block.
+    pub(crate) fn eval_block(&self, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<(), ExecError> {
+        check_block(self.name(), ins, 1, &out)?;
+        simd(UnaryBlock { op: *self, x: ins[0], out })
     }
 }
 

@@ -1,17 +1,21 @@
 //! IR-to-IR cleanup passes. Transforms do not optimise; these run after them.
-//! Invariant: every pass preserves results exactly and leaves verifiable IR.
+//! Invariant: every pass preserves results exactly (`fold_identities`: up to
+//! the sign of a zero, see its docs) and leaves verifiable IR.
 
+mod algebra;
 mod cse;
 mod dce;
 mod noop;
 
+pub use algebra::fold_identities;
 pub use cse::cse;
 pub use dce::dce;
 pub use noop::remove_noops;
 
 use crate::ir::Func;
 
-/// The standard cleanup pipeline: no-op removal, CSE, then DCE.
+/// The standard cleanup pipeline: no-op removal, algebraic identities, CSE,
+/// then DCE.
 pub fn simplify(f: &Func) -> Func {
-    dce(&cse(&remove_noops(f)))
+    dce(&cse(&fold_identities(&remove_noops(f))))
 }

@@ -13,11 +13,13 @@
 //! accumulators, those of the linear consts, and stacks the cotangents of
 //! the linear xs. Carries are always treated as linear (they are tangents).
 //!
-//! Cost: the JVP driver has already emitted the scan being differentiated
-//! for the primal results, so the residual scan repeats the primal work of
-//! the carries the residuals need (its `ys` and unneeded carries are pruned).
-//! Reverse mode therefore runs about two forward sweeps plus the reverse one
-//! (three with checkpointing, which recomputes each segment once more).
+//! Cost: the residual scan also returns the carries and `ys`, and the rule
+//! hands them to the driver as the equation's results
+//! (`JvpCx::replace_outputs`), so the scan the driver emitted is dead and
+//! removed: reverse mode runs one forward sweep plus the reverse one (two
+//! forward sweeps with checkpointing, which recomputes each segment once
+//! more). The residual scan keeps every carry and `y` even when only the
+//! gradient is used (e.g. a fori counter, or `ys` only the primal value needs).
 //!
 //! Checkpointing: the JVP of a checkpointed scan is the JVP of the same loop
 //! written as a scan over segments whose body is a `checkpoint` of an inner
@@ -27,7 +29,7 @@
 //! residuals right before transposing it. Same arithmetic, so the gradients
 //! are the same as without checkpointing.
 
-use super::body::{jvp_body, outputs_depending, permute_params, prune, split, tangent_outputs, transpose_body};
+use super::body::{jvp_body, permute_params, prune, split, tangent_outputs, transpose_body};
 use super::{Checkpointing, Scan};
 use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::error::IrError;
@@ -67,7 +69,8 @@ impl Diff for Scan {
         let sp = split(&jf, nc + nk + nx, nc, nk + ny)?;
         let (n_inv, n_step) = (sp.n_inv(), sp.n_step());
         let inv = b.inline(&sp.hoist, &cx.primals[..nc])?;
-        let steps = self.residual_scan(b, &sp.fwd, cx.primals)?;
+        let (results, steps) = self.residual_scan(b, &sp.fwd, cx.primals)?;
+        cx.replace_outputs(results);
         let steps = &steps[..];
 
         // Tangent params of `lin` follow the body's params: consts, carries, xs.
@@ -188,64 +191,44 @@ impl Diff for Scan {
 
 impl Scan {
     /// Emits the primal scan of `fwd` (`(consts, carry, x) -> (carry', y,
-    /// residuals)`) keeping only what the residuals need: the primal results
-    /// themselves are already computed by the scan being differentiated, so
-    /// `y` is dropped, and so is every carry no residual depends on (through
-    /// any number of steps), and every operand nothing reads then. This keeps
-    /// the residual scan from reading values that are linear elsewhere (e.g.
-    /// tangents, when the differentiated scan is itself a tangent map).
-    /// Returns the stacked residuals.
-    fn residual_scan(&self, b: &mut Builder, fwd: &Func, ops: &[Value]) -> Result<Vec<Value>, IrError> {
+    /// residuals)`): it returns the scan's own results (every carry and `y`)
+    /// together with the stacked per-step residuals, so the caller hands the
+    /// results to the JVP driver ([`JvpCx::replace_outputs`]) and the loop
+    /// being differentiated is not run a second time. A residual that is an
+    /// `x` slice is `xs` itself (not re-stacked), and operands the body does
+    /// not read are dropped. Returns (results, residuals).
+    fn residual_scan(&self, b: &mut Builder, fwd: &Func, ops: &[Value]) -> Result<(Vec<Value>, Vec<Value>), IrError> {
         let (nc, nk, ny) = (self.n_consts, self.n_carry, self.n_ys());
         let n_res = fwd.outputs.len() - nk - ny;
-        let carry_of = |k: usize| -> Vec<bool> {
-            let mut m = vec![false; fwd.params.len()];
-            m[nc + k] = true;
-            outputs_depending(fwd, &m)
-        };
-        let deps: Vec<Vec<bool>> = (0..nk).map(carry_of).collect();
-        let mut need: Vec<bool> = (0..nk).map(|k| deps[k][nk + ny..].iter().any(|&d| d)).collect();
-        loop {
-            let mut changed = false;
-            for k in 0..nk {
-                if !need[k] && (0..nk).any(|j| need[j] && deps[k][j]) {
-                    need[k] = true;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
-        // A residual that is an x slice itself is `xs` already: no copy.
         let alias: Vec<Option<usize>> = fwd.outputs[nk + ny..]
             .iter()
             .map(|o| fwd.params[nc + nk..].iter().position(|p| p == o).map(|j| nc + nk + j))
             .collect();
-        let keep_out: Vec<bool> = (0..nk + ny + n_res)
-            .map(|o| if o < nk { need[o] } else { o >= nk + ny && alias[o - nk - ny].is_none() })
-            .collect();
+        let keep_out: Vec<bool> =
+            (0..nk + ny + n_res).map(|o| o < nk + ny || alias[o - nk - ny].is_none()).collect();
         let (body, kept) = prune(fwd, &keep_out);
-        // A needed carry's parameter may be unread (e.g. it is overwritten each
-        // step); the scan still needs it, so put it back.
-        let (body, kept) = if (0..nk).any(|k| need[k] && !kept[nc + k]) {
+        // A carry's parameter may be unread (e.g. it is overwritten each
+        // step); the scan still carries it, so put it back.
+        let need = vec![true; nk];
+        let (body, kept) = if (0..nk).any(|k| !kept[nc + k]) {
             restore_params(fwd, &body, &kept, &need, nc)?
         } else {
             (body, kept)
         };
         let n_c = (0..nc).filter(|&i| kept[i]).count();
-        let n_k = (0..nk).filter(|&k| kept[nc + k]).count();
         let args: Vec<Value> = ops.iter().zip(&kept).filter(|(_, &k)| k).map(|(&v, _)| v).collect();
         let scan =
-            Scan { body: Arc::new(body), n_consts: n_c, n_carry: n_k, checkpoint: Checkpointing::None, ..self.clone() };
-        let mut stacked = b.emit(scan, &args)?.into_iter().skip(n_k);
-        alias
+            Scan { body: Arc::new(body), n_consts: n_c, n_carry: nk, checkpoint: Checkpointing::None, ..self.clone() };
+        let mut outs = b.emit(scan, &args)?;
+        let mut stacked = outs.split_off(nk + ny).into_iter();
+        let res = alias
             .iter()
             .map(|a| match a {
                 Some(i) => Ok(ops[*i]),
                 None => stacked.next().ok_or_else(|| IrError::invalid("scan", "internal error: residual count")),
             })
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok((outs, res))
     }
 }
 
@@ -284,7 +267,8 @@ impl Scan {
     /// See the module docs: the JVP of the loop rewritten over segments of `k` steps.
     fn jvp_checkpointed(&self, b: &mut Builder, cx: &JvpCx<'_>, k: usize) -> Result<Vec<Option<Value>>, IrError> {
         let nested = self.segmented(k)?;
-        let (_, touts) = crate::ad::jvp_inline(b, &nested, cx.primals, cx.tangents)?;
+        let (outs, touts) = crate::ad::jvp_inline(b, &nested, cx.primals, cx.tangents)?;
+        cx.replace_outputs(outs);
         Ok(touts)
     }
 
