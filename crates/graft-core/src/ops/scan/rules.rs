@@ -204,17 +204,13 @@ impl Scan {
             .iter()
             .map(|o| fwd.params[nc + nk..].iter().position(|p| p == o).map(|j| nc + nk + j))
             .collect();
-        let keep_out: Vec<bool> =
-            (0..nk + ny + n_res).map(|o| o < nk + ny || alias[o - nk - ny].is_none()).collect();
+        let keep_out: Vec<bool> = (0..nk + ny + n_res).map(|o| o < nk + ny || alias[o - nk - ny].is_none()).collect();
         let (body, kept) = prune(fwd, &keep_out);
         // A carry's parameter may be unread (e.g. it is overwritten each
         // step); the scan still carries it, so put it back.
         let need = vec![true; nk];
-        let (body, kept) = if (0..nk).any(|k| !kept[nc + k]) {
-            restore_params(fwd, &body, &kept, &need, nc)?
-        } else {
-            (body, kept)
-        };
+        let (body, kept) =
+            if (0..nk).any(|k| !kept[nc + k]) { restore_params(fwd, &body, &kept, &need, nc)? } else { (body, kept) };
         let n_c = (0..nc).filter(|&i| kept[i]).count();
         let args: Vec<Value> = ops.iter().zip(&kept).filter(|(_, &k)| k).map(|(&v, _)| v).collect();
         let scan =
