@@ -61,7 +61,8 @@
 //! block of everything the group touches fits in about [`BLOCK_BUDGET`]
 //! bytes, within [`MIN_BLOCK`]..=[`MAX_BLOCK`]). When the work is large the blocks are
 //! split into contiguous tasks run in parallel with rayon; each task
-//! allocates its scratch once and walks its blocks in order. Each op runs the
+//! takes its scratch once (kept by the group from an earlier run, else
+//! allocated; handed back afterwards) and walks its blocks in order. Each op runs the
 //! same `eval_block` function its unfused kernel runs, on the same elements,
 //! so results are bitwise identical to unfused execution (up to which NaN
 //! payload propagates) and independent of
