@@ -7,18 +7,11 @@
 //! branch), and bad inputs.
 
 use graft_core::Tensor;
-use graft_gradbench::{Backend, LangBackend, Server, TensorArgs};
+use graft_gradbench::{Backend, LangBackend, TensorArgs};
 use serde_json::{json, Value};
 
-fn session(lines: &[String]) -> Vec<Value> {
-    let mut server = Server::new(LangBackend::new());
-    let mut input = lines.join("\n");
-    input.push('\n');
-    let mut out = Vec::new();
-    server.serve(input.as_bytes(), &mut out).expect("serving to memory cannot fail");
-    let text = String::from_utf8(out).expect("responses are UTF-8");
-    text.lines().map(|l| serde_json::from_str(l).expect("response is JSON")).collect()
-}
+mod lang_util;
+use lang_util::session;
 
 fn nums(v: &Value) -> Vec<f64> {
     v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number")).collect()

@@ -3,18 +3,11 @@
 //! tool's order of operations), the `jacobian` against central differences
 //! of graft's own `objective`, and the input errors.
 
-use graft_gradbench::{Backend, LangBackend, Server};
+use graft_gradbench::{Backend, LangBackend};
 use serde_json::{json, Value};
 
-fn session(lines: &[String]) -> Vec<Value> {
-    let mut server = Server::new(LangBackend::new());
-    let mut input = lines.join("\n");
-    input.push('\n');
-    let mut out = Vec::new();
-    server.serve(input.as_bytes(), &mut out).expect("serving to memory cannot fail");
-    let text = String::from_utf8(out).expect("responses are UTF-8");
-    text.lines().map(|l| serde_json::from_str(l).expect("response is JSON")).collect()
-}
+mod lang_util;
+use lang_util::session;
 
 fn eval(b: &mut LangBackend, function: &str, input: &Value) -> Value {
     b.define("lstm").expect("module defines");

@@ -4,31 +4,13 @@
 //! gradient against central finite differences of the program's own
 //! objective in f64, and the error paths.
 
-use graft_core::{exec, Tensor, TensorType};
-use graft_gradbench::{LangBackend, Server};
+use graft_core::Tensor;
 use graft_lang::Module;
-use serde_json::Value;
+
+mod lang_util;
+use lang_util::{call, session};
 
 const SRC: &str = include_str!("../../../gradbench/particle.graft");
-
-fn session(lines: &[&str]) -> Vec<Value> {
-    let mut server = Server::new(LangBackend::new());
-    let mut input = lines.join("\n");
-    input.push('\n');
-    let mut out = Vec::new();
-    server.serve(input.as_bytes(), &mut out).expect("serving to memory cannot fail");
-    let text = String::from_utf8(out).expect("responses are UTF-8");
-    text.lines().map(|l| serde_json::from_str(l).expect("response is JSON")).collect()
-}
-
-/// Runs def `entry` of particle.graft on scalar arguments (f64 or i32).
-fn call(m: &Module, entry: &str, args: &[Tensor]) -> Vec<f64> {
-    let types: Vec<TensorType> = args.iter().map(Tensor::ty).collect();
-    let c = m.instantiate(entry, &types).unwrap_or_else(|d| panic!("{entry}: {}", d.message));
-    let exe = exec::plan_cached(&c.func).expect("plans");
-    let refs: Vec<&Tensor> = args.iter().collect();
-    exe.run(&refs).expect("runs").iter().flat_map(|t| t.to_vec::<f64>().expect("f64 result")).collect()
-}
 
 fn module() -> Module {
     let m = Module::from_source("particle.graft", SRC).expect("parses");

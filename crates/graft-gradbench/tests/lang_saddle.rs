@@ -4,31 +4,14 @@
 //! (all four mode pairs) against central finite differences of the
 //! program's own objective in f64, and the error paths.
 
-use graft_core::{exec, Tensor, TensorType};
-use graft_gradbench::{LangBackend, Server};
+use graft_core::Tensor;
 use graft_lang::Module;
-use serde_json::Value;
+
+mod lang_util;
+use lang_util::{call, session};
 
 const SRC: &str = include_str!("../../../gradbench/saddle.graft");
 const EXPECTED: f64 = 8.246324826140356e-06;
-
-fn session(lines: &[&str]) -> Vec<Value> {
-    let mut server = Server::new(LangBackend::new());
-    let mut input = lines.join("\n");
-    input.push('\n');
-    let mut out = Vec::new();
-    server.serve(input.as_bytes(), &mut out).expect("serving to memory cannot fail");
-    let text = String::from_utf8(out).expect("responses are UTF-8");
-    text.lines().map(|l| serde_json::from_str(l).expect("response is JSON")).collect()
-}
-
-fn call(m: &Module, entry: &str, args: &[Tensor]) -> Vec<f64> {
-    let types: Vec<TensorType> = args.iter().map(Tensor::ty).collect();
-    let c = m.instantiate(entry, &types).unwrap_or_else(|d| panic!("{entry}: {}", d.message));
-    let exe = exec::plan_cached(&c.func).expect("plans");
-    let refs: Vec<&Tensor> = args.iter().collect();
-    exe.run(&refs).expect("runs").iter().flat_map(|t| t.to_vec::<f64>().expect("f64 result")).collect()
-}
 
 fn v2(a: f64, b: f64) -> Tensor {
     Tensor::from_vec(vec![2], vec![a, b]).expect("two numbers")
