@@ -14,6 +14,7 @@ pub mod exec;
 pub mod format;
 pub mod ir;
 pub mod jac;
+pub mod kernel;
 pub mod npy;
 pub mod ops;
 pub mod opt;

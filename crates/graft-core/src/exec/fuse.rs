@@ -160,6 +160,8 @@ pub(crate) struct Group {
     slots: Vec<DType>,
     /// Per-task splat buffers: (scalar index, dtype).
     splats: Vec<(usize, DType)>,
+    /// Native code for this group, once compiled (`None`: no kernel form).
+    pub(crate) native: Option<std::sync::Arc<crate::kernel::native::Slot>>,
     /// Scratch and splat buffers of finished tasks, reused by later runs
     /// (a group inside a loop body runs once per step; allocating and
     /// zeroing its buffers each time showed as ~15% of small loops).
@@ -443,7 +445,7 @@ fn layout(
             (b.clamp(MIN_BLOCK, MAX_BLOCK) / 256) * 256
         }
     };
-    Group { n, block, eqns, work, inputs, scalars, outputs, slots, splats, spare: Default::default() }
+    Group { n, block, eqns, work, inputs, scalars, outputs, slots, splats, native: None, spare: Default::default() }
 }
 
 /// Linear-scan slot allocation: virtual scratch value `k` gets a slot of its
@@ -506,6 +508,16 @@ impl Group {
         self.eqns.len()
     }
 
+    /// Element count of every member value.
+    pub(crate) fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Member equations (indices into the function), in schedule order.
+    pub(crate) fn eqns(&self) -> &[usize] {
+        &self.eqns
+    }
+
     /// Values the group reads from the environment.
     pub(crate) fn reads(&self) -> impl Iterator<Item = Value> + '_ {
         let scalars = self.scalars.iter().filter_map(|s| match s {
@@ -528,6 +540,9 @@ impl Group {
             || outs.iter().any(|t| t.numel() != n)
         {
             return Err(ExecError::kernel("fused", "internal error: fused group operands do not match its plan"));
+        }
+        if let Some(f) = self.native.as_ref().and_then(|s| s.get()) {
+            return self.run_native(f, inputs, scalars, outs);
         }
         let ins: Vec<BlockRef<'_>> = inputs.iter().map(|t| BlockRef::of(t)).collect();
         let sc: Vec<BlockRef<'_>> = scalars.iter().map(|t| BlockRef::of(t)).collect();
@@ -656,5 +671,26 @@ fn eval_block(prim: &Prim, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<()
         Prim::StopGradient(p) => p.eval_block(ins, out),
         #[allow(unreachable_patterns)]
         p => Err(ExecError::kernel(p.name(), "internal error: not an elementwise primitive")),
+    }
+}
+
+impl Group {
+    /// Runs the group's compiled kernel. Arguments follow the kernel's
+    /// order: inputs, run-time scalars (folded ones are literals in the
+    /// kernel), outputs; `run` has checked their element counts, and the
+    /// dtypes are the values' own (the plan was built from their types).
+    fn run_native(
+        &self,
+        f: &crate::kernel::native::NativeFn,
+        inputs: &[&Tensor],
+        scalars: &[&Tensor],
+        outs: &mut [Tensor],
+    ) -> Result<(), ExecError> {
+        let mut reads: Vec<&Tensor> = inputs.to_vec();
+        reads.extend(scalars.iter().zip(&self.scalars).filter(|(_, s)| matches!(s, Scalar::Value(_))).map(|(t, _)| *t));
+        let ops = self.work.len().max(1);
+        let tasks = if worth_parallel(self.n.saturating_mul(ops)) { rayon::current_num_threads() * 4 } else { 1 };
+        crate::kernel::native::run_group(f, self.n, &reads, outs, tasks);
+        Ok(())
     }
 }

@@ -23,6 +23,7 @@ pub mod fuse;
 
 use crate::error::ExecError;
 use crate::ir::{verify, Func, Value};
+use crate::kernel::CompileMode;
 use crate::ops::Op;
 use crate::tensor::Tensor;
 use crate::types::TensorType;
@@ -57,20 +58,24 @@ pub struct ExecOptions {
     /// bytes one block of each group touches (see [`fuse::BLOCK_BUDGET`]).
     /// For tests and tuning: results do not depend on it.
     pub block_elems: Option<usize>,
+    /// Whether and when fused groups are compiled to native code (see
+    /// [`crate::kernel`]); results do not depend on it.
+    pub compile: CompileMode,
 }
 
 impl Default for ExecOptions {
     fn default() -> Self {
-        ExecOptions { fuse: true, block_elems: None }
+        ExecOptions { fuse: true, block_elems: None, compile: CompileMode::Async }
     }
 }
 
 impl ExecOptions {
     /// The defaults, with fusion off when the environment variable
-    /// `GRAFT_NO_FUSION` is set to anything but empty or `0`.
+    /// `GRAFT_NO_FUSION` is set to anything but empty or `0`, and the
+    /// compile mode from `GRAFT_COMPILE` ([`CompileMode::from_env`]).
     pub fn from_env() -> Self {
         let off = std::env::var_os("GRAFT_NO_FUSION").is_some_and(|v| !v.is_empty() && v != "0");
-        ExecOptions { fuse: !off, ..ExecOptions::default() }
+        ExecOptions { fuse: !off, compile: CompileMode::from_env(), ..ExecOptions::default() }
     }
 }
 
@@ -100,7 +105,8 @@ impl Executable {
     pub fn with_options(func: impl Into<Arc<Func>>, options: ExecOptions) -> Result<Executable, ExecError> {
         let func = func.into();
         verify(&func)?;
-        let plan = fuse::plan(&func, &options);
+        let mut plan = fuse::plan(&func, &options);
+        crate::kernel::prepare(&func, &mut plan, options.compile);
         let release_after = plan_releases(&func, &plan);
         let mut kinds = KindMap::default();
         for ty in &func.types {
@@ -112,6 +118,40 @@ impl Executable {
     /// Number of fused groups in the plan and the equations they hold.
     pub fn fusion_summary(&self) -> (usize, usize) {
         (self.plan.groups.len(), self.plan.groups.iter().map(|g| g.len()).sum())
+    }
+
+    /// The kernels of the plan's fused groups (the groups that have a
+    /// kernel form), in plan order.
+    pub fn plan_kernels(&self) -> Vec<crate::kernel::Kernel> {
+        self.plan
+            .groups
+            .iter()
+            .enumerate()
+            .filter_map(|(g, group)| crate::kernel::lower::group_kernel(&self.func, group, format!("gk{g}")))
+            .collect()
+    }
+
+    /// `(ready, total)`: fused groups whose native code is loaded, and
+    /// fused groups that were handed to the compiler.
+    pub fn native_status(&self) -> (usize, usize) {
+        let slots = self.plan.groups.iter().filter_map(|g| g.native.as_ref());
+        slots.fold((0, 0), |(r, t), s| (r + s.get().is_some() as usize, t + 1))
+    }
+
+    /// Waits (up to `timeout`) until every fused group's compile has
+    /// finished, successfully or not; true if all finished in time. Runs
+    /// never need this: they use the interpreter meanwhile.
+    pub fn wait_native(&self, timeout: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            if self.plan.groups.iter().filter_map(|g| g.native.as_ref()).all(|s| s.settled()) {
+                return true;
+            }
+            if start.elapsed() >= timeout {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The function this executable runs.

@@ -1,0 +1,469 @@
+//! Native code: compiles a translation unit with the system C compiler,
+//! caches the shared library on disk, loads it and hands out kernel entry
+//! points.
+//!
+//! Cache: `GRAFT_CACHE_DIR`, else `$XDG_CACHE_HOME/graft`, else
+//! `$HOME/.cache/graft`, else the system temp directory; libraries live in
+//! its `kernels/` folder as `<key>.so`, where the key is a 128-bit hash of
+//! the source (which names the graft version and the lane count), the
+//! compiler's `--version` line, the flags and the host's vector features.
+//! Beside each library a `<key>.sum` holds a hash of the library's bytes;
+//! a library whose bytes do not match (a truncated write, a corrupted
+//! disk) is rebuilt. Files are written under temporary names and renamed,
+//! so concurrent processes never see half a library.
+//!
+//! Failure never stops a program: no compiler, a compile error, an
+//! unwritable cache (then a per-process temp directory is tried) or a
+//! library that does not load leave the kernels to the interpreter, with
+//! one warning per kind of failure on stderr.
+//!
+//! Safety: loading a library and calling into it is `unsafe`. The
+//! invariants are: the library was produced by [`compile`] from source
+//! rendered by `render_c` (or verified by hash to be the bytes such a
+//! compile wrote), every kernel symbol has the signature [`KernelFn`],
+//! the `Library` outlives every function pointer taken from it (each
+//! [`NativeFn`] holds an `Arc` of it), and callers pass buffers of the
+//! lengths the kernel's `Arg`s state, checked in `exec::fuse`.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A kernel's entry point: points `start..end`, buffer pointers in
+/// argument order.
+pub type KernelFn = unsafe extern "C" fn(i64, i64, *const *mut u8);
+
+/// A loaded kernel: its entry point and the library that holds it.
+#[derive(Clone)]
+pub struct NativeFn {
+    f: KernelFn,
+    _lib: Arc<libloading::Library>,
+}
+
+impl std::fmt::Debug for NativeFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NativeFn")
+    }
+}
+
+impl NativeFn {
+    /// Runs points `start..end`.
+    ///
+    /// # Safety
+    /// `args` holds one pointer per kernel argument, in order, each to a
+    /// live buffer of the argument's dtype and length; written arguments
+    /// are not aliased by any other argument, and no other thread writes
+    /// the points `start..end` of them meanwhile.
+    pub unsafe fn call(&self, start: usize, end: usize, args: &[*mut u8]) {
+        // SAFETY: the caller upholds the buffer contract above; the symbol
+        // has this signature because render_c emitted it.
+        unsafe { (self.f)(start as i64, end as i64, args.as_ptr()) }
+    }
+}
+
+/// Why native code is unavailable for a unit.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NativeError {
+    /// No C compiler could be run.
+    #[error("no C compiler found (tried `{0}`; set CC or GRAFT_CC to one)")]
+    NoCompiler(String),
+    /// The compiler rejected the generated source.
+    #[error("the C compiler failed on generated kernels: {0}")]
+    Compile(String),
+    /// Neither the cache directory nor a temp directory could be written.
+    #[error("cannot write kernel libraries: {0}")]
+    Cache(String),
+    /// The library did not load or lacks a kernel.
+    #[error("cannot load compiled kernels: {0}")]
+    Load(String),
+}
+
+impl NativeError {
+    fn kind(&self) -> &'static str {
+        match self {
+            NativeError::NoCompiler(_) => "compiler",
+            NativeError::Compile(_) => "compile",
+            NativeError::Cache(_) => "cache",
+            NativeError::Load(_) => "load",
+        }
+    }
+}
+
+/// Prints a warning once per kind of failure per process.
+pub(crate) fn warn_once(kind: &'static str, msg: &str) {
+    static SEEN: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !seen.contains(&kind) {
+        seen.push(kind);
+        eprintln!("graft: warning: {msg}; running on the interpreter instead");
+    }
+}
+
+/// Lanes per vector on this host: 16 with AVX-512, 8 with AVX2, else 4.
+pub fn host_lanes() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return 16;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return 8;
+        }
+    }
+    4
+}
+
+/// The compiler command: `GRAFT_CC`, else `CC`, else `cc`.
+fn compiler() -> String {
+    std::env::var("GRAFT_CC")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .or_else(|| std::env::var("CC").ok().filter(|s| !s.trim().is_empty()))
+        .unwrap_or_else(|| "cc".to_string())
+}
+
+/// Flags every unit is compiled with. No `-ffast-math` and no contraction:
+/// results must be bitwise those of the interpreter.
+pub const FLAGS: &[&str] = &["-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-march=native", "-w"];
+
+/// The compiler's identity (first line of `--version`), probed once per
+/// compiler command.
+fn compiler_id(cc: &str) -> Result<String, NativeError> {
+    static IDS: Mutex<Option<HashMap<String, Result<String, NativeError>>>> = Mutex::new(None);
+    let mut ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
+    let ids = ids.get_or_insert_with(HashMap::new);
+    if let Some(r) = ids.get(cc) {
+        return r.clone();
+    }
+    let r = std::process::Command::new(cc)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string())
+        .ok_or_else(|| NativeError::NoCompiler(cc.to_string()));
+    ids.insert(cc.to_string(), r.clone());
+    r
+}
+
+/// FNV-1a over bytes, 64 bits, from a given basis.
+fn fnv(basis: u64, parts: &[&[u8]]) -> u64 {
+    let mut h = basis;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// A 128-bit content hash as 32 hex digits (two FNV-1a passes with
+/// different bases; detects corruption and keys the cache, not meant
+/// against adversaries).
+pub fn hash_hex(parts: &[&[u8]]) -> String {
+    format!("{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325, parts), fnv(0x8422_2325_cbf2_9ce4, parts))
+}
+
+/// The cache directory (see the module docs).
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GRAFT_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("graft");
+    }
+    if let Some(d) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join(".cache").join("graft");
+    }
+    std::env::temp_dir().join("graft-cache")
+}
+
+fn features() -> String {
+    let mut f = format!("{}-lanes{}", std::env::consts::ARCH, host_lanes());
+    #[cfg(target_arch = "x86_64")]
+    for (name, on) in [
+        ("fma", std::arch::is_x86_feature_detected!("fma")),
+        ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+        ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+    ] {
+        if on {
+            f.push('+');
+            f.push_str(name);
+        }
+    }
+    f
+}
+
+/// Libraries loaded by this process, by key.
+static LOADED: Mutex<Option<HashMap<String, Arc<libloading::Library>>>> = Mutex::new(None);
+
+/// Where units are compiled and cached: the compiler command and the
+/// cache directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Toolchain {
+    /// The C compiler command.
+    pub cc: String,
+    /// The cache directory (libraries go to its `kernels/` folder).
+    pub cache: PathBuf,
+}
+
+impl Toolchain {
+    /// From the environment: `GRAFT_CC`/`CC`/`cc` and [`cache_dir`].
+    pub fn from_env() -> Toolchain {
+        Toolchain { cc: compiler(), cache: cache_dir() }
+    }
+
+    /// Compiles (or finds in the cache) and loads a translation unit, then
+    /// looks up each named kernel.
+    pub fn compile(&self, source: &str, names: &[String]) -> Result<Vec<NativeFn>, NativeError> {
+        let id = compiler_id(&self.cc)?;
+        let flags = FLAGS.join(" ");
+        let key = hash_hex(&[source.as_bytes(), id.as_bytes(), flags.as_bytes(), features().as_bytes()]);
+        let loaded_key = format!("{key}@{}", self.cache.display());
+        let cached =
+            LOADED.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&loaded_key).cloned());
+        let lib = match cached {
+            Some(lib) => lib,
+            None => {
+                let lib = Arc::new(build_or_load(&self.cc, &self.cache, &key, source)?);
+                LOADED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert_with(HashMap::new)
+                    .insert(loaded_key, lib.clone());
+                lib
+            }
+        };
+        names
+            .iter()
+            .map(|n| {
+                // SAFETY: the symbol was emitted by render_c with the KernelFn
+                // signature; the Arc keeps the library loaded while the pointer lives.
+                let f = unsafe { lib.get::<KernelFn>(n.as_bytes()) }
+                    .map(|s| *s)
+                    .map_err(|e| NativeError::Load(format!("kernel {n}: {e}")))?;
+                Ok(NativeFn { f, _lib: lib.clone() })
+            })
+            .collect()
+    }
+}
+
+/// [`Toolchain::compile`] with the environment's toolchain.
+pub fn compile(source: &str, names: &[String]) -> Result<Vec<NativeFn>, NativeError> {
+    Toolchain::from_env().compile(source, names)
+}
+
+fn build_or_load(cc: &str, cache: &Path, key: &str, source: &str) -> Result<libloading::Library, NativeError> {
+    let primary = cache.join("kernels");
+    match build_in(cc, &primary, key, source) {
+        Ok(lib) => Ok(lib),
+        Err(NativeError::Cache(why)) => {
+            warn_once("cache-dir", &format!("kernel cache {} is not writable ({why}); using a temp directory", primary.display()));
+            let tmp = std::env::temp_dir().join(format!("graft-kernels-{}", std::process::id()));
+            build_in(cc, &tmp, key, source)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn io(e: std::io::Error) -> NativeError {
+    NativeError::Cache(e.to_string())
+}
+
+fn build_in(cc: &str, dir: &Path, key: &str, source: &str) -> Result<libloading::Library, NativeError> {
+    let lib_path = dir.join(format!("{key}.so"));
+    let sum_path = dir.join(format!("{key}.sum"));
+    if let (Ok(bytes), Ok(sum)) = (std::fs::read(&lib_path), std::fs::read_to_string(&sum_path)) {
+        if hash_hex(&[&bytes]) == sum.trim() {
+            return load(&lib_path);
+        }
+        // A bad entry: rebuilt below (the rename replaces it).
+    }
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let unique = format!("{}-{:x}", std::process::id(), unique_counter());
+    let c_path = dir.join(format!("{key}.{unique}.c"));
+    let tmp_lib = dir.join(format!("{key}.{unique}.so"));
+    std::fs::write(&c_path, source).map_err(io)?;
+    let out = std::process::Command::new(cc)
+        .args(FLAGS)
+        .arg("-o")
+        .arg(&tmp_lib)
+        .arg(&c_path)
+        .output()
+        .map_err(|e| NativeError::NoCompiler(format!("{cc}: {e}")));
+    let _ = std::fs::remove_file(&c_path);
+    let out = out?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp_lib);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first: String = err.lines().take(6).collect::<Vec<_>>().join("\n");
+        return Err(NativeError::Compile(first));
+    }
+    let bytes = std::fs::read(&tmp_lib).map_err(io)?;
+    let tmp_sum = dir.join(format!("{key}.{unique}.sum"));
+    std::fs::write(&tmp_sum, hash_hex(&[&bytes])).map_err(io)?;
+    std::fs::rename(&tmp_lib, &lib_path).map_err(io)?;
+    std::fs::rename(&tmp_sum, &sum_path).map_err(io)?;
+    load(&lib_path)
+}
+
+fn unique_counter() -> u64 {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn load(path: &Path) -> Result<libloading::Library, NativeError> {
+    // SAFETY: the library holds only kernels rendered by render_c (checked
+    // by hash against what a compile wrote); it has no initialisers.
+    unsafe { libloading::Library::new(path) }.map_err(|e| NativeError::Load(e.to_string()))
+}
+
+/// The state of one kernel's native code.
+#[derive(Debug, Default)]
+pub struct Slot(OnceLock<Option<NativeFn>>);
+
+impl Slot {
+    /// The native kernel, once compiled (`None` while compiling, or when
+    /// compiling failed).
+    pub fn get(&self) -> Option<&NativeFn> {
+        self.0.get().and_then(Option::as_ref)
+    }
+
+    /// True once compiling finished, successfully or not.
+    pub fn settled(&self) -> bool {
+        self.0.get().is_some()
+    }
+
+    fn set(&self, f: Option<NativeFn>) {
+        let _ = self.0.set(f);
+    }
+}
+
+/// A unit to compile: the source and, per kernel, its name and slot.
+pub(crate) struct Job {
+    pub(crate) source: String,
+    pub(crate) kernels: Vec<(String, std::sync::Weak<Slot>)>,
+}
+
+impl Job {
+    /// Compiles and fills the slots (with `None` on failure, after a warning).
+    pub(crate) fn run(self) {
+        if self.kernels.iter().all(|(_, s)| s.strong_count() == 0) {
+            return; // nobody is waiting for it any more
+        }
+        let names: Vec<String> = self.kernels.iter().map(|(n, _)| n.clone()).collect();
+        match compile(&self.source, &names) {
+            Ok(fns) => {
+                for ((_, slot), f) in self.kernels.iter().zip(fns) {
+                    if let Some(s) = slot.upgrade() {
+                        s.set(Some(f));
+                    }
+                }
+            }
+            Err(e) => {
+                warn_once(e.kind(), &e.to_string());
+                for (_, slot) in &self.kernels {
+                    if let Some(s) = slot.upgrade() {
+                        s.set(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Queues a job on the one background compile thread (so a burst of plans
+/// never starts a burst of compilers).
+pub(crate) fn submit(job: Job) {
+    static QUEUE: Mutex<Option<std::sync::mpsc::Sender<Job>>> = Mutex::new(None);
+    let mut q = QUEUE.lock().unwrap_or_else(|e| e.into_inner());
+    if q.is_none() {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new().name("graft-compile".into()).spawn(move || {
+            while let Ok(job) = rx.recv() {
+                job.run();
+            }
+        });
+        if spawned.is_err() {
+            drop(q);
+            return job.run(); // no thread: compile here
+        }
+        *q = Some(tx);
+    }
+    if let Some(tx) = q.as_ref() {
+        if let Err(e) = tx.send(job) {
+            drop(q);
+            e.0.run();
+        }
+    }
+}
+
+/// Buffer pointers shared by the tasks of one native group run.
+struct Ptrs(Vec<*mut u8>);
+// SAFETY: the pointers are only dereferenced by kernels during `run_group`,
+// while the tensors they point into are borrowed by it; tasks write
+// disjoint point ranges of the written buffers.
+unsafe impl Send for Ptrs {}
+unsafe impl Sync for Ptrs {}
+
+fn ptr_of(t: &crate::tensor::Tensor) -> *mut u8 {
+    use crate::tensor::Storage;
+    match t.storage() {
+        Storage::F32(v) => v.as_ptr() as *mut u8,
+        Storage::F64(v) => v.as_ptr() as *mut u8,
+        Storage::I32(v) => v.as_ptr() as *mut u8,
+        Storage::I64(v) => v.as_ptr() as *mut u8,
+        Storage::Bool(v) => v.as_ptr() as *mut u8,
+    }
+}
+
+fn ptr_of_mut(t: &mut crate::tensor::Tensor) -> *mut u8 {
+    use crate::tensor::Storage;
+    match t.storage_mut() {
+        Storage::F32(v) => v.as_mut_ptr() as *mut u8,
+        Storage::F64(v) => v.as_mut_ptr() as *mut u8,
+        Storage::I32(v) => v.as_mut_ptr() as *mut u8,
+        Storage::I64(v) => v.as_mut_ptr() as *mut u8,
+        Storage::Bool(v) => v.as_mut_ptr() as *mut u8,
+    }
+}
+
+/// Runs a compiled elementwise kernel over points `0..n`: `reads` are its
+/// read arguments in order, `writes` its written ones (each of `n`
+/// elements). With `tasks > 1` the range is split into that many
+/// contiguous pieces run on rayon's pool (points are independent, so the
+/// split never changes results).
+///
+/// The caller checked every buffer against the kernel's arguments (dtype
+/// and length, as `exec::fuse` does for the group the kernel came from);
+/// `writes` are distinct tensors owned by the caller, so no argument
+/// aliases a written one.
+pub(crate) fn run_group(
+    f: &NativeFn,
+    n: usize,
+    reads: &[&crate::tensor::Tensor],
+    writes: &mut [crate::tensor::Tensor],
+    tasks: usize,
+) {
+    let mut ptrs: Vec<*mut u8> = reads.iter().map(|t| ptr_of(t)).collect();
+    ptrs.extend(writes.iter_mut().map(ptr_of_mut));
+    let ptrs = Ptrs(ptrs);
+    if tasks <= 1 || n < 2 {
+        // SAFETY: see the function docs (buffers checked, no aliasing).
+        unsafe { f.call(0, n, &ptrs.0) };
+        return;
+    }
+    let per = n.div_ceil(tasks).next_multiple_of(64);
+    use rayon::prelude::*;
+    (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
+        let p = &ptrs;
+        let (a, b) = (t * per, ((t + 1) * per).min(n));
+        // SAFETY: as above; tasks write disjoint ranges a..b.
+        unsafe { f.call(a, b, &p.0) };
+    });
+}

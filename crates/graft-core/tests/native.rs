@@ -1,0 +1,286 @@
+//! Native kernels: the kernel IR's printer and verifier, the C toolchain
+//! (cache, corrupted entries, missing compiler, unwritable cache) and
+//! end-to-end runs whose results must equal the interpreter's bit for bit.
+//!
+//! These tests need a C compiler (`cc`). Without one they fail, unless
+//! `GRAFT_SKIP_CC_TESTS=1` is set, in which case each says it skipped.
+
+use graft_core::kernel::native::{NativeError, Toolchain};
+use graft_core::kernel::{self, Access, Arg, CompileMode, Index, Inst, Kernel, Lit};
+use graft_core::ops::binary::{Binary, Compare};
+use graft_core::ops::unary::Unary;
+use graft_core::tensor::Storage;
+use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorType};
+
+fn skip() -> bool {
+    if std::env::var_os("GRAFT_SKIP_CC_TESTS").is_some_and(|v| v == "1") {
+        eprintln!("skipped: GRAFT_SKIP_CC_TESTS=1 (native-kernel test needs a C compiler)");
+        return true;
+    }
+    false
+}
+
+fn opts(compile: CompileMode) -> ExecOptions {
+    ExecOptions { compile, ..ExecOptions::default() }
+}
+
+fn bits(t: &Tensor) -> Vec<u64> {
+    match t.storage() {
+        Storage::F32(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect(),
+        Storage::F64(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect(),
+        Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
+        Storage::I64(v) => v.iter().map(|&x| x as u64).collect(),
+        Storage::Bool(v) => v.iter().map(|&x| x as u64).collect(),
+    }
+}
+
+fn data(ty: &TensorType, seed: u64) -> Tensor {
+    Tensor::from_fn(ty, |i| {
+        let mut z = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let r = ((z ^ (z >> 31)) >> 32) as u32;
+        match r % 41 {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => f64::NEG_INFINITY,
+            3 => 0.0,
+            4 => -0.0,
+            _ => (r % 20_000) as f64 / 2_500.0 - 4.0,
+        }
+    })
+}
+
+/// Runs `f` on the interpreter and natively (compiled before the first
+/// call) and checks every output bit for bit; returns the native executable.
+fn check_native(f: &Func, inputs: &[Tensor]) -> Executable {
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let want = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run(&refs).unwrap();
+    let exe = Executable::with_options(f.clone(), opts(CompileMode::Sync)).unwrap();
+    let (ready, total) = exe.native_status();
+    assert!(total > 0, "no fused group was handed to the compiler");
+    assert_eq!(ready, total, "some kernels did not compile (see the warning above)");
+    let got = exe.run(&refs).unwrap();
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.ty(), b.ty());
+        let (x, y) = (bits(a), bits(b));
+        if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+            panic!("output {k} differs at {i}: native {:?} vs interpreter {:?}", a.storage().get_f64(i), b.storage().get_f64(i));
+        }
+    }
+    exe
+}
+
+/// The ten-op chain of the benchmarks, plus a splat constant.
+fn chain(n: usize) -> Func {
+    let ty = TensorType::new(DType::F32, vec![n]);
+    let mut b = Builder::new("chain");
+    let x = b.param(ty.clone());
+    let y = b.param(ty);
+    let two = b.constant(Tensor::scalar(2.0f32)).unwrap();
+    let two = b.broadcast_in_dim(two, &[n], &[]).unwrap();
+    let mut v = b.mul(x, two).unwrap();
+    v = b.add(v, y).unwrap();
+    v = b.tanh(v).unwrap();
+    v = b.mul(v, x).unwrap();
+    v = b.sub(v, y).unwrap();
+    v = b.binary(Binary::Max, v, x).unwrap();
+    v = b.neg(v).unwrap();
+    v = b.unary(Unary::Abs, v).unwrap();
+    v = b.add(v, y).unwrap();
+    v = b.mul(v, v).unwrap();
+    b.finish(&[v]).unwrap()
+}
+
+#[test]
+fn chain_runs_natively_and_bitwise_equal() {
+    if skip() {
+        return;
+    }
+    for n in [1, 7, 16, 17, 1000, 100_003] {
+        let ty = TensorType::new(DType::F32, vec![n]);
+        check_native(&chain(n), &[data(&ty, 1), data(&ty, 2)]);
+    }
+}
+
+#[test]
+fn mixed_dtypes_compare_select_convert_natively() {
+    if skip() {
+        return;
+    }
+    let n = 1234;
+    let ty = TensorType::new(DType::F64, vec![n]);
+    let mut b = Builder::new("mixed");
+    let x = b.param(ty.clone());
+    let y = b.param(ty.clone());
+    let p = b.compare(Compare::Lt, x, y).unwrap();
+    let s = b.select(p, x, y).unwrap();
+    let e = b.exp(s).unwrap();
+    let f = b.convert(e, DType::F32).unwrap();
+    let i = b.convert(s, DType::I32).unwrap();
+    let j = b.binary(Binary::Add, i, i).unwrap();
+    let q = b.not(p).unwrap();
+    let func = b.finish(&[f, j, q, e]).unwrap();
+    check_native(&func, &[data(&ty, 3), data(&ty, 4)]);
+}
+
+#[test]
+fn async_compile_switches_to_native_without_changing_results() {
+    if skip() {
+        return;
+    }
+    let n = 4099;
+    let ty = TensorType::new(DType::F32, vec![n]);
+    let f = chain(n);
+    let inputs = [data(&ty, 5), data(&ty, 6)];
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let exe = Executable::with_options(f.clone(), opts(CompileMode::Async)).unwrap();
+    let first = exe.run(&refs).unwrap(); // interpreter or native, whichever is ready
+    assert!(exe.wait_native(std::time::Duration::from_secs(120)), "compile did not finish");
+    assert_eq!(exe.native_status().0, exe.native_status().1);
+    let later = exe.run(&refs).unwrap();
+    assert_eq!(bits(&first[0]), bits(&later[0]));
+}
+
+#[test]
+fn compile_off_hands_nothing_to_the_compiler() {
+    let f = chain(100);
+    let exe = Executable::with_options(f, opts(CompileMode::Off)).unwrap();
+    assert_eq!(exe.native_status(), (0, 0));
+}
+
+#[test]
+fn printer_shows_loads_ops_and_stores() {
+    let exe = Executable::with_options(chain(8), opts(CompileMode::Off)).unwrap();
+    let ks = kernel::kernels_of(&exe);
+    assert_eq!(ks.len(), 1);
+    let text = ks[0].to_string();
+    let want = "\
+kernel gk0(in a0: f32[8], in a1: f32[8], out a2: f32[8]) over i < 8 {
+  %0 = load a0[i]
+  %1 = load a1[i]
+  %2 = 2.0f32
+  %3 = mul %0, %2
+  %4 = add %3, %1
+  %5 = tanh %4
+  %6 = mul %5, %0
+  %7 = sub %6, %1
+  %8 = max %7, %0
+  %9 = neg %8
+  %10 = abs %9
+  %11 = add %10, %1
+  %12 = mul %11, %11
+  store a2[i] = %12
+}";
+    assert_eq!(text, want);
+}
+
+fn tiny(body: Vec<Inst>, args: Vec<Arg>) -> Kernel {
+    Kernel { name: "t".into(), args, extent: 4, body }
+}
+
+#[test]
+fn verifier_rejects_malformed_kernels() {
+    let rd = |d| Arg { dtype: d, len: 4, access: Access::Read };
+    let wr = |d| Arg { dtype: d, len: 4, access: Access::Write };
+    let load = Inst::Load { arg: 0, index: Index::Point };
+    let cases: Vec<(Kernel, &str)> = vec![
+        (tiny(vec![Inst::Unary(Unary::Exp, 3)], vec![]), "used before it is defined"),
+        (tiny(vec![load.clone()], vec![rd(DType::F32), wr(DType::F32)]), "never stored"),
+        (
+            tiny(vec![load.clone(), Inst::Store { arg: 1, value: 0 }], vec![rd(DType::F32), wr(DType::F64)]),
+            "store of f32",
+        ),
+        (
+            tiny(
+                vec![load.clone(), Inst::Lit(Lit { dtype: DType::F64, bits: 0 }), Inst::Binary(Binary::Add, 0, 1)],
+                vec![rd(DType::F32)],
+            ),
+            "differ in dtype",
+        ),
+        (tiny(vec![load.clone(), Inst::Unary(Unary::Exp, 0)], vec![rd(DType::I32)]), "exp does not accept i32"),
+        (
+            tiny(
+                vec![Inst::Load { arg: 0, index: Index::Strided { dims: vec![2, 2], strides: vec![3, 1], offset: 0 } }],
+                vec![rd(DType::F32)],
+            ),
+            "strided index reaches 0..=4",
+        ),
+        (tiny(vec![Inst::Store { arg: 0, value: 0 }], vec![wr(DType::F32)]), "used before"),
+    ];
+    for (k, want) in cases {
+        let e = kernel::verify(&k).expect_err(want).to_string();
+        assert!(e.contains(want), "{e:?} should contain {want:?}");
+    }
+}
+
+fn unit() -> (String, Vec<String>) {
+    let exe = Executable::with_options(chain(64), opts(CompileMode::Off)).unwrap();
+    let ks = kernel::kernels_of(&exe);
+    let src = kernel::render_c::render_unit(&ks, kernel::native::host_lanes());
+    (src, ks.iter().map(|k| k.name.clone()).collect())
+}
+
+#[test]
+fn missing_compiler_is_an_error_value() {
+    let (src, names) = unit();
+    let dir = tempfile::tempdir().unwrap();
+    let tc = Toolchain { cc: "/nonexistent/graft-test-cc".into(), cache: dir.path().to_path_buf() };
+    assert!(matches!(tc.compile(&src, &names), Err(NativeError::NoCompiler(_))));
+}
+
+#[test]
+fn compile_error_is_an_error_value() {
+    if skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tc = Toolchain { cc: "cc".into(), cache: dir.path().to_path_buf() };
+    let e = tc.compile("this is not C;", &["k".into()]).unwrap_err();
+    assert!(matches!(e, NativeError::Compile(_)), "{e}");
+    // A kernel name the library lacks is a load error, not a crash.
+    let (src, _) = unit();
+    let e = tc.compile(&src, &["no_such_kernel".into()]).unwrap_err();
+    assert!(matches!(e, NativeError::Load(_)), "{e}");
+}
+
+#[test]
+fn cache_is_reused_and_a_corrupted_entry_is_rebuilt() {
+    if skip() {
+        return;
+    }
+    let (src, names) = unit();
+    let a = tempfile::tempdir().unwrap();
+    Toolchain { cc: "cc".into(), cache: a.path().to_path_buf() }.compile(&src, &names).unwrap();
+    let kdir = a.path().join("kernels");
+    let mut libs: Vec<_> = std::fs::read_dir(&kdir).unwrap().map(|e| e.unwrap().path()).collect();
+    libs.sort();
+    assert_eq!(libs.len(), 2, "one library and its checksum: {libs:?}");
+    // Copy the entry to a second cache, corrupt the library there, and compile again.
+    let b = tempfile::tempdir().unwrap();
+    let bk = b.path().join("kernels");
+    std::fs::create_dir_all(&bk).unwrap();
+    for p in &libs {
+        std::fs::copy(p, bk.join(p.file_name().unwrap())).unwrap();
+    }
+    let so = bk.join(libs.iter().find(|p| p.extension().unwrap() == "so").unwrap().file_name().unwrap());
+    let good = std::fs::read(&so).unwrap();
+    std::fs::write(&so, b"garbage").unwrap();
+    Toolchain { cc: "cc".into(), cache: b.path().to_path_buf() }.compile(&src, &names).unwrap();
+    assert_eq!(std::fs::read(&so).unwrap().len(), good.len(), "the corrupted library was rebuilt");
+}
+
+#[test]
+fn unwritable_cache_falls_back_to_a_temp_directory() {
+    if skip() {
+        return;
+    }
+    let (src, names) = unit();
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the cache directory should be: nothing can be created under it.
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let tc = Toolchain { cc: "cc".into(), cache: blocker.join("cache") };
+    let fns = tc.compile(&src, &names).unwrap();
+    assert_eq!(fns.len(), names.len());
+}
