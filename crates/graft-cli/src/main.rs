@@ -3,7 +3,7 @@
 //! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=LITERAL]... [--out PATH.npz] [--seed N]`
 //! - `graft check FILE`
 //! - `graft ast FILE`
-//! - `graft ir FILE --entry NAME (--input ... | --shapes NAME=TYPE ...)`
+//! - `graft ir FILE --entry NAME (--input ... | --shapes NAME=TYPE ...) [--kernels]`
 //!
 //! Exit codes: 0 success, 1 program error (a diagnostic is printed to
 //! stderr), 2 usage error (from clap). Inputs are never cast: an input whose
@@ -58,6 +58,10 @@ enum Cmd {
         shapes: Vec<String>,
         #[arg(long)]
         seed: Option<i64>,
+        /// Also print the kernels the executor compiles for the graph (its
+        /// fused groups in the kernel IR), after the graph.
+        #[arg(long)]
+        kernels: bool,
     },
     /// Serve the GradBench protocol on stdin/stdout (the `graft` tool), with
     /// the evals written in graft (`gradbench/*.graft`, built in).
@@ -142,13 +146,34 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Err(e) => Err(Fail(format!("error: graft gradbench: {e}"))),
         },
-        Cmd::Ir { file, entry, inputs, shapes, seed } => {
+        Cmd::Ir { file, entry, inputs, shapes, seed, kernels } => {
             let m = load(&file)?;
             let types = inputs::gather_types(&m, &entry, &inputs, &shapes, seed)?;
             let c = m.instantiate(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
-            Ok(graft_core::ir::print_func(&c.func))
+            let mut out = graft_core::ir::print_func(&c.func);
+            if kernels {
+                out.push_str(&kernel_listing(&c.func)?);
+            }
+            Ok(out)
         }
     }
+}
+
+/// The kernels of a function's plan (planned as `run` plans it, without
+/// compiling anything), each after a blank line.
+fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
+    let opts = graft_core::ExecOptions {
+        compile: graft_core::kernel::CompileMode::Off,
+        ..graft_core::ExecOptions::from_env()
+    };
+    let exe = graft_core::Executable::with_options(func.clone(), opts)
+        .map_err(|e| Fail(format!("error: cannot plan the function: {e}")))?;
+    let ks = graft_core::kernel::kernels_of(&exe);
+    let mut s = format!("\n# {} kernel{}\n", ks.len(), if ks.len() == 1 { "" } else { "s" });
+    for k in ks {
+        s.push_str(&format!("\n{k}\n"));
+    }
+    Ok(s)
 }
 
 /// A single tensor prints as NumPy prints it; a tuple prints one leaf per

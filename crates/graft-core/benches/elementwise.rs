@@ -1,7 +1,8 @@
 //! Elementwise chains, fused vs unfused: a 1M-element f32 chain of 10 ops
 //! (mul, add, tanh, mul, sub, max, neg, abs, add, mul), the same chain with
 //! `tanh` replaced by `min` (no transcendental), and a lone `tanh` (the
-//! per-element cost of the scalar libm call).
+//! per-element cost of the scalar libm call); each unfused, fused on the
+//! interpreter, and fused as a compiled native kernel.
 //!
 //! Throughput is reported over the chain's essential traffic: its distinct
 //! inputs read once and its output written once (what a perfectly fused
@@ -12,6 +13,7 @@
 //! `cargo bench -p graft-core --bench elementwise`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use graft_core::kernel::CompileMode;
 use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorType};
 use std::hint::black_box;
 
@@ -60,10 +62,23 @@ fn bench(c: &mut Criterion) {
         let ins = inputs(k);
         let refs: Vec<&Tensor> = ins.iter().collect();
         g.throughput(Throughput::Bytes(((k + 1) * N * 4) as u64));
-        for fuse in [false, true] {
-            let exe = Executable::with_options(func.clone(), ExecOptions { fuse, ..ExecOptions::default() }).unwrap();
-            let id = BenchmarkId::new(name, if fuse { "fused" } else { "unfused" });
-            g.bench_function(id, |bch| bch.iter(|| black_box(exe.run(&refs).unwrap())));
+        let modes = [
+            ("unfused", false, CompileMode::Off),
+            ("fused", true, CompileMode::Off),
+            ("native", true, CompileMode::Sync),
+        ];
+        for (label, fuse, compile) in modes {
+            let opts = ExecOptions { fuse, compile, ..ExecOptions::default() };
+            let exe = Executable::with_options(func.clone(), opts).unwrap();
+            let id = BenchmarkId::new(name, label);
+            g.bench_function(id, |bch| {
+                bch.iter(|| {
+                    let out = exe.run(&refs).unwrap();
+                    black_box(&out);
+                    // Hand the output back, as a training loop's next step would.
+                    exe.recycle(out);
+                })
+            });
         }
     }
     g.finish();

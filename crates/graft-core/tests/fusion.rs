@@ -4,6 +4,7 @@
 //! the parallel path, any thread count), values private to a group get no
 //! buffer (peak bytes drop), and the options/environment switch works.
 
+use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::{Binary, Compare};
 use graft_core::ops::unary::Unary;
 use graft_core::tensor::Storage;
@@ -11,7 +12,7 @@ use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorTy
 use proptest::prelude::*;
 
 fn fused(block: Option<usize>) -> ExecOptions {
-    ExecOptions { fuse: true, block_elems: block }
+    ExecOptions { fuse: true, block_elems: block, compile: CompileMode::Off }
 }
 
 fn unfused() -> ExecOptions {
@@ -244,6 +245,30 @@ proptest! {
         let (groups, members) = exe.fusion_summary();
         prop_assert_eq!(stats.kernels, built.func.eqns.len() - members + groups);
         // A second run on the warm pool gives the same bits.
+        assert_bitwise_eq(&exe.run(&refs).unwrap(), &plain);
+    }
+}
+
+proptest! {
+    // Each case compiles a C translation unit: fewer cases than above.
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The same random programs as compiled native kernels: bitwise the
+    /// unfused interpreter's results (every op of every dtype the
+    /// generator emits). Needs a C compiler; `GRAFT_SKIP_CC_TESTS=1` skips.
+    #[test]
+    fn native_equals_unfused_bitwise_on_random_dags(s in spec()) {
+        if std::env::var_os("GRAFT_SKIP_CC_TESTS").is_some_and(|v| v == "1") {
+            eprintln!("skipped: GRAFT_SKIP_CC_TESTS=1 (needs a C compiler)");
+            return Ok(());
+        }
+        let built = build(&s);
+        let plain = run(&built.func, unfused(), &built.inputs);
+        let opts = ExecOptions { fuse: true, block_elems: s.block, compile: CompileMode::Sync };
+        let exe = Executable::with_options(built.func.clone(), opts).unwrap();
+        let (ready, total) = exe.native_status();
+        prop_assert_eq!(ready, total, "a kernel did not compile (see the warning)");
+        let refs: Vec<&Tensor> = built.inputs.iter().collect();
         assert_bitwise_eq(&exe.run(&refs).unwrap(), &plain);
     }
 }

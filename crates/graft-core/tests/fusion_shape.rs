@@ -4,6 +4,7 @@
 //! close the group they read, and results stay bitwise identical to
 //! unfused execution on random programs mixing all of these.
 
+use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::Binary;
 use graft_core::ops::unary::Unary;
 use graft_core::tensor::Storage;
@@ -12,7 +13,7 @@ use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorTy
 use proptest::prelude::*;
 
 fn opts(fuse: bool, block: Option<usize>) -> ExecOptions {
-    ExecOptions { fuse, block_elems: block }
+    ExecOptions { fuse, block_elems: block, compile: CompileMode::Off }
 }
 
 fn bits(t: &Tensor) -> (Vec<usize>, DType, Vec<u64>) {

@@ -65,7 +65,11 @@ fn check_native(f: &Func, inputs: &[Tensor]) -> Executable {
         assert_eq!(a.ty(), b.ty());
         let (x, y) = (bits(a), bits(b));
         if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
-            panic!("output {k} differs at {i}: native {:?} vs interpreter {:?}", a.storage().get_f64(i), b.storage().get_f64(i));
+            panic!(
+                "output {k} differs at {i}: native {:?} vs interpreter {:?}",
+                a.storage().get_f64(i),
+                b.storage().get_f64(i)
+            );
         }
     }
     exe
@@ -157,18 +161,18 @@ fn printer_shows_loads_ops_and_stores() {
     let text = ks[0].to_string();
     let want = "\
 kernel gk0(in a0: f32[8], in a1: f32[8], out a2: f32[8]) over i < 8 {
-  %0 = load a0[i]
-  %1 = load a1[i]
-  %2 = 2.0f32
-  %3 = mul %0, %2
-  %4 = add %3, %1
+  %0 = 2.0f32
+  %1 = load a0[i]
+  %2 = mul %1, %0
+  %3 = load a1[i]
+  %4 = add %2, %3
   %5 = tanh %4
-  %6 = mul %5, %0
-  %7 = sub %6, %1
-  %8 = max %7, %0
+  %6 = mul %5, %1
+  %7 = sub %6, %3
+  %8 = max %7, %1
   %9 = neg %8
   %10 = abs %9
-  %11 = add %10, %1
+  %11 = add %10, %3
   %12 = mul %11, %11
   store a2[i] = %12
 }";
@@ -283,4 +287,64 @@ fn unwritable_cache_falls_back_to_a_temp_directory() {
     let tc = Toolchain { cc: "cc".into(), cache: blocker.join("cache") };
     let fns = tc.compile(&src, &names).unwrap();
     assert_eq!(fns.len(), names.len());
+}
+
+/// Softmax over rows, plus transposed, sliced, reversed and reshaped
+/// operands: the layout operations fuse as strided loads (no copies), and
+/// native, fused-interpreted and unfused runs agree bit for bit.
+fn layout_program(r: usize, c: usize) -> Func {
+    use graft_core::ops::reduce::ReduceKind;
+    let mut b = Builder::new("layout");
+    let x = b.param(TensorType::new(DType::F32, vec![r, c]));
+    let y = b.param(TensorType::new(DType::F32, vec![c, r]));
+    let m = b.reduce(ReduceKind::Max, x, &[1]).unwrap();
+    let mb = b.broadcast_in_dim(m, &[r, c], &[0]).unwrap();
+    let d = b.sub(x, mb).unwrap();
+    let e = b.exp(d).unwrap();
+    let s = b.reduce(ReduceKind::Sum, e, &[1]).unwrap();
+    let sb = b.broadcast_in_dim(s, &[r, c], &[0]).unwrap();
+    let p = b.div(e, sb).unwrap();
+    let yt = b.transpose(y, &[1, 0]).unwrap();
+    let q = b.mul(p, yt).unwrap();
+    let xr = b.reverse(x, &[0, 1]).unwrap();
+    let q = b.add(q, xr).unwrap();
+    let xs = b.slice(x, &[0, 0], &[r, c], &[1, 1]).unwrap();
+    let q = b.sub(q, xs).unwrap();
+    let row = b.slice(x, &[0, 0], &[1, c], &[1, 1]).unwrap();
+    let row = b.reshape(row, &[c]).unwrap();
+    let rowb = b.broadcast_in_dim(row, &[r, c], &[1]).unwrap();
+    let q = b.add(q, rowb).unwrap();
+    b.finish(&[p, q]).unwrap()
+}
+
+#[test]
+fn layout_operations_fuse_as_strided_loads_bitwise_equal() {
+    if skip() {
+        return;
+    }
+    for (r, c) in [(3, 5), (7, 16), (33, 100), (64, 1024)] {
+        let f = layout_program(r, c);
+        let inputs =
+            [data(&TensorType::new(DType::F32, vec![r, c]), 7), data(&TensorType::new(DType::F32, vec![c, r]), 8)];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let unfused = ExecOptions { fuse: false, compile: CompileMode::Off, ..ExecOptions::default() };
+        let plain = Executable::with_options(f.clone(), unfused).unwrap().run(&refs).unwrap();
+        let exe = check_native(&f, &inputs);
+        let got = exe.run(&refs).unwrap();
+        for (a, b) in got.iter().zip(&plain) {
+            assert_eq!(bits(a), bits(b), "native vs unfused at {r}x{c}");
+        }
+        // Two reductions split the program into groups; every broadcast,
+        // transpose, slice and reverse is a strided load inside one of them
+        // (the first-row slice and its reshape form a group of their own,
+        // because its result has another element count).
+        let ks = kernel::kernels_of(&exe);
+        assert_eq!(ks.len(), 3);
+        let strided = ks
+            .iter()
+            .flat_map(|k| &k.body)
+            .filter(|i| matches!(i, Inst::Load { index: Index::Strided { .. }, .. }))
+            .count();
+        assert_eq!(strided, 7, "{}", ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("\n"));
+    }
 }

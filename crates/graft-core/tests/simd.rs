@@ -7,6 +7,7 @@
 mod common;
 
 use common::Rng;
+use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::Binary;
 use graft_core::ops::kernel::baseline_simd;
 use graft_core::ops::unary::Unary;
@@ -36,7 +37,8 @@ fn bits(t: &Tensor) -> Vec<u64> {
 /// Runs unfused on the calling thread (below the parallel threshold), both
 /// at the detected level and at the baseline level, and compares.
 fn same_at_both_levels(name: &str, f: graft_core::Func, ins: &[Tensor]) {
-    let exe = Executable::with_options(f, ExecOptions { fuse: false, block_elems: None }).unwrap();
+    let exe =
+        Executable::with_options(f, ExecOptions { fuse: false, block_elems: None, compile: CompileMode::Off }).unwrap();
     let refs: Vec<&Tensor> = ins.iter().collect();
     let fast = exe.run(&refs).unwrap();
     let base = baseline_simd(|| exe.run(&refs).unwrap());

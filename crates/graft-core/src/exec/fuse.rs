@@ -140,6 +140,8 @@ enum Work {
     Op { prim: Prim, ins: Vec<Loc>, out: Loc },
     /// Write a materialised splat's block.
     Fill { scalar: usize, out: usize },
+    /// Gather a layout member's block from a whole input buffer.
+    Gather { input: usize, map: StridedMap, out: Loc },
 }
 
 /// A fused group of elementwise equations over `n` elements.
@@ -150,8 +152,11 @@ pub(crate) struct Group {
     /// Member equations, in schedule order (for diagnostics).
     eqns: Vec<usize>,
     work: Vec<Work>,
-    /// Full-size operands defined outside the group.
+    /// Operands defined outside the group: full-size ones read in step,
+    /// and the whole operands of layout members (any size).
     pub(crate) inputs: Vec<Value>,
+    /// Element count of each input.
+    pub(crate) input_len: Vec<usize>,
     /// One-element operands of the group's splats.
     pub(crate) scalars: Vec<Scalar>,
     /// Member values that get full-size buffers (read after the group or returned).
@@ -182,6 +187,10 @@ enum Kind {
     Elementwise(usize),
     /// A one-element operand broadcast to `n` elements.
     Splat(usize),
+    /// A layout operation over `n` result elements whose every element is
+    /// one element of the operand at an affine address ([`strided_map`]):
+    /// broadcast, transpose, slice, reverse. Runs as a gather, no copy.
+    Layout(usize),
     /// Anything else.
     Other,
 }
@@ -202,6 +211,8 @@ fn classify(func: &Func, eqn: &Eqn) -> Kind {
         {
             Kind::Elementwise(n)
         }
+        // A reshape keeps the row-major element order: the identity on flat data.
+        Prim::Reshape(_) if n > 0 => Kind::Elementwise(n),
         // Reachable once the shape family registers `broadcast_in_dim`.
         #[allow(unreachable_patterns)]
         // A splat to one element is a copy, and its operand could be a member
@@ -213,9 +224,60 @@ fn classify(func: &Func, eqn: &Eqn) -> Kind {
         {
             Kind::Splat(n)
         }
+        _ if n > 1 && eqn.inputs.len() == 1 && strided_map(func, eqn).is_some() => Kind::Layout(n),
         #[allow(unreachable_patterns)]
         _ => Kind::Other,
     }
+}
+
+/// Where a layout operation reads: result element `i` (row-major over
+/// `dims`, the result shape) is operand element
+/// `offset + sum_k coord_k(i) * strides[k]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StridedMap {
+    pub(crate) dims: Vec<usize>,
+    pub(crate) strides: Vec<isize>,
+    pub(crate) offset: isize,
+}
+
+/// The [`StridedMap`] of a `broadcast_in_dim`, `transpose`, `slice` or
+/// `reverse` equation (`None` for anything else).
+pub(crate) fn strided_map(func: &Func, eqn: &Eqn) -> Option<StridedMap> {
+    let src = func.ty(*eqn.inputs.first()?);
+    let out = func.ty(*eqn.outputs.first()?);
+    let rank = src.shape.len();
+    let mut row = vec![1isize; rank];
+    for k in (0..rank.saturating_sub(1)).rev() {
+        row[k] = row[k + 1] * src.shape[k + 1] as isize;
+    }
+    let dims = out.shape.clone();
+    let (strides, offset) = match &eqn.prim {
+        Prim::BroadcastInDim(p) => {
+            let mut st = vec![0isize; dims.len()];
+            for (k, &d) in p.dims.iter().enumerate() {
+                if src.shape[k] != 1 {
+                    st[d] = row[k];
+                }
+            }
+            (st, 0)
+        }
+        Prim::Transpose(p) => (p.perm.iter().map(|&k| row[k]).collect(), 0),
+        Prim::Slice(p) => {
+            let st = (0..rank).map(|k| row[k] * p.stride[k] as isize).collect();
+            (st, (0..rank).map(|k| row[k] * p.start[k] as isize).sum())
+        }
+        Prim::Reverse(p) => {
+            let mut st = row.clone();
+            let mut off = 0isize;
+            for &k in &p.axes {
+                st[k] = -row[k];
+                off += row[k] * (src.shape[k] as isize - 1);
+            }
+            (st, off)
+        }
+        _ => return None,
+    };
+    (strides.len() == dims.len()).then_some(StridedMap { dims, strides, offset })
 }
 
 /// True for a rank-0 (or one-element) `constant`: cheap to evaluate at plan time.
@@ -253,9 +315,12 @@ pub(crate) fn plan(func: &Func, opts: &ExecOptions) -> Plan {
         reads.sort_unstable();
         reads.dedup();
         match kinds[i] {
-            Kind::Elementwise(n) | Kind::Splat(n) => {
+            Kind::Elementwise(n) | Kind::Splat(n) | Kind::Layout(n) => {
+                // A layout member reads its operand at arbitrary addresses,
+                // so the operand must be complete: close its group, whatever its count.
+                let layout = matches!(kinds[i], Kind::Layout(_));
                 for &g in &reads {
-                    if open.iter().any(|&(m, id)| id == g && m != n) {
+                    if open.iter().any(|&(m, id)| id == g && (m != n || layout)) {
                         close(g, &mut open, &mut steps);
                     }
                 }
@@ -368,7 +433,7 @@ fn layout(
     folded: &HashMap<Value, Tensor>,
 ) -> Group {
     let n = match kinds[eqns[0]] {
-        Kind::Elementwise(n) | Kind::Splat(n) => n,
+        Kind::Elementwise(n) | Kind::Splat(n) | Kind::Layout(n) => n,
         Kind::Other => unreachable!("internal error: groups hold only fusable equations"),
     };
     let mut inputs: Vec<Value> = Vec::new();
@@ -403,6 +468,24 @@ fn layout(
                 splats.push((s, func.ty(v).dtype));
                 loc.insert(v, Loc::Splat(splats.len() - 1));
             }
+            continue;
+        }
+        if let Kind::Layout(_) = kinds[i] {
+            let src = eqn.inputs[0];
+            let k = inputs.iter().position(|w| *w == src).unwrap_or_else(|| {
+                inputs.push(src);
+                inputs.len() - 1
+            });
+            let out = if escapes {
+                outputs.push(v);
+                Loc::Output(outputs.len() - 1)
+            } else {
+                virt_dtype.push(func.ty(v).dtype);
+                Loc::Scratch(virt_dtype.len() - 1)
+            };
+            loc.insert(v, out);
+            let map = strided_map(func, eqn).expect("internal error: layout members have a strided map");
+            work.push(Work::Gather { input: k, map, out });
             continue;
         }
         let ins = eqn
@@ -445,7 +528,21 @@ fn layout(
             (b.clamp(MIN_BLOCK, MAX_BLOCK) / 256) * 256
         }
     };
-    Group { n, block, eqns, work, inputs, scalars, outputs, slots, splats, native: None, spare: Default::default() }
+    let input_len = inputs.iter().map(|v| func.ty(*v).numel()).collect();
+    Group {
+        n,
+        block,
+        eqns,
+        work,
+        inputs,
+        input_len,
+        scalars,
+        outputs,
+        slots,
+        splats,
+        native: None,
+        spare: Default::default(),
+    }
 }
 
 /// Linear-scan slot allocation: virtual scratch value `k` gets a slot of its
@@ -468,7 +565,12 @@ fn allocate_slots(work: &mut [Work], virt_dtype: &[DType]) -> Vec<DType> {
     let mut free: Vec<usize> = Vec::new();
     let mut phys: Vec<usize> = vec![usize::MAX; virt_dtype.len()];
     for (w, item) in work.iter_mut().enumerate() {
-        let Work::Op { ins, out, .. } = item else { continue };
+        let mut no_ins: [Loc; 0] = [];
+        let (ins, out) = match item {
+            Work::Op { ins, out, .. } => (&mut ins[..], out),
+            Work::Gather { out, .. } => (&mut no_ins[..], out),
+            Work::Fill { .. } => continue,
+        };
         let mut dying: Vec<usize> = Vec::new();
         for l in ins.iter_mut() {
             if let Loc::Scratch(k) = *l {
@@ -535,7 +637,7 @@ impl Group {
         if inputs.len() != self.inputs.len()
             || scalars.len() != self.scalars.len()
             || outs.len() != self.outputs.len()
-            || inputs.iter().any(|t| t.numel() != n)
+            || inputs.iter().zip(&self.input_len).any(|(t, &len)| t.numel() != len)
             || scalars.iter().any(|t| t.numel() != 1)
             || outs.iter().any(|t| t.numel() != n)
         {
@@ -605,6 +707,16 @@ impl Group {
                     Work::Fill { scalar, out } => {
                         ob[*out].reborrow().splat("broadcast_in_dim", sc[*scalar])?;
                     }
+                    Work::Gather { input, map, out } => {
+                        let target = match *out {
+                            Loc::Output(j) => ob[j].reborrow(),
+                            Loc::Scratch(s) => BlockMut::of_storage(&mut scratch[s]).slice(0..bl),
+                            Loc::Input(_) | Loc::Splat(_) => {
+                                return Err(ExecError::kernel("gather", "internal error: result placed in an operand"))
+                            }
+                        };
+                        gather_block(ins[*input], map, a, target)?;
+                    }
                     Work::Op { prim, ins: locs, out } => {
                         // Move the result's block out of its list so the operands
                         // can borrow the rest (SSA: an op never reads its result).
@@ -669,6 +781,7 @@ fn eval_block(prim: &Prim, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<()
         Prim::Select(p) => p.eval_block(ins, out),
         Prim::Convert(p) => p.eval_block(ins, out),
         Prim::StopGradient(p) => p.eval_block(ins, out),
+        Prim::Reshape(_) => crate::ops::cast::StopGradient.eval_block(ins, out),
         #[allow(unreachable_patterns)]
         p => Err(ExecError::kernel(p.name(), "internal error: not an elementwise primitive")),
     }
@@ -692,5 +805,49 @@ impl Group {
         let tasks = if worth_parallel(self.n.saturating_mul(ops)) { rayon::current_num_threads() * 4 } else { 1 };
         crate::kernel::native::run_group(f, self.n, &reads, outs, tasks);
         Ok(())
+    }
+}
+
+/// `out[j] = src[map(a + j)]` for the block starting at point `a`: walks
+/// the result coordinates like an odometer, so each element costs an add.
+fn gather_block(src: BlockRef<'_>, map: &StridedMap, a: usize, out: BlockMut<'_>) -> Result<(), ExecError> {
+    fn go<T: Copy>(src: &[T], map: &StridedMap, a: usize, out: &mut [T]) -> Result<(), ExecError> {
+        let rank = map.dims.len();
+        let mut coord = vec![0usize; rank];
+        let mut rest = a;
+        let mut e = map.offset;
+        for k in (0..rank).rev() {
+            let d = map.dims[k].max(1);
+            coord[k] = rest % d;
+            rest /= d;
+            e += coord[k] as isize * map.strides[k];
+        }
+        for o in out.iter_mut() {
+            *o = *usize::try_from(e)
+                .ok()
+                .and_then(|e| src.get(e))
+                .ok_or_else(|| ExecError::kernel("gather", "internal error: layout address out of range"))?;
+            // Advance the odometer.
+            let mut k = rank;
+            while k > 0 {
+                k -= 1;
+                coord[k] += 1;
+                e += map.strides[k];
+                if coord[k] < map.dims[k] {
+                    break;
+                }
+                e -= map.strides[k] * map.dims[k] as isize;
+                coord[k] = 0;
+            }
+        }
+        Ok(())
+    }
+    match (src, out) {
+        (BlockRef::F32(s), BlockMut::F32(o)) => go(s, map, a, o),
+        (BlockRef::F64(s), BlockMut::F64(o)) => go(s, map, a, o),
+        (BlockRef::I32(s), BlockMut::I32(o)) => go(s, map, a, o),
+        (BlockRef::I64(s), BlockMut::I64(o)) => go(s, map, a, o),
+        (BlockRef::Bool(s), BlockMut::Bool(o)) => go(s, map, a, o),
+        _ => Err(ExecError::kernel("gather", "internal error: operand and result dtypes differ")),
     }
 }

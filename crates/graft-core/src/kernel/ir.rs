@@ -242,7 +242,10 @@ pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
                 let d = ty(*value)?;
                 let a = k.args.get(*arg as usize).ok_or_else(|| err(at, format!("no argument {arg}")))?;
                 if a.access != Access::Write || a.dtype != d || a.len != k.extent {
-                    return Err(err(at, format!("store of {d} into argument {arg} ({:?} {} x {})", a.access, a.dtype, a.len)));
+                    return Err(err(
+                        at,
+                        format!("store of {d} into argument {arg} ({:?} {} x {})", a.access, a.dtype, a.len),
+                    ));
                 }
                 if std::mem::replace(&mut stored[*arg as usize], true) {
                     return Err(err(at, format!("argument {arg} is stored twice")));

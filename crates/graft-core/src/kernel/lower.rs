@@ -8,7 +8,7 @@
 //! `stop_gradient` is the identity and emits nothing.
 
 use super::ir::{Access, Arg, Index, Inst, Kernel, Lit, Reg};
-use crate::exec::fuse::{Group, Scalar};
+use crate::exec::fuse::{strided_map, Group, Scalar};
 use crate::ir::{Func, Value};
 use crate::ops::{Op, Prim};
 use std::collections::HashMap;
@@ -22,12 +22,8 @@ pub(crate) fn group_kernel(func: &Func, group: &Group, name: String) -> Option<K
     let mut args: Vec<Arg> = Vec::new();
     let mut body: Vec<Inst> = Vec::new();
     let mut reg: HashMap<Value, Reg> = HashMap::new();
-    let push = |body: &mut Vec<Inst>, i: Inst| -> Reg {
-        body.push(i);
-        (body.len() - 1) as Reg
-    };
-    for &v in &group.inputs {
-        args.push(Arg { dtype: func.ty(v).dtype, len: n, access: Access::Read });
+    for (&v, &len) in group.inputs.iter().zip(&group.input_len) {
+        args.push(Arg { dtype: func.ty(v).dtype, len, access: Access::Read });
     }
     // Scalars in the group's order; a run-time scalar is an argument.
     let mut scalar_src: Vec<Inst> = Vec::new();
@@ -44,51 +40,51 @@ pub(crate) fn group_kernel(func: &Func, group: &Group, name: String) -> Option<K
     for &v in &group.outputs {
         args.push(Arg { dtype: func.ty(v).dtype, len: n, access: Access::Write });
     }
-    for (k, &v) in group.inputs.iter().enumerate() {
-        let r = push(&mut body, Inst::Load { arg: k as u32, index: Index::Point });
-        reg.insert(v, r);
-    }
+    let mut lw = Lowering { func, group, body: &mut body, reg: &mut reg };
     // The splat sources, in the order the group numbered them.
     let mut scalar_of: HashMap<Value, usize> = HashMap::new();
     let mut scalar_reg: Vec<Option<Reg>> = vec![None; scalar_src.len()];
     for &e in group.eqns() {
         let eqn = &func.eqns[e];
         let out = *eqn.outputs.first()?;
-        let operand = |u: &Value| reg.get(u).copied();
+        let splat = eqn.prim.name() == "broadcast_in_dim" && func.ty(eqn.inputs[0]).numel() == 1;
         let inst = match &eqn.prim {
-            Prim::Unary(op) => Inst::Unary(*op, operand(&eqn.inputs[0])?),
-            Prim::Binary(op) => Inst::Binary(*op, operand(&eqn.inputs[0])?, operand(&eqn.inputs[1])?),
-            Prim::Compare(op) => Inst::Compare(*op, operand(&eqn.inputs[0])?, operand(&eqn.inputs[1])?),
-            Prim::Select(_) => Inst::Select(
-                operand(&eqn.inputs[0])?,
-                operand(&eqn.inputs[1])?,
-                operand(&eqn.inputs[2])?,
-            ),
-            Prim::Convert(c) => Inst::Convert(c.dtype, operand(&eqn.inputs[0])?),
-            Prim::StopGradient(_) => {
-                let r = operand(&eqn.inputs[0])?;
-                reg.insert(out, r);
+            Prim::Unary(op) => Inst::Unary(*op, lw.operand(eqn.inputs[0])?),
+            Prim::Binary(op) => Inst::Binary(*op, lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?),
+            Prim::Compare(op) => Inst::Compare(*op, lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?),
+            Prim::Select(_) => {
+                Inst::Select(lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?, lw.operand(eqn.inputs[2])?)
+            }
+            Prim::Convert(c) => Inst::Convert(c.dtype, lw.operand(eqn.inputs[0])?),
+            Prim::StopGradient(_) | Prim::Reshape(_) => {
+                let r = lw.operand(eqn.inputs[0])?;
+                lw.reg.insert(out, r);
                 continue;
             }
-            p if p.name() == "broadcast_in_dim" => {
+            _ if splat => {
                 let src = eqn.inputs[0];
                 let next = scalar_of.len();
                 let s = *scalar_of.entry(src).or_insert(next);
                 let r = match scalar_reg.get(s)? {
                     Some(r) => *r,
                     None => {
-                        let r = push(&mut body, scalar_src.get(s)?.clone());
+                        let r = lw.push(scalar_src.get(s)?.clone());
                         scalar_reg[s] = Some(r);
                         r
                     }
                 };
-                reg.insert(out, r);
+                lw.reg.insert(out, r);
                 continue;
             }
-            _ => return None,
+            _ => {
+                // A layout member: a load through its strided map.
+                let map = strided_map(func, eqn)?;
+                let arg = group.inputs.iter().position(|w| *w == eqn.inputs[0])? as u32;
+                Inst::Load { arg, index: Index::Strided { dims: map.dims, strides: map.strides, offset: map.offset } }
+            }
         };
-        let r = push(&mut body, inst);
-        reg.insert(out, r);
+        let r = lw.push(inst);
+        lw.reg.insert(out, r);
     }
     for (j, &v) in group.outputs.iter().enumerate() {
         let value = *reg.get(&v)?;
@@ -98,4 +94,33 @@ pub(crate) fn group_kernel(func: &Func, group: &Group, name: String) -> Option<K
     // A group the verifier rejects is a planner bug; run it interpreted.
     super::ir::verify(&k).ok()?;
     Some(k)
+}
+
+struct Lowering<'a> {
+    func: &'a Func,
+    group: &'a Group,
+    body: &'a mut Vec<Inst>,
+    reg: &'a mut HashMap<Value, Reg>,
+}
+
+impl Lowering<'_> {
+    fn push(&mut self, i: Inst) -> Reg {
+        self.body.push(i);
+        (self.body.len() - 1) as Reg
+    }
+
+    /// The register of an operand: a member's result, or a point load of a
+    /// full-size input (emitted at its first use).
+    fn operand(&mut self, v: Value) -> Option<Reg> {
+        if let Some(&r) = self.reg.get(&v) {
+            return Some(r);
+        }
+        let k = self.group.inputs.iter().position(|w| *w == v)?;
+        if self.func.ty(v).numel() != self.group.n() {
+            return None;
+        }
+        let r = self.push(Inst::Load { arg: k as u32, index: Index::Point });
+        self.reg.insert(v, r);
+        Some(r)
+    }
 }

@@ -263,7 +263,10 @@ fn build_or_load(cc: &str, cache: &Path, key: &str, source: &str) -> Result<libl
     match build_in(cc, &primary, key, source) {
         Ok(lib) => Ok(lib),
         Err(NativeError::Cache(why)) => {
-            warn_once("cache-dir", &format!("kernel cache {} is not writable ({why}); using a temp directory", primary.display()));
+            warn_once(
+                "cache-dir",
+                &format!("kernel cache {} is not writable ({why}); using a temp directory", primary.display()),
+            );
             let tmp = std::env::temp_dir().join(format!("graft-kernels-{}", std::process::id()));
             build_in(cc, &tmp, key, source)
         }

@@ -156,17 +156,37 @@ fn expr(k: &Kernel, inst: &Inst, types: &[Option<DType>]) -> String {
     }
 }
 
-/// A per-lane gather through a strided index (GCC statement expression).
+/// A load through a strided index (a GCC statement expression). The
+/// address of the step's first point is computed once; when all `GL` points
+/// lie in one run of the last dimension, a last stride of 0 is a splat and
+/// of 1 a contiguous vector load; otherwise each lane computes its own
+/// address. All sizes are constants, so the compiler drops unused paths
+/// and turns divisions into multiplications.
 fn strided_load(arg: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
     let (vt, _) = ctype(d);
-    let mut s = format!("({{ {vt} v = {{0}}; for (int64_t l = 0; l < m; l++) {{ int64_t q = i + l, e = {offset};");
+    let dn = d.name();
+    let lane = |e: &str| {
+        if d == DType::Bool {
+            format!("v[l] = a{arg}[{e}] ? -1 : 0;")
+        } else {
+            format!("v[l] = a{arg}[{e}];")
+        }
+    };
+    let mut s = format!("({{ {vt} v = {{0}}; int64_t q = i, e0 = {offset};");
     for (&dim, &st) in dims.iter().zip(strides).rev() {
-        let _ = write!(s, " e += (q % {dim}) * {st}; q /= {dim};");
+        let _ = write!(s, " e0 += (q % {dim}) * {st}; q /= {dim};");
     }
-    if d == DType::Bool {
-        let _ = write!(s, " v[l] = a{arg}[e] ? -1 : 0; }} v; }})");
-    } else {
-        let _ = write!(s, " v[l] = a{arg}[e]; }} v; }})");
+    let (last, ls) = (dims.last().copied().unwrap_or(1), strides.last().copied().unwrap_or(0));
+    let fast = match ls {
+        0 => format!("v = gk_splat_{dn}(a{arg}[e0]);"),
+        1 => format!("v = gk_ld_{dn}(a{arg} + e0, GL);"),
+        _ => format!("for (int64_t l = 0; l < GL; l++) {{ {} }}", lane(&format!("e0 + l * {ls}"))),
+    };
+    let _ = write!(s, " if (m == GL && (i % {last}) + GL <= {last}) {{ {fast} }} else {{");
+    let _ = write!(s, " for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {offset};");
+    for (&dim, &st) in dims.iter().zip(strides).rev() {
+        let _ = write!(s, " e += (r % {dim}) * {st}; r /= {dim};");
     }
+    let _ = write!(s, " {} }} }} v; }})", lane("e"));
     s
 }

@@ -1,0 +1,33 @@
+//! `graft ir --kernels`: the kernels of a function's fused groups are
+//! printed after its primitive graph, in the kernel IR's text form.
+
+use assert_cmd::Command;
+
+#[test]
+fn ir_kernels_lists_the_fused_kernel_after_the_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("k.graft");
+    std::fs::write(&prog, "def f(x: tensor[n, f32]) -> tensor[n, f32] = tanh(x * 2.0 + 1.0) * x\n").unwrap();
+    let out = Command::cargo_bin("graft")
+        .unwrap()
+        .arg("ir")
+        .arg(&prog)
+        .args(["--entry", "f", "--shapes", "x=f32[100]", "--kernels"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let graph_end = s.find("\n# 1 kernel\n").unwrap_or_else(|| panic!("no kernel header in {s}"));
+    assert!(s[..graph_end].starts_with("func @f("), "{s}");
+    let k = &s[graph_end..];
+    for want in [
+        "kernel gk0(in a0: f32[100], out a1: f32[100]) over i < 100 {",
+        "= load a0[i]",
+        "= 2.0f32",
+        "= 1.0f32",
+        "= tanh %",
+        "store a1[i] = %",
+    ] {
+        assert!(k.contains(want), "missing {want:?} in {k}");
+    }
+}
