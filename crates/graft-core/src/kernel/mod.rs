@@ -49,7 +49,7 @@ impl CompileMode {
                     "env",
                     &format!("GRAFT_COMPILE={other} is not one of sync, async, off; using async native compilation"),
                 );
-                return CompileMode::Async;
+                CompileMode::Async
             }
         }
     }
