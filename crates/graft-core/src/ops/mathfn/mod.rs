@@ -173,6 +173,39 @@ pub fn tanh_f64(x: f64) -> f64 {
     }
 }
 
+mod erf;
+mod log;
+mod trig;
+
+pub use erf::{erf_f32, erf_f32_slice, erf_f64, erf_f64_slice};
+pub use log::{expm1_f64, log1p_f64, log_f64, logistic_f64};
+pub use trig::{cos_f64, sin_f64, tan_f64, TRIG_LIMIT};
+
+macro_rules! via_f64 {
+    ($($name:ident => $f:ident),* $(,)?) => {$(
+        #[doc = concat!("f32 version of [`", stringify!($f), "`]: evaluated in f64, rounded once (NaN in gives the same NaN out).")]
+        #[inline(always)]
+        pub fn $name(x: f32) -> f32 {
+            let y = $f(x as f64) as f32;
+            if x.is_nan() {
+                x
+            } else {
+                y
+            }
+        }
+    )*};
+}
+
+via_f64! {
+    log_f32 => log_f64,
+    log1p_f32 => log1p_f64,
+    expm1_f32 => expm1_f64,
+    logistic_f32 => logistic_f64,
+    sin_f32 => sin_f64,
+    cos_f32 => cos_f64,
+    tan_f32 => tan_f64,
+}
+
 macro_rules! slice_fn {
     ($($name:ident => $f:ident: $t:ty),* $(,)?) => {$(
         #[doc = concat!("`o[i] = ", stringify!($f), "(a[i])` over `min(a.len(), o.len())` elements (vectorised).")]
@@ -190,55 +223,90 @@ slice_fn! {
     exp_f64_slice => exp_f64: f64,
     tanh_f32_slice => tanh_f32: f32,
     tanh_f64_slice => tanh_f64: f64,
+    log_f32_slice => log_f32: f32,
+    log_f64_slice => log_f64: f64,
+    log1p_f32_slice => log1p_f32: f32,
+    log1p_f64_slice => log1p_f64: f64,
+    expm1_f32_slice => expm1_f32: f32,
+    expm1_f64_slice => expm1_f64: f64,
+    logistic_f32_slice => logistic_f32: f32,
+    logistic_f64_slice => logistic_f64: f64,
+    sin_f32_slice => sin_f32: f32,
+    sin_f64_slice => sin_f64: f64,
+    cos_f32_slice => cos_f32: f32,
+    cos_f64_slice => cos_f64: f64,
+    tan_f32_slice => tan_f32: f32,
+    tan_f64_slice => tan_f64: f64,
 }
 
-/// Float types with vectorised slice versions of the math functions (the
-/// unary kernels' block bodies).
-pub trait SliceMath: Sized {
-    /// `e^x` of one element (bitwise equal to an element of [`SliceMath::exp_slice`]).
-    fn exp1(self) -> Self;
-    /// `tanh(x)` of one element (bitwise equal to an element of [`SliceMath::tanh_slice`]).
-    fn tanh1(self) -> Self;
-    /// `o[i] = e^a[i]`.
-    fn exp_slice(a: &[Self], o: &mut [Self]);
-    /// `o[i] = tanh(a[i])`.
-    fn tanh_slice(a: &[Self], o: &mut [Self]);
+macro_rules! slice_math {
+    ($($one:ident, $slice:ident, $what:literal;)*) => {
+        /// Float types with vectorised slice versions of the math functions
+        /// (the unary kernels' block bodies). Each `*1` function is bitwise
+        /// equal to an element of the matching `*_slice` function.
+        pub trait SliceMath: Sized {
+            $(
+                #[doc = concat!("`", $what, "` of one element.")]
+                fn $one(self) -> Self;
+                #[doc = concat!("`o[i] = ", $what, "` of `a[i]`.")]
+                fn $slice(a: &[Self], o: &mut [Self]);
+            )*
+        }
+    };
 }
 
-impl SliceMath for f32 {
-    #[inline(always)]
-    fn exp1(self) -> f32 {
-        exp_f32(self)
-    }
-    #[inline(always)]
-    fn tanh1(self) -> f32 {
-        tanh_f32(self)
-    }
-    #[inline(always)]
-    fn exp_slice(a: &[f32], o: &mut [f32]) {
-        exp_f32_slice(a, o)
-    }
-    #[inline(always)]
-    fn tanh_slice(a: &[f32], o: &mut [f32]) {
-        tanh_f32_slice(a, o)
-    }
+slice_math! {
+    exp1, exp_slice, "e^x";
+    tanh1, tanh_slice, "tanh(x)";
+    log1, log_slice, "ln(x)";
+    log1p1, log1p_slice, "ln(1 + x)";
+    expm11, expm1_slice, "e^x - 1";
+    logistic1, logistic_slice, "1 / (1 + e^-x)";
+    sin1, sin_slice, "sin(x)";
+    cos1, cos_slice, "cos(x)";
+    tan1, tan_slice, "tan(x)";
+    erf1, erf_slice, "erf(x)";
 }
 
-impl SliceMath for f64 {
-    #[inline(always)]
-    fn exp1(self) -> f64 {
-        exp_f64(self)
-    }
-    #[inline(always)]
-    fn tanh1(self) -> f64 {
-        tanh_f64(self)
-    }
-    #[inline(always)]
-    fn exp_slice(a: &[f64], o: &mut [f64]) {
-        exp_f64_slice(a, o)
-    }
-    #[inline(always)]
-    fn tanh_slice(a: &[f64], o: &mut [f64]) {
-        tanh_f64_slice(a, o)
-    }
+macro_rules! impl_slice_math {
+    ($t:ty: $($one:ident, $slice:ident => $f:ident, $fs:ident;)*) => {
+        impl SliceMath for $t {
+            $(
+                #[inline(always)]
+                fn $one(self) -> $t {
+                    $f(self)
+                }
+                #[inline(always)]
+                fn $slice(a: &[$t], o: &mut [$t]) {
+                    $fs(a, o)
+                }
+            )*
+        }
+    };
+}
+
+impl_slice_math! { f32:
+    exp1, exp_slice => exp_f32, exp_f32_slice;
+    tanh1, tanh_slice => tanh_f32, tanh_f32_slice;
+    log1, log_slice => log_f32, log_f32_slice;
+    log1p1, log1p_slice => log1p_f32, log1p_f32_slice;
+    expm11, expm1_slice => expm1_f32, expm1_f32_slice;
+    logistic1, logistic_slice => logistic_f32, logistic_f32_slice;
+    sin1, sin_slice => sin_f32, sin_f32_slice;
+    cos1, cos_slice => cos_f32, cos_f32_slice;
+    tan1, tan_slice => tan_f32, tan_f32_slice;
+    erf1, erf_slice => erf_f32, erf_f32_slice;
+}
+
+impl_slice_math! { f64:
+    exp1, exp_slice => exp_f64, exp_f64_slice;
+    tanh1, tanh_slice => tanh_f64, tanh_f64_slice;
+    log1, log_slice => log_f64, log_f64_slice;
+    log1p1, log1p_slice => log1p_f64, log1p_f64_slice;
+    expm11, expm1_slice => expm1_f64, expm1_f64_slice;
+    logistic1, logistic_slice => logistic_f64, logistic_f64_slice;
+    sin1, sin_slice => sin_f64, sin_f64_slice;
+    cos1, cos_slice => cos_f64, cos_f64_slice;
+    tan1, tan_slice => tan_f64, tan_f64_slice;
+    erf1, erf_slice => erf_f64, erf_f64_slice;
 }
