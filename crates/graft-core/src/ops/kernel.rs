@@ -137,7 +137,8 @@ pub fn unsupported(prim: &str, dtype: DType) -> ExecError {
     ExecError::kernel(prim, format!("no kernel for dtype {dtype}"))
 }
 
-/// Floating-point element types, with the special functions kernels need.
+/// Floating-point element types, with the special functions kernels need
+/// (the transcendentals come from [`super::mathfn::SliceMath`]).
 pub trait Real: BlockElem + num_traits::Float + super::mathfn::SliceMath + Send + Sync {
     /// Round to nearest, ties to even.
     fn round_even(self) -> Self;

@@ -1,35 +1,61 @@
-//! Branch-free, auto-vectorisable `exp` and `tanh` for f32 and f64.
+//! Branch-free, auto-vectorisable math functions for f32 and f64: `exp`,
+//! `tanh` (here), `log`, `log1p`, `expm1`, `logistic` (`log.rs`), `sin`,
+//! `cos`, `tan` (`trig.rs`), `erf` (`erf.rs`). No libm.
 //!
-//! Why: libm's scalar `expf`/`tanh` are opaque calls that LLVM cannot
-//! vectorise (`tanh` ~9 ns/element). These versions are straight-line
-//! arithmetic (plain loops over slices, no `unsafe`, no intrinsics, no
-//! data-dependent branches: every "branch" is a select LLVM lowers to
-//! compare + blend), so the slice loops vectorise on the SSE2 baseline and
-//! wider with `-C target-cpu=native`.
+//! Why: libm's scalar calls are opaque to LLVM and do not vectorise, and
+//! their algorithms differ between libms, so the native backend's C kernels
+//! could not reproduce them. These functions are straight-line arithmetic
+//! (plain loops over slices, no `unsafe`, no intrinsics, no data-dependent
+//! branches: every "branch" is a select LLVM lowers to compare + blend), and
+//! `src/kernel/prelude.h` implements the same operations in the same order in
+//! C (`tests/mathfn_c.rs` checks every op bit for bit).
 //!
-//! Invariants and semantics:
-//! - Accuracy: within 2 ulp of the correctly rounded result over the whole
-//!   domain (checked against std/libm in `tests/mathfn.rs`; measured max is
-//!   1 ulp), including results in the subnormal range.
-//! - Specials: `exp(NaN) = NaN`, `exp(+inf) = +inf`, `exp(-inf) = +0`,
-//!   overflow gives `+inf`, underflow gives the (sub)normal result rounded
-//!   once, or `+0`. `tanh(±inf) = ±1`, NaN in gives the same NaN (bits) out, `tanh(±0) = ±0`,
-//!   `tanh` is exactly odd (computed on `|x|`, sign copied back), and tiny
-//!   `x` gives `x`.
-//! - Deterministic: Rust never contracts `a*b+c` into an FMA, so the result
-//!   is the same bits whatever the target features or vector width, and the
-//!   scalar functions equal the slice functions element for element.
+//! Accuracy (max error against the correctly rounded result, measured in
+//! `tests/mathfn.rs` on millions of points against std/libm, which asserts
+//! these bounds):
 //!
-//! Method: `exp` uses Cody–Waite range reduction `x = n ln2 + r`,
-//! `|r| <= ln2/2`, with `ln2` split into a hi part (exact products with
-//! `n`) and a lo part; `e^r` is a polynomial (degree 7 for f32 (Cephes
-//! `expf`), degree 13 Taylor for f64); `2^n` is built from exponent bits in
-//! two halves so that subnormal results and the overflow boundary round
-//! exactly once. Rounding `x log2(e)` to an integer uses the `1.5 * 2^p`
-//! magic-constant trick (the integer then sits in the low mantissa bits), so
-//! no `round` call is needed. `tanh(a)` for `a = |x| < 0.625` is an odd
-//! polynomial/rational (Cephes), else `1 - 2 / (e^(2a) + 1)`; both are
-//! computed and the right one selected.
+//! | function | f32 | f64 | notes |
+//! |---|---|---|---|
+//! | exp | 2 (1 measured) | 2 (1) | native f32 algorithm |
+//! | tanh | 2 | 2 | native f32 algorithm |
+//! | log | 1 (0) | 1 | |
+//! | log1p | 1 (0) | 2 (1) | |
+//! | expm1 | 1 (0) | 2 | |
+//! | logistic | 1 (0) | 3 (2) | |
+//! | sin, cos | 1 (0) | 1 | for `\|x\| <= 2^28`; NaN beyond |
+//! | tan | 1 (0) | 3 (2) | for `\|x\| <= 2^28`; NaN beyond |
+//! | erf | 1 (0) | 20 (16) | f64: absolute error < 2e-15 where erf is near ±1 |
+//!
+//! The f32 versions of log, log1p, expm1, logistic, sin, cos, tan and erf
+//! evaluate the f64 algorithm on the widened input and round once (f32
+//! subnormals are normal in f64; double rounding makes the bound 1 ulp
+//! rather than 0.5).
+//!
+//! Specials (all functions): NaN in gives the same NaN (bits) out; results
+//! in the subnormal range are rounded once; signed zeros are kept where the
+//! function is odd (`sin`, `tan`, `tanh`, `erf`, `log1p`, `expm1` of `-0` is
+//! `-0`). `exp(NaN) = NaN`, `exp(+inf) = +inf`, `exp(-inf) = +0`,
+//! overflow gives `+inf`. `tanh(±inf) = ±1`. `log(±0) = -inf`,
+//! `log(x < 0) = NaN`, `log(+inf) = +inf`; `log1p(-1) = -inf`,
+//! `log1p(x < -1) = NaN`; `expm1(-inf) = -1`, `expm1(+inf) = +inf`;
+//! `logistic(±inf) = 1 / 0`; `sin`, `cos`, `tan` of `±inf` or of
+//! `|x| > 2^28` ([`TRIG_LIMIT`]) are NaN; `erf(±inf) = ±1`.
+//!
+//! Deterministic: Rust never contracts `a*b+c` into an FMA, so the result is
+//! the same bits whatever the target features or vector width, and the
+//! scalar functions equal the slice functions element for element.
+//!
+//! Method of `exp`/`tanh`: `exp` uses Cody–Waite range reduction
+//! `x = n ln2 + r`, `|r| <= ln2/2`, with `ln2` split into a hi part (exact
+//! products with `n`) and a lo part; `e^r` is a polynomial (degree 7 for f32
+//! (Cephes `expf`), degree 13 Taylor for f64); `2^n` is built from exponent
+//! bits in two halves so that subnormal results and the overflow boundary
+//! round exactly once. Rounding `x log2(e)` to an integer uses the
+//! `1.5 * 2^p` magic-constant trick (the integer then sits in the low
+//! mantissa bits), so no `round` call is needed. `tanh(a)` for
+//! `a = |x| < 0.625` is an odd polynomial/rational (Cephes), else
+//! `1 - 2 / (e^(2a) + 1)`; both are computed and the right one selected.
+//! The other functions' methods are described in their files.
 
 // Coefficients are quoted as published (Cephes, fdlibm); they round to the
 // intended binary values.
