@@ -39,11 +39,15 @@ fn chain(transcendental: bool) -> Func {
     b.finish(&[v]).unwrap()
 }
 
-fn lone_tanh() -> Func {
-    let mut b = Builder::new("tanh");
+fn lone(op: graft_core::ops::unary::Unary) -> Func {
+    let mut b = Builder::new("lone");
     let x = b.param(TensorType::new(DType::F32, vec![N]));
-    let y = b.tanh(x).unwrap();
+    let y = b.unary(op, x).unwrap();
     b.finish(&[y]).unwrap()
+}
+
+fn lone_tanh() -> Func {
+    lone(graft_core::ops::unary::Unary::Tanh)
 }
 
 fn inputs(k: usize) -> Vec<Tensor> {
@@ -80,6 +84,31 @@ fn bench(c: &mut Criterion) {
                 })
             });
         }
+    }
+    g.finish();
+
+    // Lone sin/log (ops::mathfn, vectorised) against a scalar std (libm)
+    // loop over the same 1M f32 (single thread for both: RAYON_NUM_THREADS=1
+    // to compare per-core throughput).
+    use graft_core::ops::unary::Unary;
+    let mut g = c.benchmark_group("transcendental_1M_f32");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(N as u64));
+    let xs: Vec<f32> = (0..N).map(|i| ((i % 1000) as f32 + 0.5) / 100.0).collect();
+    let x = Tensor::from_vec(vec![N], xs.clone()).unwrap();
+    for (name, op) in [("sin", Unary::Sin), ("log", Unary::Log)] {
+        let exe = Executable::new(lone(op)).unwrap();
+        g.bench_function(BenchmarkId::new(name, "graft"), |bch| bch.iter(|| black_box(exe.run(&[&x]).unwrap())));
+        let f: fn(f32) -> f32 = if name == "sin" { f32::sin } else { f32::ln };
+        let mut out = vec![0f32; N];
+        g.bench_function(BenchmarkId::new(name, "std_libm"), |bch| {
+            bch.iter(|| {
+                for (o, &v) in out.iter_mut().zip(&xs) {
+                    *o = f(black_box(v));
+                }
+                black_box(&out);
+            })
+        });
     }
     g.finish();
 }

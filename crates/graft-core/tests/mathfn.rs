@@ -56,6 +56,10 @@ fn points64(lo: f64, hi: f64, n: usize) -> Vec<f64> {
 }
 
 fn check32(name: &str, xs: &[f32], f: impl Fn(&[f32], &mut [f32]), reference: impl Fn(f32) -> f32) -> u64 {
+    check32b(name, xs, f, reference, 2)
+}
+
+fn check32b(name: &str, xs: &[f32], f: impl Fn(&[f32], &mut [f32]), reference: impl Fn(f32) -> f32, bound: u64) -> u64 {
     let mut out = vec![0f32; xs.len()];
     f(xs, &mut out);
     let mut worst = (0u64, 0f32);
@@ -70,11 +74,15 @@ fn check32(name: &str, xs: &[f32], f: impl Fn(&[f32], &mut [f32]), reference: im
         }
     }
     eprintln!("{name}: max error {} ulp at x = {:e} ({} points)", worst.0, worst.1, xs.len());
-    assert!(worst.0 <= 2, "{name}: {} ulp at x = {:e}", worst.0, worst.1);
+    assert!(worst.0 <= bound, "{name}: {} ulp at x = {:e} (bound {bound})", worst.0, worst.1);
     worst.0
 }
 
 fn check64(name: &str, xs: &[f64], f: impl Fn(&[f64], &mut [f64]), reference: impl Fn(f64) -> f64) -> u64 {
+    check64b(name, xs, f, reference, 2)
+}
+
+fn check64b(name: &str, xs: &[f64], f: impl Fn(&[f64], &mut [f64]), reference: impl Fn(f64) -> f64, bound: u64) -> u64 {
     let mut out = vec![0f64; xs.len()];
     f(xs, &mut out);
     let mut worst = (0u64, 0f64);
@@ -89,7 +97,7 @@ fn check64(name: &str, xs: &[f64], f: impl Fn(&[f64], &mut [f64]), reference: im
         }
     }
     eprintln!("{name}: max error {} ulp at x = {:e} ({} points)", worst.0, worst.1, xs.len());
-    assert!(worst.0 <= 2, "{name}: {} ulp at x = {:e}", worst.0, worst.1);
+    assert!(worst.0 <= bound, "{name}: {} ulp at x = {:e} (bound {bound})", worst.0, worst.1);
     worst.0
 }
 
@@ -237,4 +245,234 @@ fn slices_equal_scalars_bitwise() {
     assert!(xs.iter().zip(&o).all(|(&x, &y)| exp_f64(x).to_bits() == y.to_bits()));
     tanh_f64_slice(&xs, &mut o);
     assert!(xs.iter().zip(&o).all(|(&x, &y)| tanh_f64(x).to_bits() == y.to_bits()));
+}
+
+// ---------------------------------------------------------------------------
+// log, log1p, expm1, logistic, sin, cos, tan, erf. f32: against the f64 std
+// function rounded to f32; f64: against std/libm (itself within ~1 ulp).
+
+fn f32_ref(f: fn(f64) -> f64) -> impl Fn(f32) -> f32 {
+    move |x| f(x as f64) as f32
+}
+
+fn logistic_ref(x: f64) -> f64 {
+    if x < 0.0 {
+        x.exp() / (1.0 + x.exp())
+    } else {
+        1.0 / (1.0 + (-x).exp())
+    }
+}
+
+/// erf f64's documented bound: the nested series loses up to this many ulp
+/// where erf is close to ±1 (|x| in [3, 6]: absolute error < 2e-15).
+const ERF_F64_ULP: u64 = 20;
+
+/// Sweep around `c` (dense) plus the whole-range patterns.
+fn around32(c: f64, w: f64) -> Vec<f32> {
+    points32(c - w, c + w, 200_000)
+}
+
+#[test]
+fn log_family_f32() {
+    let mut xs = points32(0.0, 10.0, 300_000);
+    xs.extend(around32(1.0, 1e-3));
+    xs.extend(EDGE32);
+    check32b("log f32", &xs, log_f32_slice, f32_ref(f64::ln), 1);
+    let mut xs = points32(-1.0, 10.0, 300_000);
+    xs.extend(around32(0.0, 1e-3));
+    xs.extend([-1.0, -0.99999994, f32::MAX, -0.0, 1e-45]);
+    check32b("log1p f32", &xs, log1p_f32_slice, f32_ref(f64::ln_1p), 1);
+    let mut xs = points32(-100.0, 100.0, 300_000);
+    xs.extend(around32(0.0, 1e-3));
+    xs.extend(EDGE32);
+    check32b("expm1 f32", &xs, expm1_f32_slice, f32_ref(f64::exp_m1), 1);
+    check32b("logistic f32", &xs, logistic_f32_slice, f32_ref(logistic_ref), 1);
+}
+
+#[test]
+fn log_family_f64() {
+    let mut xs = points64(0.0, 10.0, 300_000);
+    xs.extend(points64(1.0 - 1e-6, 1.0 + 1e-6, 200_000));
+    xs.extend(EDGE64);
+    check64b("log f64", &xs, log_f64_slice, f64::ln, 1);
+    let mut xs = points64(-1.0, 10.0, 300_000);
+    xs.extend(points64(-1e-6, 1e-6, 200_000));
+    xs.extend([-1.0, -0.9999999999999999, f64::MAX, -0.0, 5e-324]);
+    check64b("log1p f64", &xs, log1p_f64_slice, f64::ln_1p, 2);
+    let mut xs = points64(-50.0, 50.0, 300_000);
+    xs.extend(points64(-1e-6, 1e-6, 200_000));
+    xs.extend(EDGE64);
+    check64b("expm1 f64", &xs, expm1_f64_slice, f64::exp_m1, 2);
+    check64b("logistic f64", &xs, logistic_f64_slice, logistic_ref, 3);
+}
+
+#[test]
+fn trig_f32() {
+    let lim = TRIG_LIMIT as f32;
+    let mut xs: Vec<f32> = points32(-10.0, 10.0, 300_000).into_iter().filter(|x| x.abs() <= lim).collect();
+    xs.extend(points32(-1e5, 1e5, 200_000));
+    xs.extend((1..20_000).map(|k| (k as f64 * std::f64::consts::FRAC_PI_2) as f32));
+    xs.extend([0.0, -0.0, 1e-45, -1e-45, lim, -lim]);
+    xs.retain(|x| x.abs() <= lim || x.is_nan());
+    check32b("sin f32", &xs, sin_f32_slice, f32_ref(f64::sin), 1);
+    check32b("cos f32", &xs, cos_f32_slice, f32_ref(f64::cos), 1);
+    check32b("tan f32", &xs, tan_f32_slice, f32_ref(f64::tan), 1);
+}
+
+#[test]
+fn trig_f64() {
+    let lim = TRIG_LIMIT;
+    let mut xs: Vec<f64> = points64(-10.0, 10.0, 300_000).into_iter().filter(|x| x.abs() <= lim).collect();
+    xs.extend(points64(-1e8, 1e8, 200_000));
+    // Near multiples of pi/2 (the hardest reductions), including the
+    // closest doubles to k pi/2 for large k.
+    xs.extend((1..100_000).map(|k| k as f64 * std::f64::consts::FRAC_PI_2));
+    xs.extend((0..20_000).map(|k| (1u64 << 27) as f64 + k as f64 * std::f64::consts::FRAC_PI_2));
+    xs.extend([6381956970095103.0 * 2f64.powi(-25), 0.0, -0.0, 5e-324, lim, -lim]);
+    xs.retain(|x| x.abs() <= lim || x.is_nan());
+    check64b("sin f64", &xs, sin_f64_slice, f64::sin, 1);
+    check64b("cos f64", &xs, cos_f64_slice, f64::cos, 1);
+    check64b("tan f64", &xs, tan_f64_slice, f64::tan, 3);
+}
+
+#[test]
+fn erf_f32_and_f64() {
+    let mut xs = points32(-5.0, 5.0, 300_000);
+    xs.extend(around32(0.0, 1e-3));
+    xs.extend(EDGE32);
+    check32b("erf f32", &xs, erf_f32_slice, f32_ref(libm::erf), 1);
+    let mut xs = points64(-7.0, 7.0, 300_000);
+    xs.extend(points64(-1e-3, 1e-3, 100_000));
+    xs.extend(EDGE64);
+    check64b("erf f64", &xs, erf_f64_slice, libm::erf, ERF_F64_ULP);
+}
+
+#[test]
+fn new_functions_special_cases() {
+    let nan32 = f32::from_bits(0x7fc0_1234);
+    let nan64 = f64::from_bits(0x7ff8_0000_0000_1234);
+    type F32 = fn(f32) -> f32;
+    type F64 = fn(f64) -> f64;
+    let f32s: [(&str, F32); 8] = [
+        ("log", log_f32),
+        ("log1p", log1p_f32),
+        ("expm1", expm1_f32),
+        ("logistic", logistic_f32),
+        ("sin", sin_f32),
+        ("cos", cos_f32),
+        ("tan", tan_f32),
+        ("erf", erf_f32),
+    ];
+    for (name, f) in f32s {
+        assert_eq!(f(nan32).to_bits(), nan32.to_bits(), "{name}(NaN) keeps the NaN");
+    }
+    let f64s: [(&str, F64); 8] = [
+        ("log", log_f64),
+        ("log1p", log1p_f64),
+        ("expm1", expm1_f64),
+        ("logistic", logistic_f64),
+        ("sin", sin_f64),
+        ("cos", cos_f64),
+        ("tan", tan_f64),
+        ("erf", erf_f64),
+    ];
+    for (name, f) in f64s {
+        assert_eq!(f(nan64).to_bits(), nan64.to_bits(), "{name}(NaN) keeps the NaN");
+    }
+    // Signed zeros.
+    for (f, z) in [(sin_f64 as F64, -0.0), (tan_f64, -0.0), (erf_f64, -0.0), (log1p_f64, -0.0), (expm1_f64, -0.0)] {
+        assert_eq!(f(z).to_bits(), (-0f64).to_bits());
+    }
+    assert_eq!(sin_f32(-0.0).to_bits(), (-0f32).to_bits());
+    assert_eq!(erf_f32(-0.0).to_bits(), (-0f32).to_bits());
+    assert_eq!(cos_f64(0.0), 1.0);
+    // log.
+    assert_eq!(log_f64(0.0), f64::NEG_INFINITY);
+    assert_eq!(log_f64(-0.0), f64::NEG_INFINITY);
+    assert!(log_f64(-1.0).is_nan() && log_f64(f64::NEG_INFINITY).is_nan());
+    assert_eq!(log_f64(f64::INFINITY), f64::INFINITY);
+    assert_eq!(log_f64(1.0).to_bits(), 0);
+    assert_eq!(log_f32(0.0), f32::NEG_INFINITY);
+    assert_eq!(log_f32(f32::INFINITY), f32::INFINITY);
+    assert!(ulps64(log_f64(5e-324), (5e-324f64).ln()) <= 1);
+    assert!(ulps32(log_f32(1e-45), (1e-45f32 as f64).ln() as f32) <= 1);
+    // log1p.
+    assert_eq!(log1p_f64(-1.0), f64::NEG_INFINITY);
+    assert!(log1p_f64(-1.5).is_nan());
+    assert_eq!(log1p_f64(f64::INFINITY), f64::INFINITY);
+    assert_eq!(log1p_f64(1e-300), 1e-300);
+    assert_eq!(log1p_f32(-1.0), f32::NEG_INFINITY);
+    // expm1.
+    assert_eq!(expm1_f64(f64::INFINITY), f64::INFINITY);
+    assert_eq!(expm1_f64(f64::NEG_INFINITY), -1.0);
+    assert_eq!(expm1_f64(710.0), f64::INFINITY);
+    assert!(expm1_f64(709.7).is_finite());
+    assert_eq!(expm1_f64(-50.0), -1.0);
+    assert_eq!(expm1_f64(5e-324), 5e-324);
+    assert_eq!(expm1_f32(100.0), f32::INFINITY);
+    // logistic.
+    assert_eq!(logistic_f64(f64::INFINITY), 1.0);
+    assert_eq!(logistic_f64(f64::NEG_INFINITY), 0.0);
+    assert_eq!(logistic_f64(0.0), 0.5);
+    assert_eq!(logistic_f32(-200.0), 0.0);
+    // Trig: inf and beyond the reduction range give NaN.
+    for x in [f64::INFINITY, f64::NEG_INFINITY, 1e9, -1e300] {
+        assert!(sin_f64(x).is_nan() && cos_f64(x).is_nan() && tan_f64(x).is_nan(), "x = {x}");
+    }
+    assert!(sin_f32(f32::INFINITY).is_nan() && cos_f32(1e30).is_nan());
+    assert_eq!(sin_f64(1e-300), 1e-300);
+    assert_eq!(tan_f64(5e-324), 5e-324);
+    // erf.
+    assert_eq!(erf_f64(f64::INFINITY), 1.0);
+    assert_eq!(erf_f64(f64::NEG_INFINITY), -1.0);
+    assert_eq!(erf_f64(6.0), 1.0);
+    assert_eq!(erf_f32(-4.0), -1.0);
+    assert!(ulps64(erf_f64(5e-324), 5e-324 * std::f64::consts::FRAC_2_SQRT_PI) <= 1);
+}
+
+#[test]
+fn new_functions_odd_or_even_exactly() {
+    for x in points64(0.0, 30.0, 50_000).into_iter().filter(|x| x.abs() <= TRIG_LIMIT) {
+        assert_eq!(sin_f64(-x).to_bits(), (-sin_f64(x)).to_bits(), "sin x = {x:e}");
+        assert_eq!(cos_f64(-x).to_bits(), cos_f64(x).to_bits(), "cos x = {x:e}");
+        assert_eq!(erf_f64(-x).to_bits(), (-erf_f64(x)).to_bits(), "erf x = {x:e}");
+    }
+}
+
+#[test]
+fn new_slices_equal_scalars_bitwise() {
+    let xs: Vec<f32> = (0..1001).map(|i| (i as f32 - 500.0) * 0.0173).collect();
+    let xd: Vec<f64> = xs.iter().map(|&x| x as f64 * 1.37).collect();
+    let mut o = vec![0f32; xs.len()];
+    let mut od = vec![0f64; xs.len()];
+    type S32 = fn(&[f32], &mut [f32]);
+    type S64 = fn(&[f64], &mut [f64]);
+    let pairs32: [(S32, fn(f32) -> f32); 8] = [
+        (log_f32_slice, log_f32),
+        (log1p_f32_slice, log1p_f32),
+        (expm1_f32_slice, expm1_f32),
+        (logistic_f32_slice, logistic_f32),
+        (sin_f32_slice, sin_f32),
+        (cos_f32_slice, cos_f32),
+        (tan_f32_slice, tan_f32),
+        (erf_f32_slice, erf_f32),
+    ];
+    for (s, f) in pairs32 {
+        s(&xs, &mut o);
+        assert!(xs.iter().zip(&o).all(|(&x, &y)| f(x).to_bits() == y.to_bits()));
+    }
+    let pairs64: [(S64, fn(f64) -> f64); 8] = [
+        (log_f64_slice, log_f64),
+        (log1p_f64_slice, log1p_f64),
+        (expm1_f64_slice, expm1_f64),
+        (logistic_f64_slice, logistic_f64),
+        (sin_f64_slice, sin_f64),
+        (cos_f64_slice, cos_f64),
+        (tan_f64_slice, tan_f64),
+        (erf_f64_slice, erf_f64),
+    ];
+    for (s, f) in pairs64 {
+        s(&xd, &mut od);
+        assert!(xd.iter().zip(&od).all(|(&x, &y)| f(x).to_bits() == y.to_bits()));
+    }
 }

@@ -17,7 +17,9 @@
  *   underscores) and are not part of the interface.
  * - Compile with -ffp-contract=off (no FMA contraction: Rust never contracts)
  *   and without -ffast-math; -fno-math-errno lets __builtin_sqrt inline.
- *   Only <stdint.h> is included and no libm function is called.
+ *   Only <stdint.h> is included and no libm function is called. Without
+ *   -march flags wide vectors are legal but GCC warns about their ABI
+ *   (-Wpsabi); the functions are all inlined, so -Wno-psabi is harmless.
  * - No function branches on lane data: "branches" are computed both ways and
  *   blended with masks. The only exceptions are the per-lane scalar loops of
  *   sqrt/rsqrt (__builtin_sqrt per lane: correctly rounded, like Rust's) and
@@ -384,5 +386,204 @@ G_INL vf64 g_tanh_f64(vf64 x) {
     vf64 y = g__orsign64(g__self64(a < 0.625, small, large), x);
     return g__self64(g__isnan64(x), x, y);
 }
+
+/* ------------------------------------ log, log1p, expm1, logistic (mathfn/log.rs) */
+
+/* x = 2^k (1 + f), 1 + f in [sqrt(1/2), sqrt(2)); k as an exact double. */
+G_INL void g__decompose(vf64 x, vf64* kf, vf64* f) {
+    vu64 u = (vu64)x + (0x3ff0000000000000ull - 0x3fe6a09e667f3bcdull);
+    *kf = (vf64)(0x4330000000000000ull | (u >> 52)) - 4503599627371519.0;
+    *f = (vf64)((u & 0x000fffffffffffffull) + 0x3fe6a09e667f3bcdull) - 1.0;
+}
+
+G_INL vf64 g__log_kernel(vf64 kf, vf64 f, vf64 c) {
+    vf64 s = f / (2.0 + f);
+    vf64 z = s * s;
+    vf64 r = z * (2.0 / 3.0 + z * (2.0 / 5.0 + z * (2.0 / 7.0 + z * (2.0 / 9.0 + z * (2.0 / 11.0
+             + z * (2.0 / 13.0 + z * (2.0 / 15.0 + z * (2.0 / 17.0 + z * (2.0 / 19.0 + z * (2.0 / 21.0))))))))));
+    vf64 hfsq = 0.5 * f * f;
+    return kf * 6.9314718036912381649e-1 - ((hfsq - (s * (hfsq + r) + (kf * 1.90821492927058770002e-10 + c))) - f);
+}
+
+G_INL vf64 g_log_f64(vf64 x) {
+    vi64 sub = x < 2.2250738585072014e-308;
+    vf64 xs = g__self64(sub, x * 18014398509481984.0, x);
+    vf64 kf, f;
+    g__decompose(xs, &kf, &f);
+    kf = g__self64(sub, kf - 54.0, kf);
+    vf64 y = g__log_kernel(kf, f, g__f64(0.0));
+    y = g__self64(x == __builtin_inf(), x, y);
+    y = g__self64(x == 0.0, g__f64(-__builtin_inf()), y);
+    y = g__self64(x < 0.0, g__f64(__builtin_nan("")), y);
+    return g__self64(g__isnan64(x), x, y);
+}
+
+G_INL vf64 g_log1p_f64(vf64 x) {
+    vf64 u = 1.0 + x;
+    vf64 c = g__self64(g__abs64(x) < 1.0, x - (u - 1.0), 1.0 - (u - x));
+    vf64 kf, f;
+    g__decompose(u, &kf, &f);
+    vf64 y = g__log_kernel(kf, f, c / u);
+    y = g__self64(x == __builtin_inf(), x, y);
+    y = g__self64(x == -1.0, g__f64(-__builtin_inf()), y);
+    y = g__self64(x < -1.0, g__f64(__builtin_nan("")), y);
+    y = g__self64(g__abs64(x) < 5.551115123125783e-17, x, y);
+    return g__self64(g__isnan64(x), x, y);
+}
+
+G_INL vf64 g_expm1_f64(vf64 x) {
+    vf64 xc = g__minc64(g__maxc64(x, -40.0), 710.0);
+    vf64 t = xc * 1.44269504088896340735992468100189214 + 6755399441055744.0;
+    vi64 n = (vi64)((vu64)t - 0x4338000000000000ull);
+    vf64 nf = t - 6755399441055744.0;
+    vf64 hi = xc - nf * 6.9314718036912381649e-1;
+    vf64 r = hi - nf * 1.90821492927058770002e-10;
+    vf64 q = ((((((((((((1.0 / 6227020800.0) * r + 1.0 / 479001600.0) * r + 1.0 / 39916800.0) * r
+                     + 1.0 / 3628800.0) * r + 1.0 / 362880.0) * r + 1.0 / 40320.0) * r + 1.0 / 5040.0) * r
+                 + 1.0 / 720.0) * r + 1.0 / 120.0) * r + 1.0 / 24.0) * r + 1.0 / 6.0) * r + 0.5)
+             * (r * r);
+    vf64 em = r + q;
+    vi64 n1 = (vi64)((vu64)(n + 2048) >> 1) - 1024;
+    vi64 n2 = n - n1;
+    vf64 s1 = (vf64)((vu64)(n1 + 1023) << 52);
+    vf64 s2 = (vf64)((vu64)(n2 + 1023) << 52);
+    vf64 big = (em + 1.0) * s1 * s2;
+    vf64 s = s1 * s2;
+    vf64 small = em * s + (s - 1.0);
+    vf64 y = g__self64(n > 56, big, small);
+    y = g__self64(g__abs64(x) < 5.551115123125783e-17, x, y);
+    return g__self64(g__isnan64(x), x, y);
+}
+
+G_INL vf64 g_logistic_f64(vf64 x) {
+    vf64 e = g_exp_f64(-g__abs64(x));
+    vf64 d = 1.0 + e;
+    vf64 y = g__self64(x < 0.0, e / d, 1.0 / d);
+    return g__self64(g__isnan64(x), x, y);
+}
+
+/* ------------------------------------------------ sin, cos, tan (mathfn/trig.rs) */
+
+G_INL void g__two_sum(vf64 a, vf64 b, vf64* s, vf64* e) {
+    *s = a + b;
+    vf64 bb = *s - a;
+    *e = (a - (*s - bb)) + (b - bb);
+}
+
+/* x = n pi/2 + rh + rl (|x| <= 2^28; larger lanes reduce 0), q = n mod 4. */
+G_INL void g__trig_reduce(vf64 x, vf64* rh, vf64* rl, vu64* q) {
+    vf64 xc = g__self64(g__abs64(x) <= 268435456.0, x, g__f64(0.0));
+    vf64 t = xc * 0.636619772367581343075535053490057448 + 6755399441055744.0;
+    *q = (vu64)t & 3;
+    vf64 nf = t - 6755399441055744.0;
+    vf64 y1 = xc - nf * 1.5707963705062866;
+    vf64 y2, e2, y3, e3;
+    g__two_sum(y1, -(nf * -4.371138828673793e-08), &y2, &e2);
+    g__two_sum(y2, -(nf * -1.7151245100058819e-15), &y3, &e3);
+    vf64 lo = (e2 + e3) - nf * 1.056299898220315e-23 - nf * 8.4784276603689e-32;
+    *rh = y3 + lo;
+    *rl = lo - (*rh - y3);
+}
+
+G_INL vf64 g__sin_kernel(vf64 rh, vf64 rl) {
+    vf64 z = rh * rh;
+    vf64 p = -1.0 / 6.0 + z * (1.0 / 120.0 + z * (-1.0 / 5040.0 + z * (1.0 / 362880.0 + z * (-1.0 / 39916800.0
+             + z * (1.0 / 6227020800.0 + z * (-1.0 / 1307674368000.0 + z * (1.0 / 355687428096000.0)))))));
+    return rh + (rh * z * p + rl * (1.0 - 0.5 * z));
+}
+
+G_INL vf64 g__cos_kernel(vf64 rh, vf64 rl) {
+    vf64 z = rh * rh;
+    vf64 p = 1.0 / 24.0 + z * (-1.0 / 720.0 + z * (1.0 / 40320.0 + z * (-1.0 / 3628800.0 + z * (1.0 / 479001600.0
+             + z * (-1.0 / 87178291200.0 + z * (1.0 / 20922789888000.0 + z * (-1.0 / 6402373705728000.0)))))));
+    vf64 hz = 0.5 * z;
+    vf64 w = 1.0 - hz;
+    return w + (((1.0 - w) - hz) + (z * z * p - rh * rl));
+}
+
+G_INL vf64 g__trig_finish(vf64 x, vf64 y) {
+    y = g__self64(g__abs64(x) <= 268435456.0, y, g__f64(__builtin_nan("")));
+    return g__self64(g__isnan64(x), x, y);
+}
+
+G_INL vf64 g_sin_f64(vf64 x) {
+    vf64 rh, rl;
+    vu64 q;
+    g__trig_reduce(x, &rh, &rl, &q);
+    vf64 s = g__sin_kernel(rh, rl), c = g__cos_kernel(rh, rl);
+    vf64 r = g__self64((vi64)((q & 1) == 0), s, c);
+    vf64 y = (vf64)((vu64)r ^ ((q & 2) << 62));
+    y = g__self64(g__abs64(x) < 7.450580596923828e-9, x, y);
+    return g__trig_finish(x, y);
+}
+
+G_INL vf64 g_cos_f64(vf64 x) {
+    vf64 rh, rl;
+    vu64 q;
+    g__trig_reduce(x, &rh, &rl, &q);
+    vf64 s = g__sin_kernel(rh, rl), c = g__cos_kernel(rh, rl);
+    vf64 r = g__self64((vi64)((q & 1) == 0), c, s);
+    vf64 y = (vf64)((vu64)r ^ (((q + 1) & 2) << 62));
+    return g__trig_finish(x, y);
+}
+
+G_INL vf64 g_tan_f64(vf64 x) {
+    vf64 rh, rl;
+    vu64 q;
+    g__trig_reduce(x, &rh, &rl, &q);
+    vf64 s = g__sin_kernel(rh, rl), c = g__cos_kernel(rh, rl);
+    vf64 y = g__self64((vi64)((q & 1) == 0), s / c, -c / s);
+    y = g__self64(g__abs64(x) < 7.450580596923828e-9, x, y);
+    return g__trig_finish(x, y);
+}
+
+/* ------------------------------------------------------------- erf (mathfn/erf.rs) */
+
+static const double g__erf_recip[101] = {
+    1.0 / 1.0, 1.0 / 3.0, 1.0 / 5.0, 1.0 / 7.0, 1.0 / 9.0, 1.0 / 11.0, 1.0 / 13.0, 1.0 / 15.0, 1.0 /
+    17.0, 1.0 / 19.0, 1.0 / 21.0, 1.0 / 23.0, 1.0 / 25.0, 1.0 / 27.0, 1.0 / 29.0, 1.0 / 31.0, 1.0 /
+    33.0, 1.0 / 35.0, 1.0 / 37.0, 1.0 / 39.0, 1.0 / 41.0, 1.0 / 43.0, 1.0 / 45.0, 1.0 / 47.0, 1.0 /
+    49.0, 1.0 / 51.0, 1.0 / 53.0, 1.0 / 55.0, 1.0 / 57.0, 1.0 / 59.0, 1.0 / 61.0, 1.0 / 63.0, 1.0 /
+    65.0, 1.0 / 67.0, 1.0 / 69.0, 1.0 / 71.0, 1.0 / 73.0, 1.0 / 75.0, 1.0 / 77.0, 1.0 / 79.0, 1.0 /
+    81.0, 1.0 / 83.0, 1.0 / 85.0, 1.0 / 87.0, 1.0 / 89.0, 1.0 / 91.0, 1.0 / 93.0, 1.0 / 95.0, 1.0 /
+    97.0, 1.0 / 99.0, 1.0 / 101.0, 1.0 / 103.0, 1.0 / 105.0, 1.0 / 107.0, 1.0 / 109.0, 1.0 / 111.0, 1.0
+    / 113.0, 1.0 / 115.0, 1.0 / 117.0, 1.0 / 119.0, 1.0 / 121.0, 1.0 / 123.0, 1.0 / 125.0, 1.0 / 127.0,
+    1.0 / 129.0, 1.0 / 131.0, 1.0 / 133.0, 1.0 / 135.0, 1.0 / 137.0, 1.0 / 139.0, 1.0 / 141.0, 1.0 /
+    143.0, 1.0 / 145.0, 1.0 / 147.0, 1.0 / 149.0, 1.0 / 151.0, 1.0 / 153.0, 1.0 / 155.0, 1.0 / 157.0,
+    1.0 / 159.0, 1.0 / 161.0, 1.0 / 163.0, 1.0 / 165.0, 1.0 / 167.0, 1.0 / 169.0, 1.0 / 171.0, 1.0 /
+    173.0, 1.0 / 175.0, 1.0 / 177.0, 1.0 / 179.0, 1.0 / 181.0, 1.0 / 183.0, 1.0 / 185.0, 1.0 / 187.0,
+    1.0 / 189.0, 1.0 / 191.0, 1.0 / 193.0, 1.0 / 195.0, 1.0 / 197.0, 1.0 / 199.0, 1.0 / 201.0
+};
+
+G_INL vf64 g__erf_core(vf64 x, double clamp, int terms) {
+    vf64 a = g__minc64(g__abs64(x), clamp);
+    vf64 a2 = a * a;
+    vf64 u = a2 + a2;
+    vf64 s = g__f64(1.0);
+    for (int k = terms; k >= 1; k--) s = 1.0 + u * s * g__erf_recip[k];
+    vf64 y = 1.12837916709551257389615890312154517 * (g_exp_f64(-a2) * s) * a;
+    y = g__self64(a >= clamp, g__f64(1.0), y);
+    return g__orsign64(y, x);
+}
+
+G_INL vf64 g_erf_f64(vf64 x) { return g__self64(g__isnan64(x), x, g__erf_core(x, 6.0, 100)); }
+G_INL vf32 g_erf_f32(vf32 x) {
+    vf32 y = __builtin_convertvector(g__erf_core(__builtin_convertvector(x, vf64), 4.0, 48), vf32);
+    return g__self32(g__isnan32(x), x, y);
+}
+
+/* f32 versions: evaluated in f64, rounded once; NaN in gives the same NaN out. */
+#define G_VIA_F64(op)                                                              \
+    G_INL vf32 g_##op##_f32(vf32 x) {                                              \
+        vf32 y = __builtin_convertvector(g_##op##_f64(__builtin_convertvector(x, vf64)), vf32); \
+        return g__self32(g__isnan32(x), x, y);                                     \
+    }
+G_VIA_F64(log)
+G_VIA_F64(log1p)
+G_VIA_F64(expm1)
+G_VIA_F64(logistic)
+G_VIA_F64(sin)
+G_VIA_F64(cos)
+G_VIA_F64(tan)
 
 #endif /* GRAFT_PRELUDE_H */

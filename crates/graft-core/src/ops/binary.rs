@@ -20,6 +20,10 @@
 //!   `pow(1, y) == 1` even for NaN; negative base with non-integer exponent is NaN).
 //!   Integer powers are left to a composite. `atan2(y, x)` is C `atan2`
 //!   (the angle of the point `(x, y)`, in `[-pi, pi]`), like `jnp.arctan2(y, x)`.
+//!   Both still call std (libm `pow`/`atan2`) and so have no bitwise-equal
+//!   version in the native backend's C prelude yet (`src/kernel/prelude.h`);
+//!   `rem` is exact (Rust's `%` is IEEE `fmod`), and the prelude's
+//!   integer-division fmod gives the same bits.
 //! - `and`, `or`: bool (logical) or integers (bitwise).
 //! - Comparisons: any dtype. Floats compare as IEEE (every comparison with NaN
 //!   is false except `ne`, which is true; `-0 == +0`); bool orders `false < true`.

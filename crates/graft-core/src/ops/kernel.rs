@@ -137,27 +137,20 @@ pub fn unsupported(prim: &str, dtype: DType) -> ExecError {
     ExecError::kernel(prim, format!("no kernel for dtype {dtype}"))
 }
 
-/// Floating-point element types, with the special functions kernels need.
+/// Floating-point element types, with the special functions kernels need
+/// (the transcendentals come from [`super::mathfn::SliceMath`]).
 pub trait Real: BlockElem + num_traits::Float + super::mathfn::SliceMath + Send + Sync {
-    /// The error function.
-    fn erf(self) -> Self;
     /// Round to nearest, ties to even.
     fn round_even(self) -> Self;
 }
 
 impl Real for f32 {
-    fn erf(self) -> Self {
-        libm::erff(self)
-    }
     fn round_even(self) -> Self {
         self.round_ties_even()
     }
 }
 
 impl Real for f64 {
-    fn erf(self) -> Self {
-        libm::erf(self)
-    }
     fn round_even(self) -> Self {
         self.round_ties_even()
     }

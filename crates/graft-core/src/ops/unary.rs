@@ -3,9 +3,11 @@
 //! Dtype rules: `neg`, `abs`, `sign` take any numeric dtype; `not` takes
 //! bool (logical) or integers (bitwise); everything else needs a float.
 //! `round` rounds half to even (NumPy's `round`, not C's `round`).
-//! `exp` and `tanh` use the vectorised approximations of `ops::mathfn`
-//! (within 2 ulp of the correctly rounded result, exact specials); the
-//! other transcendentals call std/libm per element.
+//! The transcendentals (`exp`, `expm1`, `log`, `log1p`, `sin`, `cos`, `tan`,
+//! `tanh`, `logistic`, `erf`) use the branch-free, vectorised algorithms of
+//! `ops::mathfn` (no libm: error bounds and specials are documented there),
+//! which the native backend's C prelude (`src/kernel/prelude.h`) reproduces
+//! bit for bit. `sqrt` is IEEE (correctly rounded), `rsqrt = 1 / sqrt(x)`.
 
 use super::kernel::{check_block, for_blocks, simd, unsupported, zip1, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
@@ -110,17 +112,17 @@ impl Unary {
                 }
             }
             Unary::Exp => x.exp1(),
-            Unary::Expm1 => x.exp_m1(),
-            Unary::Log => x.ln(),
-            Unary::Log1p => x.ln_1p(),
+            Unary::Expm1 => x.expm11(),
+            Unary::Log => x.log1(),
+            Unary::Log1p => x.log1p1(),
             Unary::Sqrt => x.sqrt(),
             Unary::Rsqrt => one / x.sqrt(),
-            Unary::Sin => x.sin(),
-            Unary::Cos => x.cos(),
-            Unary::Tan => x.tan(),
+            Unary::Sin => x.sin1(),
+            Unary::Cos => x.cos1(),
+            Unary::Tan => x.tan1(),
             Unary::Tanh => x.tanh1(),
-            Unary::Logistic => one / (one + (-x).exp()),
-            Unary::Erf => x.erf(),
+            Unary::Logistic => x.logistic1(),
+            Unary::Erf => x.erf1(),
             Unary::Floor => x.floor(),
             Unary::Ceil => x.ceil(),
             Unary::Round => x.round_even(),
@@ -142,12 +144,20 @@ fn float_block<T: Real>(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(
                 // equal to `apply` element by element.
                 Unary::Exp => T::exp_slice(a, o),
                 Unary::Tanh => T::tanh_slice(a, o),
+                Unary::Expm1 => T::expm1_slice(a, o),
+                Unary::Log => T::log_slice(a, o),
+                Unary::Log1p => T::log1p_slice(a, o),
+                Unary::Sin => T::sin_slice(a, o),
+                Unary::Cos => T::cos_slice(a, o),
+                Unary::Tan => T::tan_slice(a, o),
+                Unary::Logistic => T::logistic_slice(a, o),
+                Unary::Erf => T::erf_slice(a, o),
                 $(Unary::$v => zip1(a, o, |v| Unary::$v.apply(v)),)*
                 Unary::Not => return Err(unsupported(op.name(), T::DTYPE)),
             }
         };
     }
-    per_op!(Neg, Abs, Sign, Expm1, Log, Log1p, Sqrt, Rsqrt, Sin, Cos, Tan, Logistic, Erf, Floor, Ceil, Round);
+    per_op!(Neg, Abs, Sign, Sqrt, Rsqrt, Floor, Ceil, Round);
     Ok(())
 }
 

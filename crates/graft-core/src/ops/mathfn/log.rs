@@ -1,0 +1,160 @@
+//! `log`, `log1p`, `expm1` and `logistic` (f64 algorithms; the f32 versions
+//! evaluate them in f64 and round once).
+//!
+//! `log`/`log1p`: `x = 2^k m` with `m` in `[sqrt(1/2), sqrt(2))` taken from
+//! the exponent bits (subnormals are scaled by `2^54` first), `f = m - 1`
+//! (exact), `s = f / (2 + f)`, `log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2))`
+//! with `R(z) = sum_k 2 z^k / (2k + 1)` (Taylor, 10 terms: the truncation is
+//! below 2^-60 relative on `|s| <= 0.1716`), and `k ln 2` added in two
+//! parts (`ln2_hi` has 32 trailing zero bits, so `k ln2_hi` is exact).
+//! `log1p` computes `u = 1 + x` rounded and adds the rounding error
+//! `c = (1 + x) - u` (recovered exactly with Fast2Sum) as `c / u`.
+//!
+//! `expm1`: the reduction of `exp` (`x = n ln2 + r`), `expm1(r)` as
+//! `r + r^2 (1/2 + r/6 + ...)` (Taylor to degree 13), then
+//! `2^n expm1(r) + (2^n - 1)`; for `n > 56` the `- 1` is below half an ulp
+//! and `exp`'s `(1 + expm1(r)) 2^n1 2^n2` form is used, which overflows
+//! exactly like `exp`.
+//!
+//! `logistic(x)`: `e = exp(-|x|)`, then `1 / (1 + e)` or `e / (1 + e)`.
+
+#![allow(clippy::excessive_precision)]
+#![allow(clippy::manual_clamp)]
+
+use super::exp_f64;
+
+/// Bits of `sqrt(1/2)`: the lower end of the reduced mantissa range.
+const SQRT_HALF_BITS: u64 = 0x3fe6_a09e_667f_3bcd;
+/// fdlibm's split of ln 2 (`LN2_HI` has its low 32 bits zero).
+const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
+const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+/// `2^-54`: below this `log1p(x)` and `expm1(x)` round to `x`.
+const TINY: f64 = 5.551_115_123_125_783e-17;
+
+/// `(k, f)` with `x = 2^k (1 + f)` and `1 + f` in `[sqrt(1/2), sqrt(2))`,
+/// for positive normal `x` (other inputs give garbage the callers replace).
+#[inline(always)]
+fn decompose(x: f64) -> (f64, f64) {
+    let u = x.to_bits().wrapping_add(0x3ff0_0000_0000_0000 - SQRT_HALF_BITS);
+    // 2^52 + (k + 1023) as a double (exact), minus the bias: no int -> float
+    // conversion (AVX2 has none for 64-bit integers).
+    let kf = f64::from_bits(0x4330_0000_0000_0000 | (u >> 52)) - 4_503_599_627_371_519.0;
+    let m = f64::from_bits((u & 0x000f_ffff_ffff_ffff) + SQRT_HALF_BITS);
+    (kf, m - 1.0)
+}
+
+/// `k ln2 + log(1 + f) + c` for `1 + f` in `[sqrt(1/2), sqrt(2))` and a
+/// small correction `c`.
+#[inline(always)]
+fn log_kernel(kf: f64, f: f64, c: f64) -> f64 {
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let r = z
+        * (2.0 / 3.0
+            + z * (2.0 / 5.0
+                + z * (2.0 / 7.0
+                    + z * (2.0 / 9.0
+                        + z * (2.0 / 11.0
+                            + z * (2.0 / 13.0
+                                + z * (2.0 / 15.0 + z * (2.0 / 17.0 + z * (2.0 / 19.0 + z * (2.0 / 21.0))))))))));
+    let hfsq = 0.5 * f * f;
+    kf * LN2_HI - ((hfsq - (s * (hfsq + r) + (kf * LN2_LO + c))) - f)
+}
+
+/// Natural logarithm of one f64.
+#[inline(always)]
+pub fn log_f64(x: f64) -> f64 {
+    let sub = x < f64::MIN_POSITIVE;
+    let xs = if sub { x * 18_014_398_509_481_984.0 } else { x };
+    let (kf, f) = decompose(xs);
+    let kf = if sub { kf - 54.0 } else { kf };
+    let y = log_kernel(kf, f, 0.0);
+    let y = if x == f64::INFINITY { x } else { y };
+    let y = if x == 0.0 { f64::NEG_INFINITY } else { y };
+    let y = if x < 0.0 { f64::NAN } else { y };
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `ln(1 + x)` of one f64.
+#[inline(always)]
+pub fn log1p_f64(x: f64) -> f64 {
+    let u = 1.0 + x;
+    // (1 + x) - u exactly (Fast2Sum, larger operand first).
+    let c = if x.abs() < 1.0 { x - (u - 1.0) } else { 1.0 - (u - x) };
+    let (kf, f) = decompose(u);
+    let y = log_kernel(kf, f, c / u);
+    let y = if x == f64::INFINITY { x } else { y };
+    let y = if x == -1.0 { f64::NEG_INFINITY } else { y };
+    let y = if x < -1.0 { f64::NAN } else { y };
+    let y = if x.abs() < TINY { x } else { y };
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `e^x - 1` of one f64.
+#[inline(always)]
+pub fn expm1_f64(x: f64) -> f64 {
+    const LOG2E: f64 = std::f64::consts::LOG2_E;
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    let xc = x.max(-40.0).min(710.0);
+    let t = xc * LOG2E + MAGIC;
+    let n = (t.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
+    let nf = t - MAGIC;
+    let hi = xc - nf * LN2_HI;
+    let r = hi - nf * LN2_LO;
+    let q = ((((((((((((1.0 / 6_227_020_800.0) * r + 1.0 / 479_001_600.0) * r + 1.0 / 39_916_800.0) * r
+        + 1.0 / 3_628_800.0)
+        * r
+        + 1.0 / 362_880.0)
+        * r
+        + 1.0 / 40_320.0)
+        * r
+        + 1.0 / 5_040.0)
+        * r
+        + 1.0 / 720.0)
+        * r
+        + 1.0 / 120.0)
+        * r
+        + 1.0 / 24.0)
+        * r
+        + 1.0 / 6.0)
+        * r
+        + 0.5)
+        * (r * r);
+    let em = r + q;
+    let n1 = ((n + 2048) as u64 >> 1) as i64 - 1024;
+    let n2 = n - n1;
+    let s1 = f64::from_bits(((n1 + 1023) as u64) << 52);
+    let s2 = f64::from_bits(((n2 + 1023) as u64) << 52);
+    let big = (em + 1.0) * s1 * s2;
+    let s = s1 * s2;
+    let small = em * s + (s - 1.0);
+    let y = if n > 56 { big } else { small };
+    let y = if x.abs() < TINY { x } else { y };
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `1 / (1 + e^-x)` of one f64: with `e = e^-|x|` (never overflows),
+/// `1 / (1 + e)` for `x >= 0` and `e / (1 + e)` for `x < 0`.
+#[inline(always)]
+pub fn logistic_f64(x: f64) -> f64 {
+    let e = exp_f64(-x.abs());
+    let d = 1.0 + e;
+    let y = if x < 0.0 { e / d } else { 1.0 / d };
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
