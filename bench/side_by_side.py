@@ -512,7 +512,7 @@ def main():
     if have_jax:
         header += ["JAX median", "JAX min"]
     if have_graft and have_jax:
-        header += ["graft/JAX (median)"]
+        header += ["graft/JAX (median)", "graft/JAX (min)"]
     if args.check:
         header += ["results agree"]
     print()
@@ -532,6 +532,7 @@ def main():
         if g is not None and j is not None:
             ok = "error" not in g and "error" not in j
             cells.append(f"{g['median_ms'] / j['median_ms']:.2f}" if ok else "–")
+            cells.append(f"{g['min_ms'] / j['min_ms']:.2f}" if ok else "–")
         if args.check:
             cells.append(check or "–")
         print("| " + " | ".join(cells) + " |")
