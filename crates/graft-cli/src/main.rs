@@ -4,17 +4,23 @@
 //! - `graft check FILE`
 //! - `graft ast FILE`
 //! - `graft ir FILE --entry NAME (--input ... | --shapes NAME=TYPE ...) [--kernels]`
+//! - `graft bench FILE [--entry NAME] [--input ...]... [--seed N] [--runs N] [--warmup N] [--json]`:
+//!   compiles the entry as `run` does (timed: parse, instantiate, plan), runs
+//!   it `--warmup` times untimed and `--runs` times timed, and prints the
+//!   compile time and min/median/max run time (`--json`: one object
+//!   `{"compile_ms", "min_ms", "median_ms", "max_ms", "runs"}` on stdout)
 //!
 //! Exit codes: 0 success, 1 program error (a diagnostic is printed to
 //! stderr), 2 usage error (from clap). Inputs are never cast: an input whose
 //! dtype or rank differs from the declared type is an error naming the
 //! parameter, the declared type and what was given.
 
+mod bench;
 mod inputs;
 
 use clap::{Parser, Subcommand};
 use graft_lang::{diag, Module, Output};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -63,6 +69,28 @@ enum Cmd {
         #[arg(long)]
         kernels: bool,
     },
+    /// Time a function: compile once, then warm-up runs and timed runs.
+    Bench {
+        file: PathBuf,
+        /// The function to time.
+        #[arg(long, default_value = "main")]
+        entry: String,
+        /// `NAME=PATH.npy` or `NAME=LITERAL` (a number, or an array like `[1, 2]`).
+        #[arg(long = "input", value_name = "NAME=VALUE")]
+        inputs: Vec<String>,
+        /// Value of an integer parameter named `seed` when no --input gives it.
+        #[arg(long)]
+        seed: Option<i64>,
+        /// Timed runs.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        runs: u64,
+        /// Untimed runs before the timed ones.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+        warmup: u64,
+        /// Print one JSON object instead of the two human-readable lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the GradBench protocol on stdin/stdout (the `graft` tool), with
     /// the evals written in graft (`gradbench/*.graft`, built in).
     Gradbench,
@@ -94,7 +122,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn read(file: &PathBuf) -> Result<(String, String), Fail> {
+fn read(file: &Path) -> Result<(String, String), Fail> {
     let name = file.display().to_string();
     let src = std::fs::read_to_string(file).map_err(|e| Fail(format!("error: cannot read {name}: {e}")))?;
     Ok((name, src))
@@ -104,7 +132,7 @@ fn render_all(ds: &[diag::Diagnostic], file: &str, src: &str) -> Fail {
     Fail(ds.iter().map(|d| diag::render(d, file, src)).collect::<Vec<_>>().join("\n"))
 }
 
-fn load(file: &PathBuf) -> Result<Module, Fail> {
+fn load(file: &Path) -> Result<Module, Fail> {
     let (name, src) = read(file)?;
     Module::from_source(&name, &src).map_err(|ds| render_all(&ds, &name, &src))
 }
@@ -133,6 +161,16 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Ok(show(&res))
         }
+        Cmd::Bench { file, entry, inputs, seed, runs, warmup, json } => bench::bench(&bench::BenchArgs {
+            file: &file,
+            entry: &entry,
+            inputs: &inputs,
+            seed,
+            // Both are at most 1_000_000 (clap checks the range).
+            runs: runs as usize,
+            warmup: warmup as usize,
+            json,
+        }),
         Cmd::Gradbench => match graft_gradbench::serve_stdio(graft_gradbench::LangBackend::new()) {
             Ok(log) => {
                 eprintln!(

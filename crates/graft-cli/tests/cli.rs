@@ -165,3 +165,115 @@ fn every_example_runs_and_prints_its_checked_results() {
         assert_eq!(printed, expected, "{name}");
     }
 }
+
+fn bench_json(c: &mut Command) -> serde_json::Map<String, serde_json::Value> {
+    let s = stdout(c);
+    assert_eq!(s.lines().count(), 1, "exactly one line on stdout: {s}");
+    let v: serde_json::Value = serde_json::from_str(&s).expect("stdout is JSON");
+    v.as_object().expect("a JSON object").clone()
+}
+
+#[test]
+fn bench_json_reports_compile_and_ordered_run_times() {
+    let o = bench_json(graft().arg("bench").arg(examples().join("hvp.graft")).args(["--json", "--runs", "7"]));
+    let keys: Vec<&str> = o.keys().map(String::as_str).collect();
+    let mut want = vec!["compile_ms", "max_ms", "median_ms", "min_ms", "runs"];
+    let mut got = keys.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{o:?}");
+    let f = |k: &str| o[k].as_f64().unwrap_or_else(|| panic!("{k} is a number: {o:?}"));
+    assert!(f("compile_ms") > 0.0, "{o:?}");
+    assert!(0.0 < f("min_ms") && f("min_ms") <= f("median_ms") && f("median_ms") <= f("max_ms"), "{o:?}");
+    assert_eq!(o["runs"], 7);
+}
+
+#[test]
+fn bench_prints_compile_and_median_for_people() {
+    let s = stdout(graft().arg("bench").arg(examples().join("jacobians.graft")).args(["--runs", "4", "--warmup", "0"]));
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines.len(), 2, "{s}");
+    assert!(lines[0].starts_with("compile "), "{s}");
+    assert!(lines[1].starts_with("run     min ") && lines[1].contains(" median "), "{s}");
+    assert!(lines[1].ends_with("(4 runs, 0 warm-up)"), "{s}");
+    assert!(["ns", "µs", "ms", " s"].iter().any(|u| lines[1].contains(u)), "{s}");
+}
+
+#[test]
+fn bench_takes_inputs_like_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    npy::save_npy(&x, &Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, -1.0, 0.5, 4.0]).unwrap()).unwrap();
+    let o = bench_json(
+        graft()
+            .arg("bench")
+            .arg(examples().join("syntax.graft"))
+            .args(["--entry", "grads", "--json", "--runs", "3", "--warmup", "1"])
+            .args(["--input", "w=[0.5, -1.0, 2.0]", "--input", "b=0.25", "--input", "y=[1.0, -2.0]"])
+            .arg(format!("--input=x={}", x.display())),
+    );
+    assert_eq!(o["runs"], 3);
+    // A missing input is the same program error as for `run`.
+    let out = graft()
+        .arg("bench")
+        .arg(examples().join("syntax.graft"))
+        .args(["--entry", "grads", "--input", "b=0.25"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("missing input for parameter `w` of `grads`"), "{err}");
+}
+
+#[test]
+fn bench_usage_and_program_errors() {
+    let hvp = examples().join("hvp.graft");
+    for bad in [["--runs", "0"], ["--runs", "1000001"], ["--warmup", "1000001"], ["--runs", "many"]] {
+        let out = graft().arg("bench").arg(&hvp).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(out.stdout.is_empty(), "{bad:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.graft");
+    std::fs::write(&bad, "def main() -> f32 = nope\n").unwrap();
+    let out = graft().arg("bench").arg(&bad).arg("--json").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown name `nope`") && err.contains("bad.graft:1:21"), "{err}");
+    // A type error found while instantiating: also a rendered diagnostic.
+    std::fs::write(&bad, "def main(x: tensor[n, f32]) -> f32 = x @ x @ x\n").unwrap();
+    let out = graft().arg("bench").arg(&bad).args(["--input", "x=[1.0, 2.0]"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.graft:1:"), "{err}");
+}
+
+/// The programs `bench/side_by_side.py` times type-check, and each runs
+/// through `graft bench` on small inputs of its declared ranks.
+#[test]
+fn side_by_side_programs_check() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/programs");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("bench/programs exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "graft"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "only {} bench programs", files.len());
+    for path in &files {
+        let s = stdout(graft().arg("check").arg(path));
+        assert!(s.contains(": ok ("), "{s}");
+    }
+    let o = bench_json(graft().arg("bench").arg(dir.join("chain.graft")).args([
+        "--json",
+        "--runs",
+        "2",
+        "--input",
+        "x=[1.0, -2.0, 3.0]",
+        "--input",
+        "y=[0.5, 0.5, -1.0]",
+    ]));
+    assert_eq!(o["runs"], 2);
+}

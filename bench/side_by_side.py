@@ -1,0 +1,558 @@
+#!/usr/bin/env python3
+"""graft and JAX side by side on the same workloads, in one run.
+
+Usage:
+    cargo build --release -p graft-cli
+    pip install jax numpy
+    python3 bench/side_by_side.py [--threads 1|all] [--runs 20] [--warmup 3]
+                                  [--graft PATH] [--only NAME ...] [--check]
+
+graft side: `graft bench bench/programs/<name>.graft --json` (compile excluded
+from the run times; every run's outputs are recycled into the plan's buffer
+pool, as in a training loop). JAX side: the same computation under `jax.jit`,
+lowered and compiled before timing (compile excluded), async dispatch off,
+`block_until_ready` inside the timed region. Both sides get the same inputs:
+this script generates them with NumPy and writes them as .npy files. Min and
+median are over the same number of runs after the same number of warm-up runs.
+
+Each side runs as a subprocess so that the thread settings apply:
+`--threads 1` runs both under `taskset -c 0`, graft with RAYON_NUM_THREADS=1
+and JAX with XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
+intra_op_parallelism_threads=1"; `--threads all` leaves both unrestricted.
+
+`--check` also runs each graft program once with `graft run --out` and
+compares its results with JAX's (relative tolerance 1e-3 on f32, 1e-9 on f64),
+to show the two columns compute the same thing.
+
+Not part of the test suite; no timing is asserted anywhere.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "bench" / "programs"
+DEFAULT_GRAFT = ROOT / "target" / "release" / "graft"
+
+
+# ---------------------------------------------------------------------------
+# Workloads: name, description, program, inputs (name -> generator), JAX
+# function (defined in jax_functions below under the same name).
+# ---------------------------------------------------------------------------
+
+
+def _normal(shape, dtype, scale=1.0):
+    return lambda rng: (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def _zeros(shape, dtype):
+    import numpy as np
+
+    return lambda rng: np.zeros(shape, dtype=dtype)
+
+
+def _labels(n, classes):
+    import numpy as np
+
+    return lambda rng: (np.arange(n) % classes).astype(np.int32)
+
+
+def _scalar(value, dtype):
+    import numpy as np
+
+    return lambda rng: np.array(value, dtype=dtype)
+
+
+F32, F64 = "float32", "float64"
+
+WORKLOADS = [
+    {
+        "name": "chain",
+        "what": "elementwise chain, 10 ops, 1M f32",
+        "program": "chain.graft",
+        "inputs": [("x", _normal((1 << 20,), F32)), ("y", _normal((1 << 20,), F32))],
+    },
+    {
+        "name": "softmax",
+        "what": "softmax [4096, 1024] f32, last axis",
+        "program": "softmax.graft",
+        "inputs": [("x", _normal((4096, 1024), F32))],
+    },
+    {
+        "name": "layer_norm",
+        "what": "layer norm [4096, 1024] f32",
+        "program": "layer_norm.graft",
+        "inputs": [
+            ("x", _normal((4096, 1024), F32)),
+            ("gamma", _normal((1024,), F32)),
+            ("beta", _normal((1024,), F32)),
+        ],
+    },
+    {
+        "name": "logsumexp",
+        "what": "logsumexp of rows, [4096, 1024] f32",
+        "program": "logsumexp.graft",
+        "inputs": [("x", _normal((4096, 1024), F32))],
+    },
+    {
+        "name": "hvp",
+        "what": "HVP (jvp of grad), tanh net 256-256-1, batch 64, f64",
+        "program": "hvp.graft",
+        "inputs": [
+            ("w1", _normal((256, 256), F64, 0.1)),
+            ("w2", _normal((256, 1), F64, 0.1)),
+            ("v1", _normal((256, 256), F64)),
+            ("v2", _normal((256, 1), F64)),
+            ("x", _normal((64, 256), F64)),
+        ],
+    },
+    {
+        "name": "per_example",
+        "what": "per-example grads, vmap(grad), MLP 784-128-10, batch 64, f32",
+        "program": "per_example.graft",
+        "inputs": [
+            ("w1", _normal((784, 128), F32, 0.05)),
+            ("w2", _normal((128, 10), F32, 0.05)),
+            ("xs", _normal((64, 784), F32)),
+            ("ys", _labels(64, 10)),
+        ],
+    },
+    {
+        "name": "mlp_value_and_grad",
+        "what": "value_and_grad, MLP 784-512-512-10, batch 128, f32",
+        "program": "mlp_value_and_grad.graft",
+        "inputs": [
+            ("w1", _normal((784, 512), F32, 0.05)),
+            ("b1", _zeros((512,), F32)),
+            ("w2", _normal((512, 512), F32, 0.05)),
+            ("b2", _zeros((512,), F32)),
+            ("w3", _normal((512, 10), F32, 0.05)),
+            ("b3", _zeros((10,), F32)),
+            ("x", _normal((128, 784), F32)),
+            ("y", _labels(128, 10)),
+        ],
+    },
+    {
+        "name": "jacrev",
+        "what": "jacrev of a 100x100 tanh layer, f64",
+        "program": "jacrev.graft",
+        "inputs": [("a", _normal((100, 100), F64)), ("v", _normal((100,), F64))],
+    },
+    {
+        "name": "matmul",
+        "what": "matmul 1024x1024x1024 f32",
+        "program": "matmul.graft",
+        "inputs": [("a", _normal((1024, 1024), F32)), ("b", _normal((1024, 1024), F32))],
+    },
+    {
+        "name": "conv2d",
+        "what": "conv2d b32, 32->64 ch, 28x28, 3x3, pad 1, f32",
+        "program": "conv2d.graft",
+        "inputs": [("x", _normal((32, 32, 28, 28), F32)), ("w", _normal((64, 32, 3, 3), F32, 0.1))],
+    },
+    {
+        "name": "adam_step",
+        "what": "MLP 784-512-10 training step with Adam, batch 128, f32",
+        "program": "adam_step.graft",
+        "inputs": [
+            ("w1", _normal((784, 512), F32, 0.05)),
+            ("b1", _zeros((512,), F32)),
+            ("w2", _normal((512, 10), F32, 0.05)),
+            ("b2", _zeros((10,), F32)),
+            ("mw1", _zeros((784, 512), F32)),
+            ("mb1", _zeros((512,), F32)),
+            ("mw2", _zeros((512, 10), F32)),
+            ("mb2", _zeros((10,), F32)),
+            ("vw1", _zeros((784, 512), F32)),
+            ("vb1", _zeros((512,), F32)),
+            ("vw2", _zeros((512, 10), F32)),
+            ("vb2", _zeros((10,), F32)),
+            ("t", _scalar(1.0, F32)),
+            ("x", _normal((128, 784), F32)),
+            ("y", _labels(128, 10)),
+        ],
+    },
+    {
+        "name": "lstm",
+        "what": "LSTM scan gradient, hidden 128, 50 steps, batch 16, f32",
+        "program": "lstm.graft",
+        "inputs": [
+            ("wx", _normal((4, 128, 128), F32, 0.1)),
+            ("wh", _normal((4, 128, 128), F32, 0.1)),
+            ("b", _zeros((4, 128), F32)),
+            ("h0", _zeros((16, 128), F32)),
+            ("xs", _normal((50, 16, 128), F32)),
+        ],
+    },
+]
+
+# Workloads the graft language cannot express yet: name -> reason. The JAX
+# side still runs; the graft column says why it is empty.
+NOT_IN_GRAFT = {}
+
+
+def jax_functions(jax, jnp):
+    """The JAX version of every workload, taking the inputs in order."""
+    lax = jax.lax
+
+    def chain(x, y):
+        t = x * y + x
+        t = jnp.tanh(t) * 0.5 - y
+        t = jnp.abs(-jnp.maximum(t, x)) + y
+        return t * x
+
+    def layer_norm(x, gamma, beta):
+        m = jnp.mean(x, axis=1, keepdims=True)
+        v = jnp.mean((x - m) ** 2, axis=1, keepdims=True)
+        return (x - m) / jnp.sqrt(v + 1e-5) * gamma + beta
+
+    def net(w1, w2, x):
+        o = jnp.tanh(jnp.tanh(x @ w1) @ w2)
+        return jnp.sum(o * o)
+
+    def hvp(w1, w2, v1, v2, x):
+        g = jax.grad(net, argnums=(0, 1))
+        return jax.jvp(lambda a, c: g(a, c, x), (w1, w2), (v1, v2))[1]
+
+    def example_loss(w1, w2, x, y):
+        return -jax.nn.log_softmax(jax.nn.relu(x @ w1) @ w2)[y]
+
+    per_example = jax.vmap(jax.grad(example_loss, argnums=(0, 1)), in_axes=(None, None, 0, 0))
+
+    def cross_entropy(logits, y):
+        logp = jax.nn.log_softmax(logits, axis=1)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    def mlp_loss(w1, b1, w2, b2, w3, b3, x, y):
+        a1 = jax.nn.relu(x @ w1 + b1)
+        a2 = jax.nn.relu(a1 @ w2 + b2)
+        return cross_entropy(a2 @ w3 + b3, y)
+
+    mlp_value_and_grad = jax.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3, 4, 5))
+
+    def adam(p, g, m, v, t):
+        m2 = 0.9 * m + 0.1 * g
+        v2 = 0.999 * v + 0.001 * g * g
+        mhat = m2 / (1.0 - 0.9**t)
+        vhat = v2 / (1.0 - 0.999**t)
+        return (p - 0.001 * mhat / (jnp.sqrt(vhat) + 1e-8), m2, v2)
+
+    def adam_loss(w1, b1, w2, b2, x, y):
+        return cross_entropy(jax.nn.relu(x @ w1 + b1) @ w2 + b2, y)
+
+    def adam_step(w1, b1, w2, b2, mw1, mb1, mw2, mb2, vw1, vb1, vw2, vb2, t, x, y):
+        g1, gb1, g2, gb2 = jax.grad(adam_loss, argnums=(0, 1, 2, 3))(w1, b1, w2, b2, x, y)
+        return (
+            adam(w1, g1, mw1, vw1, t),
+            adam(b1, gb1, mb1, vb1, t),
+            adam(w2, g2, mw2, vw2, t),
+            adam(b2, gb2, mb2, vb2, t),
+        )
+
+    def lstm_loss(wx, wh, b, h0, xs):
+        def cell(carry, x):
+            hp, cp = carry
+            z = jnp.einsum("bi,gij->gbj", x, wx) + jnp.einsum("bi,gij->gbj", hp, wh) + b[:, None, :]
+            ig = jax.nn.sigmoid(z[0])
+            fg = jax.nn.sigmoid(z[1])
+            cand = jnp.tanh(z[2])
+            og = jax.nn.sigmoid(z[3])
+            cn = fg * cp + ig * cand
+            hn = og * jnp.tanh(cn)
+            return (hn, cn), hn
+
+        _, hs = lax.scan(cell, (h0, h0), xs)
+        return jnp.mean(hs**2)
+
+    return {
+        "chain": chain,
+        "softmax": lambda x: jax.nn.softmax(x, axis=1),
+        "layer_norm": layer_norm,
+        "logsumexp": lambda x: jax.nn.logsumexp(x, axis=1),
+        "hvp": hvp,
+        "per_example": per_example,
+        "mlp_value_and_grad": mlp_value_and_grad,
+        "jacrev": jax.jacrev(lambda a, v: jnp.tanh(a @ v), argnums=1),
+        "matmul": lambda a, b: a @ b,
+        "conv2d": lambda x, w: lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1))),
+        "adam_step": adam_step,
+        "lstm": jax.grad(lstm_loss, argnums=(0, 1, 2)),
+    }
+
+
+# ---------------------------------------------------------------------------
+# The JAX worker (this script run with --jax-worker in a subprocess).
+# ---------------------------------------------------------------------------
+
+
+def jax_worker(args):
+    import time
+
+    import numpy as np
+
+    import jax
+    import jax.numpy as jnp
+
+    try:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    except Exception:  # older or newer JAX without the flag: block_until_ready still waits
+        pass
+    jax.config.update("jax_enable_x64", True)
+    w = next(w for w in WORKLOADS if w["name"] == args.jax_worker)
+    data = Path(args.data)
+    arrays = [jnp.asarray(np.load(data / f"{name}.npy")) for name, _ in w["inputs"]]
+    fn = jax_functions(jax, jnp)[w["name"]]
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*arrays).compile()
+    compile_s = time.perf_counter() - t0
+    for _ in range(args.warmup):
+        jax.block_until_ready(compiled(*arrays))
+    times = []
+    for _ in range(args.runs):
+        t = time.perf_counter()
+        out = compiled(*arrays)
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - t)
+    if args.save_outputs:
+        leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(compiled(*arrays))]
+        np.savez(args.save_outputs, *leaves)
+    times.sort()
+    print(
+        json.dumps(
+            {
+                "compile_ms": compile_s * 1e3,
+                "min_ms": times[0] * 1e3,
+                "median_ms": median(times) * 1e3,
+                "max_ms": times[-1] * 1e3,
+                "runs": len(times),
+            }
+        )
+    )
+
+
+def median(sorted_xs):
+    n = len(sorted_xs)
+    return sorted_xs[n // 2] if n % 2 else (sorted_xs[n // 2 - 1] + sorted_xs[n // 2]) / 2
+
+
+# ---------------------------------------------------------------------------
+# The driver.
+# ---------------------------------------------------------------------------
+
+
+def side_env(threads, side):
+    env = dict(os.environ)
+    prefix = []
+    if threads == "1":
+        if side == "graft":
+            env["RAYON_NUM_THREADS"] = "1"
+        else:
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
+        if shutil.which("taskset"):
+            prefix = ["taskset", "-c", "0"]
+    return env, prefix
+
+
+def first_error_line(text):
+    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    for l in lines:
+        if l.lower().startswith("error"):
+            return l
+    return lines[0] if lines else "failed without a message"
+
+
+def graft_input_args(w, data):
+    import numpy as np
+
+    out = []
+    for name, _ in w["inputs"]:
+        arr = np.load(data / f"{name}.npy")
+        if arr.ndim == 0:
+            out += ["--input", f"{name}={arr.item()!r}"]
+        else:
+            out += ["--input", f"{name}={data / (name + '.npy')}"]
+    return out
+
+
+def run_graft(args, w, data):
+    env, prefix = side_env(args.threads, "graft")
+    cmd = prefix + [str(args.graft), "bench", str(PROGRAMS / w["program"]), "--json"]
+    cmd += ["--runs", str(args.runs), "--warmup", str(args.warmup)] + graft_input_args(w, data)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": first_error_line(p.stderr)}
+    return json.loads(p.stdout)
+
+
+def run_jax(args, w, data, save_outputs=None):
+    env, prefix = side_env(args.threads, "jax")
+    cmd = prefix + [sys.executable, str(Path(__file__).resolve()), "--jax-worker", w["name"], "--data", str(data)]
+    cmd += ["--runs", str(args.runs), "--warmup", str(args.warmup)]
+    if save_outputs:
+        cmd += ["--save-outputs", str(save_outputs)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": first_error_line(p.stderr.splitlines()[-1] if p.stderr.strip() else "")}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def check_outputs(args, w, data, jax_npz):
+    """Runs the graft program once with --out and compares with JAX's leaves."""
+    import numpy as np
+
+    out = data / "graft_out.npz"
+    cmd = [str(args.graft), "run", str(PROGRAMS / w["program"]), "--out", str(out)] + graft_input_args(w, data)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return "graft run failed: " + first_error_line(p.stderr)
+    g = np.load(out)
+    j = np.load(jax_npz)
+    gl = [g[str(i)] for i in range(len(g.files))]
+    jl = [j[f"arr_{i}"] for i in range(len(j.files))]
+    if len(gl) != len(jl):
+        return f"MISMATCH: graft gave {len(gl)} results, JAX {len(jl)}"
+    worst = 0.0
+    for a, b in zip(gl, jl):
+        if a.shape != b.shape:
+            return f"MISMATCH: shapes {a.shape} vs {b.shape}"
+        scale = max(float(np.max(np.abs(b))), 1e-30)
+        worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) / scale)
+    tol = 1e-9 if all(b.dtype == np.float64 for b in jl) else 1e-3
+    return ("ok" if worst <= tol else "MISMATCH") + f" (max err {worst:.1e}, relative to the largest entry)"
+
+
+def fmt_ms(ms):
+    if ms is None:
+        return "–"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    if ms >= 1:
+        return f"{ms:.2f} ms"
+    return f"{ms * 1000:.0f} µs"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graft", type=Path, default=DEFAULT_GRAFT, help=f"the graft binary (default {DEFAULT_GRAFT})")
+    ap.add_argument("--threads", choices=["1", "all"], default="1")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--only", nargs="*", help="workload names to run (default: all)")
+    ap.add_argument("--check", action="store_true", help="also compare graft's results with JAX's")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the NumPy generator for the inputs")
+    ap.add_argument("--jax-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--save-outputs", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.runs < 1 or args.warmup < 0:
+        ap.error("--runs must be at least 1 and --warmup at least 0")
+    if args.jax_worker:
+        jax_worker(args)
+        return
+
+    try:
+        import numpy as np
+    except ImportError:
+        print("NumPy is needed to generate the inputs: pip install numpy")
+        sys.exit(1)
+    import importlib.util
+
+    have_jax = importlib.util.find_spec("jax") is not None
+    have_graft = args.graft.is_file() and os.access(args.graft, os.X_OK)
+    notes = []
+    if not have_graft:
+        notes.append(
+            f"graft binary not found at {args.graft} (build it with `cargo build --release -p graft-cli`, or pass --graft PATH)"
+        )
+    if not have_jax:
+        notes.append("JAX not installed (pip install jax)")
+    if not have_graft and not have_jax:
+        print("\n".join(notes))
+        sys.exit(1)
+    selected = [w for w in WORKLOADS if not args.only or w["name"] in args.only]
+    unknown = set(args.only or []) - {w["name"] for w in WORKLOADS}
+    if unknown:
+        ap.error(f"unknown workloads {sorted(unknown)}; known: {[w['name'] for w in WORKLOADS]}")
+
+    threads = "1 thread (taskset -c 0)" if args.threads == "1" else "all threads"
+    print(f"# graft vs JAX, {threads}, {args.runs} runs after {args.warmup} warm-up, compile excluded")
+    for n in notes:
+        print(f"# {n}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="graft-side-by-side-") as tmp:
+        for w in selected:
+            data = Path(tmp) / w["name"]
+            data.mkdir()
+            rng = np.random.default_rng(args.seed)
+            for name, gen in w["inputs"]:
+                np.save(data / f"{name}.npy", gen(rng))
+            g = j = None
+            if have_graft:
+                if w["name"] in NOT_IN_GRAFT:
+                    g = {"error": "not expressible in graft yet: " + NOT_IN_GRAFT[w["name"]]}
+                else:
+                    g = run_graft(args, w, data)
+            jax_npz = data / "jax_out.npz" if args.check else None
+            if have_jax:
+                j = run_jax(args, w, data, jax_npz)
+            check = None
+            if args.check and have_graft and have_jax and "error" not in g and "error" not in j:
+                check = check_outputs(args, w, data, jax_npz)
+            rows.append((w, g, j, check))
+            print(f"# done: {w['name']}", file=sys.stderr, flush=True)
+
+    header = ["workload"]
+    if have_graft:
+        header += ["graft median", "graft min"]
+    if have_jax:
+        header += ["JAX median", "JAX min"]
+    if have_graft and have_jax:
+        header += ["graft/JAX (median)", "graft/JAX (min)"]
+    if args.check:
+        header += ["results agree"]
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    errors = []
+    for w, g, j, check in rows:
+        cells = [w["what"]]
+        for side, r in (("graft", g), ("JAX", j)):
+            if r is None:
+                continue
+            if "error" in r:
+                cells += ["error", "error"]
+                errors.append(f"{w['name']} ({side}): {r['error']}")
+            else:
+                cells += [fmt_ms(r["median_ms"]), fmt_ms(r["min_ms"])]
+        if g is not None and j is not None:
+            ok = "error" not in g and "error" not in j
+            cells.append(f"{g['median_ms'] / j['median_ms']:.2f}" if ok else "–")
+            cells.append(f"{g['min_ms'] / j['min_ms']:.2f}" if ok else "–")
+        if args.check:
+            cells.append(check or "–")
+        print("| " + " | ".join(cells) + " |")
+    if have_graft or have_jax:
+        print()
+        compile_cells = []
+        for w, g, j, _ in rows:
+            parts = []
+            if g is not None and "error" not in g:
+                parts.append(f"graft {fmt_ms(g['compile_ms'])}")
+            if j is not None and "error" not in j:
+                parts.append(f"JAX {fmt_ms(j['compile_ms'])}")
+            if parts:
+                compile_cells.append(f"{w['name']}: " + ", ".join(parts))
+        print("Compile (excluded above): " + "; ".join(compile_cells))
+    for e in errors:
+        print(f"- {e}")
+    for n in notes:
+        print(n)
+
+
+if __name__ == "__main__":
+    main()
