@@ -10,6 +10,7 @@
 use super::ir::{Access, Arg, Index, Inst, Kernel, Lit, Reg};
 use crate::exec::fuse::{strided_map, Group, Scalar};
 use crate::ir::{Func, Value};
+use crate::ops::binary::Binary;
 use crate::ops::{Op, Prim};
 use std::collections::HashMap;
 
@@ -50,6 +51,9 @@ pub(crate) fn group_kernel(func: &Func, group: &Group, name: String) -> Option<K
         let splat = eqn.prim.name() == "broadcast_in_dim" && func.ty(eqn.inputs[0]).numel() == 1;
         let inst = match &eqn.prim {
             Prim::Unary(op) => Inst::Unary(*op, lw.operand(eqn.inputs[0])?),
+            // pow and atan2 have no prelude version yet (bitwise-equal C
+            // versions need their own algorithms): such groups stay interpreted.
+            Prim::Binary(Binary::Pow | Binary::Atan2) => return None,
             Prim::Binary(op) => Inst::Binary(*op, lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?),
             Prim::Compare(op) => Inst::Compare(*op, lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?),
             Prim::Select(_) => {
