@@ -445,6 +445,17 @@ fn layout(
     // Scratch values get virtual ids first (one per value), slots below.
     let mut virt_dtype: Vec<DType> = Vec::new();
     let mut work: Vec<Work> = Vec::new();
+    // Where a member's result goes: a full-size buffer if it escapes the
+    // group, else a (virtual) scratch slot.
+    let place = |escapes: bool, v: Value, outputs: &mut Vec<Value>, virt: &mut Vec<DType>| {
+        if escapes {
+            outputs.push(v);
+            Loc::Output(outputs.len() - 1)
+        } else {
+            virt.push(func.ty(v).dtype);
+            Loc::Scratch(virt.len() - 1)
+        }
+    };
 
     for &i in &eqns {
         let eqn = &func.eqns[i];
@@ -476,13 +487,7 @@ fn layout(
                 inputs.push(src);
                 inputs.len() - 1
             });
-            let out = if escapes {
-                outputs.push(v);
-                Loc::Output(outputs.len() - 1)
-            } else {
-                virt_dtype.push(func.ty(v).dtype);
-                Loc::Scratch(virt_dtype.len() - 1)
-            };
+            let out = place(escapes, v, &mut outputs, &mut virt_dtype);
             loc.insert(v, out);
             let map = strided_map(func, eqn).expect("internal error: layout members have a strided map");
             work.push(Work::Gather { input: k, map, out });
@@ -502,13 +507,7 @@ fn layout(
                 }
             })
             .collect();
-        let out = if escapes {
-            outputs.push(v);
-            Loc::Output(outputs.len() - 1)
-        } else {
-            virt_dtype.push(func.ty(v).dtype);
-            Loc::Scratch(virt_dtype.len() - 1)
-        };
+        let out = place(escapes, v, &mut outputs, &mut virt_dtype);
         loc.insert(v, out);
         work.push(Work::Op { prim: eqn.prim.clone(), ins, out });
     }

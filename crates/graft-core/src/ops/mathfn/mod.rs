@@ -98,22 +98,12 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
-/// `e^x` for one f64 (the element function of [`exp_f64_slice`]).
+/// `e^r - 1 - r` for the reduced argument `|r| <= ln2/2` of `exp_f64` and
+/// `expm1_f64`: Taylor to degree 13 (truncation error < 1e-17), one
+/// evaluation order shared by both (the C prelude mirrors it).
 #[inline(always)]
-pub fn exp_f64(x: f64) -> f64 {
-    const LOG2E: f64 = std::f64::consts::LOG2_E;
-    // fdlibm's split: LN2_HI has its low 32 bits zero, so n * LN2_HI is exact.
-    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
-    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
-    let xc = x.max(-760.0).min(710.0);
-    let t = xc * LOG2E + MAGIC;
-    let n = (t.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
-    let nf = t - MAGIC;
-    let hi = xc - nf * LN2_HI;
-    let r = hi - nf * LN2_LO;
-    // Taylor to degree 13: the truncation error on |r| <= 0.347 is < 1e-17.
-    let q = ((((((((((((1.0 / 6_227_020_800.0) * r + 1.0 / 479_001_600.0) * r + 1.0 / 39_916_800.0) * r
+pub(crate) fn exp_tail_f64(r: f64) -> f64 {
+    ((((((((((((1.0 / 6_227_020_800.0) * r + 1.0 / 479_001_600.0) * r + 1.0 / 39_916_800.0) * r
         + 1.0 / 3_628_800.0)
         * r
         + 1.0 / 362_880.0)
@@ -131,7 +121,25 @@ pub fn exp_f64(x: f64) -> f64 {
         + 1.0 / 6.0)
         * r
         + 0.5)
-        * (r * r);
+        * (r * r)
+}
+
+/// `e^x` for one f64 (the element function of [`exp_f64_slice`]).
+#[inline(always)]
+pub fn exp_f64(x: f64) -> f64 {
+    const LOG2E: f64 = std::f64::consts::LOG2_E;
+    // fdlibm's split: LN2_HI has its low 32 bits zero, so n * LN2_HI is exact.
+    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    let xc = x.max(-760.0).min(710.0);
+    let t = xc * LOG2E + MAGIC;
+    let n = (t.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
+    let nf = t - MAGIC;
+    let hi = xc - nf * LN2_HI;
+    let r = hi - nf * LN2_LO;
+    // Taylor to degree 13: the truncation error on |r| <= 0.347 is < 1e-17.
+    let q = exp_tail_f64(r);
     let e = 1.0 + (r + q);
     // 2^n = 2^n1 * 2^n2 with both halves normal (n in [-1097, 1025]).
     // The logical shift of a biased value is floor(n / 2) without an
