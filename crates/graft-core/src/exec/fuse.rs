@@ -110,6 +110,10 @@ pub(crate) enum Step {
 pub(crate) struct Plan {
     pub(crate) steps: Vec<Step>,
     pub(crate) groups: Vec<Group>,
+    /// Runs of steps that also have a row-kernel form (see
+    /// `kernel::rows`), sorted by start, non-overlapping. Filled by
+    /// `kernel::prepare`; the steps run whenever the kernel is not ready.
+    pub(crate) regions: Vec<crate::kernel::rows::Region>,
 }
 
 /// The one-element operand of a splat.
@@ -292,7 +296,7 @@ fn is_scalar_constant(func: &Func, eqn: &Eqn) -> bool {
 pub(crate) fn plan(func: &Func, opts: &ExecOptions) -> Plan {
     let eqn_steps = || (0..func.eqns.len()).map(Step::Eqn).collect();
     if !opts.fuse {
-        return Plan { steps: eqn_steps(), groups: Vec::new() };
+        return Plan { steps: eqn_steps(), groups: Vec::new(), regions: Vec::new() };
     }
     let kinds: Vec<Kind> = func.eqns.iter().map(|e| classify(func, e)).collect();
 
@@ -371,7 +375,7 @@ pub(crate) fn plan(func: &Func, opts: &ExecOptions) -> Plan {
         }
     }
     if members.is_empty() {
-        return Plan { steps: eqn_steps(), groups: Vec::new() };
+        return Plan { steps: eqn_steps(), groups: Vec::new(), regions: Vec::new() };
     }
 
     // 3. Readers of every value (equation indices), and function outputs.
@@ -416,7 +420,7 @@ pub(crate) fn plan(func: &Func, opts: &ExecOptions) -> Plan {
         .enumerate()
         .map(|(g, eqns)| layout(func, opts, g, eqns, &kinds, &eqn_group, &readers, &returned, &folded))
         .collect();
-    Plan { steps: final_steps, groups }
+    Plan { steps: final_steps, groups, regions: Vec::new() }
 }
 
 /// Decides where every member reads and writes, allocates scratch slots and

@@ -120,21 +120,33 @@ impl Executable {
         (self.plan.groups.len(), self.plan.groups.iter().map(|g| g.len()).sum())
     }
 
-    /// The kernels of the plan's fused groups (the groups that have a
-    /// kernel form), in plan order.
+    /// The kernels of the plan: row kernels of its regions, then those of
+    /// the fused groups outside regions (the groups that have a kernel
+    /// form), in plan order.
     pub fn plan_kernels(&self) -> Vec<crate::kernel::Kernel> {
-        self.plan
+        let mut in_region = vec![false; self.plan.groups.len()];
+        for r in &self.plan.regions {
+            for step in &self.plan.steps[r.start..r.end] {
+                if let Step::Group(g) = *step {
+                    in_region[g] = true;
+                }
+            }
+        }
+        let rows = self.plan.regions.iter().map(|r| r.kernel.clone());
+        let groups = self
+            .plan
             .groups
             .iter()
             .enumerate()
-            .filter_map(|(g, group)| crate::kernel::lower::group_kernel(&self.func, group, format!("gk{g}")))
-            .collect()
+            .filter(|(g, _)| !in_region[*g])
+            .filter_map(|(g, group)| crate::kernel::lower::group_kernel(&self.func, group, format!("gk{g}")));
+        rows.chain(groups).collect()
     }
 
     /// `(ready, total)`: fused groups whose native code is loaded, and
     /// fused groups that were handed to the compiler.
     pub fn native_status(&self) -> (usize, usize) {
-        let slots = self.plan.groups.iter().filter_map(|g| g.native.as_ref());
+        let slots = self.native_slots();
         slots.fold((0, 0), |(r, t), s| (r + s.get().is_some() as usize, t + 1))
     }
 
@@ -144,7 +156,7 @@ impl Executable {
     pub fn wait_native(&self, timeout: std::time::Duration) -> bool {
         let start = std::time::Instant::now();
         loop {
-            if self.plan.groups.iter().filter_map(|g| g.native.as_ref()).all(|s| s.settled()) {
+            if self.native_slots().all(|s| s.settled()) {
                 return true;
             }
             if start.elapsed() >= timeout {
@@ -152,6 +164,11 @@ impl Executable {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    fn native_slots(&self) -> impl Iterator<Item = &Arc<crate::kernel::native::Slot>> {
+        let groups = self.plan.groups.iter().filter_map(|g| g.native.as_ref());
+        groups.chain(self.plan.regions.iter().filter_map(|r| r.native.as_ref()))
     }
 
     /// The function this executable runs.
@@ -226,7 +243,30 @@ impl Executable {
         for (&p, &t) in f.params.iter().zip(inputs) {
             env[p.index()] = Slot::Borrowed(t);
         }
-        for (i, step) in self.plan.steps.iter().enumerate() {
+        let mut regions = self.plan.regions.iter().peekable();
+        let mut i = 0;
+        while i < self.plan.steps.len() {
+            // A region whose row kernel is ready runs instead of its steps.
+            while regions.peek().is_some_and(|r| r.start < i) {
+                regions.next();
+            }
+            if let Some(r) = regions.peek().filter(|r| r.start == i) {
+                if let Some(native) = r.native.as_ref().and_then(|s| s.get()) {
+                    let mut outs: Vec<Tensor> = r.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
+                    let ins: Vec<&Tensor> = r.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
+                    run_region(r, native, &ins, &mut outs)?;
+                    stats.kernels += 1;
+                    for (&v, t) in r.outputs.iter().zip(outs) {
+                        env[v.index()] = Slot::Owned(t);
+                    }
+                    for k in r.start..r.end {
+                        self.release(k, &mut env, pool);
+                    }
+                    i = r.end;
+                    continue;
+                }
+            }
+            let step = &self.plan.steps[i];
             let (outputs, outs) = match *step {
                 Step::Eqn(e) => {
                     let eqn = &f.eqns[e];
@@ -260,11 +300,8 @@ impl Executable {
             for (&v, t) in outputs.iter().zip(outs) {
                 env[v.index()] = Slot::Owned(t);
             }
-            for &v in &self.release_after[i] {
-                if let Slot::Owned(t) = std::mem::replace(&mut env[v.index()], Slot::Empty) {
-                    pool.put(t);
-                }
-            }
+            self.release(i, &mut env, pool);
+            i += 1;
         }
         let mut results = Vec::with_capacity(f.outputs.len());
         for (k, &v) in f.outputs.iter().enumerate() {
@@ -290,6 +327,44 @@ impl Executable {
         stats.peak_bytes = pool.peak;
         Ok((results, stats))
     }
+}
+
+impl Executable {
+    /// Returns the buffers whose last reader is step `i` to the pool (those
+    /// a region's kernel never produced are simply absent).
+    fn release(&self, i: usize, env: &mut [Slot<'_>], pool: &mut Pool) {
+        for &v in &self.release_after[i] {
+            if let Slot::Owned(t) = std::mem::replace(&mut env[v.index()], Slot::Empty) {
+                pool.put(t);
+            }
+        }
+    }
+}
+
+/// Runs a region's row kernel: `ins` and `outs` follow the kernel's read
+/// and written arguments, checked here against their dtypes and lengths.
+fn run_region(
+    r: &crate::kernel::rows::Region,
+    f: &crate::kernel::native::NativeFn,
+    ins: &[&Tensor],
+    outs: &mut [Tensor],
+) -> Result<(), ExecError> {
+    let args = &r.kernel.args;
+    let ok = args.len() == ins.len() + outs.len()
+        && ins
+            .iter()
+            .map(|t| (t.dtype(), t.numel()))
+            .chain(outs.iter().map(|t| (t.dtype(), t.numel())))
+            .zip(args)
+            .all(|((d, n), a)| a.dtype == d && a.len == n);
+    if !ok {
+        return Err(internal(format!("row kernel {} operands do not match its arguments", r.kernel.name)));
+    }
+    let work: usize = args.iter().map(|a| a.len).max().unwrap_or(0);
+    let tasks =
+        if crate::ops::kernel::worth_parallel(work.saturating_mul(4)) { rayon::current_num_threads() * 4 } else { 1 };
+    crate::kernel::native::run_group(f, r.rows, ins, outs, tasks);
+    Ok(())
 }
 
 // Note [Nested peak bytes]

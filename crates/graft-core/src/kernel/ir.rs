@@ -15,6 +15,19 @@
 //! operations address arithmetic instead of copies: a broadcast is a stride
 //! of 0, a transpose a permuted stride vector, a slice an offset.
 //!
+//! Row kernels: a kernel whose body holds [`Inst::Reduce`] or
+//! [`Inst::Map`] treats each of its `extent` points as a *row* of `len`
+//! inner points (flat index `j = i * len + k`). The outer body runs once
+//! per row on row values (per-row loads, ALU work, stores of `extent`
+//! elements); a `Reduce` combines its inner body's value over the row's
+//! `len` points in the interpreter's fixed pairwise order (see
+//! `ops::reduce`), and a `Map` runs its inner body at every point of the
+//! row (its stores write `extent * len` elements). Inner bodies have their
+//! own registers and read outer ones through [`Inst::Outer`]. This is how
+//! softmax, layer norm and logsumexp run in one pass per row: the
+//! producers of a reduction are recomputed inside its inner body instead
+//! of being materialised.
+//!
 //! Semantics every backend must keep (see ARCHITECTURE.md, "Native
 //! kernels"): each ALU instruction computes exactly what its primitive's
 //! interpreter kernel computes for one element, bit for bit (NaN payloads
@@ -24,6 +37,7 @@
 
 use crate::dtype::DType;
 use crate::ops::binary::{Binary, Compare};
+use crate::ops::reduce::ReduceKind;
 use crate::ops::unary::Unary;
 use crate::ops::Op;
 use std::fmt;
@@ -138,14 +152,60 @@ pub enum Inst {
         /// The value stored.
         value: Reg,
     },
+    /// Outer body of a row kernel: the combination of an inner body's value
+    /// over the row's points (a row value of the inner value's dtype).
+    Reduce(Box<Reduction>),
+    /// Outer body of a row kernel: runs an inner body (whose only effects
+    /// are its stores) at every point of the row. Defines no value.
+    Map(Box<Inner>),
+    /// Inner body: the value of an outer register (the same at every point
+    /// of the row).
+    Outer(Reg),
+    /// Reduction body: also keeps the value in the row's scratch slot
+    /// `slot` (one element per point of the row), so that a later body of
+    /// the same row reads it back instead of recomputing it. Defines no value.
+    Save {
+        /// Scratch slot.
+        slot: u32,
+        /// The value kept.
+        value: Reg,
+    },
+    /// Inner body after the reduction that saved it: the value kept in
+    /// scratch slot `slot` at this point.
+    Restore(u32),
+}
+
+/// An inner body: `for k in 0..len { body }` at flat points `i * len + k`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Inner {
+    /// Points per row.
+    pub len: usize,
+    /// The per-point program (no `Reduce`, `Map` or nested rows).
+    pub body: Vec<Inst>,
+}
+
+/// A reduction over the points of a row (see [`Inst::Reduce`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Reduction {
+    /// The combiner (floating-point dtypes only, for now).
+    pub kind: ReduceKind,
+    /// The values combined.
+    pub inner: Inner,
+    /// The inner register combined.
+    pub value: Reg,
 }
 
 impl Inst {
     /// Registers this instruction reads.
     pub fn operands(&self) -> Vec<Reg> {
         match *self {
-            Inst::Load { .. } | Inst::Lit(_) => vec![],
-            Inst::Unary(_, a) | Inst::Convert(_, a) | Inst::Store { value: a, .. } => vec![a],
+            // An `Outer` operand lives in the enclosing body, not this one.
+            Inst::Load { .. } | Inst::Lit(_) | Inst::Map(_) | Inst::Reduce(_) | Inst::Outer(_) | Inst::Restore(_) => {
+                vec![]
+            }
+            Inst::Unary(_, a) | Inst::Convert(_, a) | Inst::Store { value: a, .. } | Inst::Save { value: a, .. } => {
+                vec![a]
+            }
             Inst::Binary(_, a, b) | Inst::Compare(_, a, b) => vec![a, b],
             Inst::Select(p, a, b) => vec![p, a, b],
         }
@@ -177,15 +237,47 @@ pub struct KernelError {
     pub msg: String,
 }
 
-/// Checks a kernel and returns the dtype of every register (`None` for
-/// stores): operands defined earlier, dtypes as the primitives' shape
-/// rules demand, loads from read arguments within bounds, each written
-/// argument stored exactly once, with its dtype and `extent` elements.
+/// Checks a kernel and returns the dtype of every register of its (outer)
+/// body (`None` for stores and maps): operands defined earlier, dtypes as
+/// the primitives' shape rules demand, loads from read arguments within
+/// bounds, each written argument stored exactly once, with its dtype and
+/// as many elements as the body storing it has points. Row kernels: inner
+/// bodies only in `Reduce`/`Map` of the outer body, `Outer` only in inner
+/// bodies, reductions over floating-point values.
 pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
-    let err = |at: usize, msg: String| KernelError { kernel: k.name.clone(), at, msg };
-    let mut types: Vec<Option<DType>> = Vec::with_capacity(k.body.len());
     let mut stored = vec![false; k.args.len()];
-    for (at, inst) in k.body.iter().enumerate() {
+    let mut slots = Vec::new();
+    let types = body_types(k, &k.body, None, &mut stored, &mut slots)?;
+    for (i, a) in k.args.iter().enumerate() {
+        if a.access == Access::Write && !stored[i] {
+            return Err(KernelError {
+                kernel: k.name.clone(),
+                at: k.body.len(),
+                msg: format!("written argument {i} is never stored"),
+            });
+        }
+    }
+    Ok(types)
+}
+
+/// The register dtypes of one body: the outer one (`outer` is `None`), or
+/// an inner one of `len` points per row given the outer body's types so
+/// far. `stored` marks written arguments, `slots` the dtypes of the
+/// scratch slots saved so far (both grow as bodies are checked in order).
+pub fn body_types(
+    k: &Kernel,
+    body: &[Inst],
+    outer: Option<(usize, &[Option<DType>])>,
+    stored: &mut [bool],
+    slots: &mut Vec<DType>,
+) -> Result<Vec<Option<DType>>, KernelError> {
+    let err = |at: usize, msg: String| KernelError { kernel: k.name.clone(), at, msg };
+    let points = match outer {
+        None => k.extent,
+        Some((len, _)) => k.extent.saturating_mul(len),
+    };
+    let mut types: Vec<Option<DType>> = Vec::with_capacity(body.len());
+    for (at, inst) in body.iter().enumerate() {
         let ty = |r: Reg| -> Result<DType, KernelError> {
             match types.get(r as usize) {
                 Some(Some(d)) => Ok(*d),
@@ -206,7 +298,7 @@ pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
                 if a.access != Access::Read {
                     return Err(err(at, format!("load from written argument {arg}")));
                 }
-                check_index(k, a, index).map_err(|m| err(at, m))?;
+                check_index(points, a, index).map_err(|m| err(at, m))?;
                 Some(a.dtype)
             }
             Inst::Lit(l) => Some(l.dtype),
@@ -241,7 +333,7 @@ pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
             Inst::Store { arg, value } => {
                 let d = ty(*value)?;
                 let a = k.args.get(*arg as usize).ok_or_else(|| err(at, format!("no argument {arg}")))?;
-                if a.access != Access::Write || a.dtype != d || a.len != k.extent {
+                if a.access != Access::Write || a.dtype != d || a.len != points {
                     return Err(err(
                         at,
                         format!("store of {d} into argument {arg} ({:?} {} x {})", a.access, a.dtype, a.len),
@@ -252,28 +344,76 @@ pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
                 }
                 None
             }
+            Inst::Outer(r) => match outer {
+                None => return Err(err(at, "`outer` outside an inner body".into())),
+                Some((_, ot)) => match ot.get(*r as usize) {
+                    Some(Some(d)) => Some(*d),
+                    _ => return Err(err(at, format!("outer %{r} is not a value defined before this body"))),
+                },
+            },
+            Inst::Save { slot, value } => {
+                let d = ty(*value)?;
+                if outer.is_none() {
+                    return Err(err(at, "`save` outside a reduction body".into()));
+                }
+                if *slot as usize != slots.len() {
+                    return Err(err(at, format!("slot {slot} saved out of order (next is {})", slots.len())));
+                }
+                slots.push(d);
+                None
+            }
+            Inst::Restore(slot) => match slots.get(*slot as usize) {
+                Some(d) if outer.is_some() => Some(*d),
+                _ => return Err(err(at, format!("restore of slot {slot}, which no earlier reduction saved"))),
+            },
+            Inst::Reduce(_) | Inst::Map(_) if outer.is_some() => {
+                return Err(err(at, "rows nested inside an inner body".into()));
+            }
+            Inst::Map(inner) => {
+                if inner.len == 0 {
+                    return Err(err(at, "a map over empty rows".into()));
+                }
+                let before = slots.len();
+                body_types(k, &inner.body, Some((inner.len, &types)), stored, slots)
+                    .map_err(|e| err(at, format!("in map: {}", e.msg)))?;
+                if slots.len() != before {
+                    return Err(err(at, "a map saves (only reductions keep values)".into()));
+                }
+                None
+            }
+            Inst::Reduce(red) => {
+                if red.inner.len == 0 {
+                    return Err(err(at, "a reduction over empty rows".into()));
+                }
+                let mut none = vec![false; stored.len()];
+                let it = body_types(k, &red.inner.body, Some((red.inner.len, &types)), &mut none, slots)
+                    .map_err(|e| err(at, format!("in reduction: {}", e.msg)))?;
+                if none.iter().any(|&s| s) {
+                    return Err(err(at, "a reduction body stores".into()));
+                }
+                match it.get(red.value as usize) {
+                    Some(Some(d)) if d.is_float() => Some(*d),
+                    Some(Some(d)) => return Err(err(at, format!("reduction of {d} (floating-point only)"))),
+                    _ => return Err(err(at, format!("reduced register %{} is not a value", red.value))),
+                }
+            }
         };
         types.push(t);
-    }
-    for (i, a) in k.args.iter().enumerate() {
-        if a.access == Access::Write && !stored[i] {
-            return Err(err(k.body.len(), format!("written argument {i} is never stored")));
-        }
     }
     Ok(types)
 }
 
-fn check_index(k: &Kernel, a: &Arg, index: &Index) -> Result<(), String> {
+fn check_index(points: usize, a: &Arg, index: &Index) -> Result<(), String> {
     match index {
-        Index::Point if a.len == k.extent => Ok(()),
-        Index::Point => Err(format!("point load from a buffer of {} elements in a kernel over {}", a.len, k.extent)),
+        Index::Point if a.len == points => Ok(()),
+        Index::Point => Err(format!("point load from a buffer of {} elements in a body over {points}", a.len)),
         Index::Scalar if a.len >= 1 => Ok(()),
         Index::Scalar => Err("scalar load from an empty buffer".into()),
         Index::Strided { dims, strides, offset } => {
-            if dims.len() != strides.len() || dims.iter().product::<usize>() != k.extent {
-                return Err(format!("strided index over {dims:?} does not cover the extent {}", k.extent));
+            if dims.len() != strides.len() || dims.iter().product::<usize>() != points {
+                return Err(format!("strided index over {dims:?} does not cover the {points} points"));
             }
-            if k.extent == 0 {
+            if points == 0 {
                 return Ok(());
             }
             // The extreme addresses: each coordinate at 0 or at its end.
@@ -305,25 +445,52 @@ impl fmt::Display for Kernel {
             write!(f, "{}{dir} a{i}: {}[{}]", if i > 0 { ", " } else { "" }, a.dtype, a.len)?;
         }
         writeln!(f, ") over i < {} {{", self.extent)?;
-        for (r, inst) in self.body.iter().enumerate() {
-            write!(f, "  ")?;
-            match inst {
-                Inst::Store { arg, value } => writeln!(f, "store a{arg}[i] = %{value}")?,
-                Inst::Load { arg, index } => match index {
-                    Index::Point => writeln!(f, "%{r} = load a{arg}[i]")?,
-                    Index::Scalar => writeln!(f, "%{r} = load a{arg}[0]")?,
-                    Index::Strided { dims, strides, offset } => {
-                        writeln!(f, "%{r} = load a{arg}[{offset} + i{dims:?} . {strides:?}]")?
-                    }
-                },
-                Inst::Lit(l) => writeln!(f, "%{r} = {l}")?,
-                Inst::Unary(op, a) => writeln!(f, "%{r} = {} %{a}", op.name())?,
-                Inst::Binary(op, a, b) => writeln!(f, "%{r} = {} %{a}, %{b}", op.name())?,
-                Inst::Compare(op, a, b) => writeln!(f, "%{r} = {} %{a}, %{b}", op.name())?,
-                Inst::Select(p, a, b) => writeln!(f, "%{r} = select %{p}, %{a}, %{b}")?,
-                Inst::Convert(to, a) => writeln!(f, "%{r} = convert[{to}] %{a}")?,
-            }
-        }
+        print_body(f, &self.body, false)?;
         write!(f, "}}")
     }
+}
+
+/// Prints a body: outer registers as `%r` indexed by `i`, inner ones as
+/// `$r` indexed by `j = i * len + k`.
+fn print_body(f: &mut fmt::Formatter<'_>, body: &[Inst], inner: bool) -> fmt::Result {
+    let (ind, p, ix) = if inner { ("    ", "$", "j") } else { ("  ", "%", "i") };
+    for (r, inst) in body.iter().enumerate() {
+        write!(f, "{ind}")?;
+        match inst {
+            Inst::Store { arg, value } => writeln!(f, "store a{arg}[{ix}] = {p}{value}")?,
+            Inst::Load { arg, index } => match index {
+                Index::Point => writeln!(f, "{p}{r} = load a{arg}[{ix}]")?,
+                Index::Scalar => writeln!(f, "{p}{r} = load a{arg}[0]")?,
+                Index::Strided { dims, strides, offset } => {
+                    writeln!(f, "{p}{r} = load a{arg}[{offset} + {ix}{dims:?} . {strides:?}]")?
+                }
+            },
+            Inst::Lit(l) => writeln!(f, "{p}{r} = {l}")?,
+            Inst::Unary(op, a) => writeln!(f, "{p}{r} = {} {p}{a}", op.name())?,
+            Inst::Binary(op, a, b) => writeln!(f, "{p}{r} = {} {p}{a}, {p}{b}", op.name())?,
+            Inst::Compare(op, a, b) => writeln!(f, "{p}{r} = {} {p}{a}, {p}{b}", op.name())?,
+            Inst::Select(c, a, b) => writeln!(f, "{p}{r} = select {p}{c}, {p}{a}, {p}{b}")?,
+            Inst::Convert(to, a) => writeln!(f, "{p}{r} = convert[{to}] {p}{a}")?,
+            Inst::Outer(a) => writeln!(f, "{p}{r} = outer %{a}")?,
+            Inst::Save { slot, value } => writeln!(f, "save s{slot}[k] = {p}{value}")?,
+            Inst::Restore(slot) => writeln!(f, "{p}{r} = restore s{slot}[k]")?,
+            Inst::Map(m) => {
+                writeln!(f, "map over j = i * {0} + k, k < {0} {{", m.len)?;
+                print_body(f, &m.body, true)?;
+                writeln!(f, "{ind}}}")?;
+            }
+            Inst::Reduce(red) => {
+                let name = match red.kind {
+                    ReduceKind::Sum => "reduce_sum",
+                    ReduceKind::Max => "reduce_max",
+                    ReduceKind::Min => "reduce_min",
+                    ReduceKind::Prod => "reduce_prod",
+                };
+                writeln!(f, "{p}{r} = {name} over j = i * {0} + k, k < {0} {{", red.inner.len)?;
+                print_body(f, &red.inner.body, true)?;
+                writeln!(f, "{ind}}} of ${}", red.value)?;
+            }
+        }
+    }
+    Ok(())
 }

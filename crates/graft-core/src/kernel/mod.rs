@@ -18,8 +18,9 @@ pub mod ir;
 pub(crate) mod lower;
 pub mod native;
 pub mod render_c;
+pub(crate) mod rows;
 
-pub use ir::{verify, Access, Arg, Index, Inst, Kernel, KernelError, Lit, Reg};
+pub use ir::{verify, Access, Arg, Index, Inner, Inst, Kernel, KernelError, Lit, Reduction, Reg};
 
 use crate::exec::fuse::Plan;
 use crate::ir::Func;
@@ -59,12 +60,37 @@ impl CompileMode {
 /// (or compiles them now, for [`CompileMode::Sync`]). Groups whose
 /// members have no kernel form keep an empty slot and stay interpreted.
 pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode) {
-    if mode == CompileMode::Off || plan.groups.is_empty() {
+    if plan.groups.is_empty() {
+        return;
+    }
+    // Regions are found whatever the mode, so that `graft ir --kernels`
+    // shows what runs natively; without compilation their steps run.
+    plan.regions = rows::find_regions(func, plan);
+    if mode == CompileMode::Off {
         return;
     }
     let mut kernels = Vec::new();
     let mut slots = Vec::new();
+    for region in &mut plan.regions {
+        let slot = Arc::new(native::Slot::default());
+        region.native = Some(slot.clone());
+        slots.push((region.kernel.name.clone(), Arc::downgrade(&slot)));
+        kernels.push(region.kernel.clone());
+    }
+    // Groups inside a region only run until its kernel is ready: they are
+    // not compiled.
+    let mut in_region = vec![false; plan.groups.len()];
+    for r in &plan.regions {
+        for step in &plan.steps[r.start..r.end] {
+            if let crate::exec::fuse::Step::Group(g) = *step {
+                in_region[g] = true;
+            }
+        }
+    }
     for (g, group) in plan.groups.iter_mut().enumerate() {
+        if in_region[g] {
+            continue;
+        }
         if let Some(k) = lower::group_kernel(func, group, format!("gk{g}")) {
             let slot = Arc::new(native::Slot::default());
             group.native = Some(slot.clone());

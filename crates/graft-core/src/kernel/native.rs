@@ -12,6 +12,9 @@
 //! disk) is rebuilt. Files are written under temporary names and renamed,
 //! so concurrent processes never see half a library.
 //!
+//! `GRAFT_KEEP_SOURCE=1` keeps the generated source of every library it
+//! compiles as `<key>.c` beside it, for reading and profiling.
+//!
 //! Failure never stops a program: no compiler, a compile error, an
 //! unwritable cache (then a per-process temp directory is tried) or a
 //! library that does not load leave the kernels to the interpreter, with
@@ -299,7 +302,12 @@ fn build_in(cc: &str, dir: &Path, key: &str, source: &str) -> Result<libloading:
         .arg(&c_path)
         .output()
         .map_err(|e| NativeError::NoCompiler(format!("{cc}: {e}")));
-    let _ = std::fs::remove_file(&c_path);
+    if std::env::var_os("GRAFT_KEEP_SOURCE").is_some_and(|v| !v.is_empty() && v != "0") {
+        // For reading and profiling the generated code: `<key>.c` beside the library.
+        let _ = std::fs::rename(&c_path, dir.join(format!("{key}.c")));
+    } else {
+        let _ = std::fs::remove_file(&c_path);
+    }
     let out = out?;
     if !out.status.success() {
         let _ = std::fs::remove_file(&tmp_lib);

@@ -16,8 +16,9 @@
 //! 0 or -1), so conversions never change the lane count. Vectors are moved
 //! in and out of memory with `memcpy` (no alignment assumed).
 
-use super::ir::{Access, Index, Inst, Kernel, Lit};
+use super::ir::{body_types, Access, Index, Inner, Inst, Kernel, Lit, Reduction};
 use crate::dtype::DType;
+use crate::ops::reduce::ReduceKind;
 use crate::ops::Op;
 use std::fmt::Write;
 
@@ -52,6 +53,19 @@ static inline void gk_st_bool(uint8_t *p, vbool v, int64_t m) {
 static inline vbool gk_splat_bool(uint8_t x) { return gk_splat_i32(x ? -1 : 0); }
 static inline float gk_f32_bits(uint32_t b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
 static inline double gk_f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, 8); return f; }
+/* Reduction combiners, as ops::reduce's Monoid::op (scalar, NaN-propagating
+ * for max/min) and Monoid::op_plain (vector, no NaN handling). */
+#define GK_RED(T, VT, NAME) \
+static inline T gr_sum_##NAME(T a, T b) { return a + b; } \
+static inline T gr_prod_##NAME(T a, T b) { return a * b; } \
+static inline T gr_max_##NAME(T a, T b) { return ((b > a) | (b != b)) ? b : a; } \
+static inline T gr_min_##NAME(T a, T b) { return ((b < a) | (b != b)) ? b : a; } \
+static inline VT grv_sum_##NAME(VT a, VT b) { return a + b; } \
+static inline VT grv_prod_##NAME(VT a, VT b) { return a * b; } \
+static inline VT grv_max_##NAME(VT a, VT b) { __typeof__(a > b) k = b > a; return (VT)(((__typeof__(k))b & k) | ((__typeof__(k))a & ~k)); } \
+static inline VT grv_min_##NAME(VT a, VT b) { __typeof__(a > b) k = b < a; return (VT)(((__typeof__(k))b & k) | ((__typeof__(k))a & ~k)); }
+GK_RED(float, vf32, f32)
+GK_RED(double, vf64, f64)
 "#;
 
 /// The C name of a dtype's vector type and element type in memory.
@@ -92,6 +106,9 @@ pub fn render_unit(kernels: &[Kernel], lanes: usize) -> String {
 }
 
 fn render_kernel(s: &mut String, k: &Kernel) {
+    if k.body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_))) {
+        return render_row_kernel(s, k);
+    }
     let types = super::ir::verify(k).unwrap_or_default();
     let _ = writeln!(s, "\nvoid {}(int64_t start, int64_t end, void *const *args) {{", k.name);
     for (i, a) in k.args.iter().enumerate() {
@@ -128,31 +145,263 @@ fn render_kernel(s: &mut String, k: &Kernel) {
     let _ = writeln!(s, "  }}\n}}");
 }
 
-/// The C expression of a value instruction.
+/// How a body's instructions are spelled: which names hold the arguments,
+/// the point index and the registers, and whether the body runs `GL`
+/// points per step (`m` of them valid) or one row at a time (values are
+/// splats; the outer body of a row kernel).
+struct Spell {
+    args: &'static str,
+    reg: char,
+    single: bool,
+}
+
+const POINTS: Spell = Spell { args: "a", reg: 'r', single: false };
+const ROW: Spell = Spell { args: "c->a", reg: 'r', single: true };
+const INNER: Spell = Spell { args: "c->a", reg: 'q', single: false };
+
+fn reduce_name(kind: ReduceKind) -> &'static str {
+    match kind {
+        ReduceKind::Sum => "sum",
+        ReduceKind::Max => "max",
+        ReduceKind::Min => "min",
+        ReduceKind::Prod => "prod",
+    }
+}
+
+/// A row kernel (see `ir`, "Row kernels"): a context struct holding the
+/// argument pointers and the outer values inner bodies read; per
+/// reduction an evaluation function (its inner body at `GL` points), a
+/// leaf and a recursive tree that reproduce `ops::reduce`'s order exactly
+/// (halving to leaves of at most 256 points; a leaf folds 16 interleaved
+/// lanes, combines them pairwise and folds the rest in order, redoing the
+/// leaf in order with the NaN-propagating combiner when a max/min saw a
+/// NaN); then the kernel: one row per iteration, maps as vector loops.
+fn render_row_kernel(s: &mut String, k: &Kernel) {
+    let name = &k.name;
+    let types = super::ir::verify(k).unwrap_or_default();
+    let ty = |r: usize| types.get(r).copied().flatten().unwrap_or(DType::F32);
+    // Register dtypes of every inner body, and the scratch slots' dtypes,
+    // checked in body order (as `verify` did).
+    let mut slots: Vec<DType> = Vec::new();
+    let mut inner_types: Vec<Vec<Option<DType>>> = vec![Vec::new(); k.body.len()];
+    for (r, inst) in k.body.iter().enumerate() {
+        let inner = match inst {
+            Inst::Reduce(red) => &red.inner,
+            Inst::Map(m) => &**m,
+            _ => continue,
+        };
+        let mut none = vec![false; k.args.len()];
+        inner_types[r] =
+            body_types(k, &inner.body, Some((inner.len, &types)), &mut none, &mut slots).unwrap_or_default();
+    }
+    let len = k.body.iter().find_map(|i| match i {
+        Inst::Reduce(red) => Some(red.inner.len),
+        Inst::Map(m) => Some(m.len),
+        _ => None,
+    });
+    let _ = writeln!(s, "\nstruct {name}_c {{");
+    let _ = writeln!(s, "  int64_t base;");
+    for (slot, d) in slots.iter().enumerate() {
+        let _ = writeln!(s, "  {} *restrict s{slot};", ctype(*d).1);
+    }
+    for (i, a) in k.args.iter().enumerate() {
+        let (_, t) = ctype(a.dtype);
+        let c = if a.access == super::ir::Access::Read { "const " } else { "" };
+        let _ = writeln!(s, "  {c}{t} *restrict a{i};");
+    }
+    for (r, inst) in k.body.iter().enumerate() {
+        if !matches!(inst, Inst::Store { .. } | Inst::Map(_)) {
+            let _ = writeln!(s, "  {} o{r};", ctype(ty(r)).0);
+        }
+    }
+    let _ = writeln!(s, "}};");
+    // Reductions: evaluation, leaf and tree functions.
+    for (r, inst) in k.body.iter().enumerate() {
+        let Inst::Reduce(red) = inst else { continue };
+        render_reduction(s, k, r, red, &inner_types[r]);
+    }
+    let _ = writeln!(s, "\nvoid {name}(int64_t start, int64_t end, void *const *args) {{");
+    let _ = writeln!(s, "  struct {name}_c cc, *const c = &cc;");
+    for (slot, d) in slots.iter().enumerate() {
+        let _ = writeln!(s, "  {} s{slot}_buf[{}] __attribute__((aligned(64)));", ctype(*d).1, len.unwrap_or(1));
+        let _ = writeln!(s, "  c->s{slot} = s{slot}_buf;");
+    }
+    for (i, a) in k.args.iter().enumerate() {
+        let (_, t) = ctype(a.dtype);
+        let c = if a.access == super::ir::Access::Read { "const " } else { "" };
+        let _ = writeln!(s, "  c->a{i} = ({c}{t} *)args[{i}];");
+    }
+    let _ = writeln!(s, "  for (int64_t row = start; row < end; row++) {{");
+    let _ = writeln!(s, "    c->base = row * {};", len.unwrap_or(1));
+    for (r, inst) in k.body.iter().enumerate() {
+        match inst {
+            Inst::Store { arg, value } => {
+                let d = k.args[*arg as usize].dtype;
+                let v = if d == DType::Bool { format!("(uint8_t)(r{value}[0] & 1)") } else { format!("r{value}[0]") };
+                let _ = writeln!(s, "    c->a{arg}[row] = {v};");
+            }
+            Inst::Map(m) => render_map(s, k, m, &inner_types[r]),
+            Inst::Reduce(red) => {
+                let (vt, _) = ctype(ty(r));
+                let len = red.inner.len;
+                let _ =
+                    writeln!(s, "    const {vt} r{r} = gk_splat_{}({name}_t{r}(c, row * {len}, {len}));", ty(r).name());
+                let _ = writeln!(s, "    c->o{r} = r{r};");
+            }
+            _ => {
+                let (vt, _) = ctype(ty(r));
+                let _ = writeln!(s, "    const {vt} r{r} = {};", spell(k, inst, &types, &ROW));
+                let _ = writeln!(s, "    c->o{r} = r{r};");
+            }
+        }
+    }
+    let _ = writeln!(s, "  }}\n}}");
+}
+
+/// The inner body's instructions as C statements (registers `q<r>`), at
+/// the `GL` points from `i` (`m` of them valid).
+fn inner_statements(s: &mut String, k: &Kernel, inner: &Inner, it: &[Option<DType>], indent: &str) {
+    let ty = |q: u32| it.get(q as usize).copied().flatten().unwrap_or(DType::F32);
+    for (q, inst) in inner.body.iter().enumerate() {
+        match inst {
+            Inst::Store { arg, value } => {
+                let d = k.args[*arg as usize].dtype;
+                let _ = writeln!(s, "{indent}gk_st_{}(c->a{arg} + i, q{value}, m);", d.name());
+            }
+            Inst::Save { slot, value } => {
+                let _ = writeln!(s, "{indent}gk_st_{}(c->s{slot} + (i - c->base), q{value}, m);", ty(*value).name());
+            }
+            Inst::Restore(slot) => {
+                let d = ty(q as u32);
+                let _ = writeln!(
+                    s,
+                    "{indent}const {} q{q} = gk_ld_{}(c->s{slot} + (i - c->base), m);",
+                    ctype(d).0,
+                    d.name()
+                );
+            }
+            _ => {
+                let (vt, _) = ctype(ty(q as u32));
+                let _ = writeln!(s, "{indent}const {vt} q{q} = {};", spell(k, inst, it, &INNER));
+            }
+        }
+    }
+}
+
+fn render_map(s: &mut String, k: &Kernel, m: &Inner, it: &[Option<DType>]) {
+    let len = m.len;
+    let _ = writeln!(s, "    for (int64_t kk = 0; kk < {len}; kk += GL) {{");
+    let _ = writeln!(s, "      const int64_t i = row * {len} + kk, m = {len} - kk < GL ? {len} - kk : GL;");
+    let _ = writeln!(s, "      (void)m;");
+    inner_statements(s, k, m, it, "      ");
+    let _ = writeln!(s, "    }}");
+}
+
+fn render_reduction(s: &mut String, k: &Kernel, r: usize, red: &Reduction, it: &[Option<DType>]) {
+    let name = &k.name;
+    let d = it.get(red.value as usize).copied().flatten().unwrap_or(DType::F32);
+    let (vt, t) = ctype(d);
+    let dn = d.name();
+    let op = reduce_name(red.kind);
+    let nan = matches!(red.kind, ReduceKind::Max | ReduceKind::Min);
+    // Evaluation at GL points.
+    let _ = writeln!(s, "\nstatic inline __attribute__((always_inline)) {vt} {name}_e{r}(const struct {name}_c *c, int64_t i, int64_t m) {{");
+    let _ = writeln!(s, "  (void)m;");
+    inner_statements(s, k, &red.inner, it, "  ");
+    let _ = writeln!(s, "  return q{};\n}}", red.value);
+    // Leaf: ops::reduce::fold_run.
+    let _ = writeln!(s, "\nstatic {t} {name}_l{r}(const struct {name}_c *c, int64_t i0, int64_t n) {{");
+    let _ = writeln!(s, "  enum {{ NV = 16 / GL }};");
+    let _ = writeln!(s, "  if (n < 16) {{");
+    let _ = writeln!(s, "    {t} b[16 + GL];");
+    let _ = writeln!(s, "    for (int64_t j = 0; j < n; j += GL) {{ int64_t mm = n - j < GL ? n - j : GL; {vt} v = {name}_e{r}(c, i0 + j, mm); __builtin_memcpy(b + j, &v, (size_t)mm * sizeof({t})); }}");
+    let _ = writeln!(s, "    {t} a = b[0];");
+    let _ = writeln!(s, "    for (int64_t j = 1; j < n; j++) a = gr_{op}_{dn}(a, b[j]);");
+    let _ = writeln!(s, "    return a;\n  }}");
+    let _ = writeln!(s, "  {vt} acc[NV];");
+    if nan {
+        let _ = writeln!(s, "  __typeof__(acc[0] != acc[0]) nan[NV];");
+    }
+    let _ = writeln!(
+        s,
+        "  for (int v = 0; v < NV; v++) {{ acc[v] = {name}_e{r}(c, i0 + v * GL, GL);{} }}",
+        if nan { " nan[v] = acc[v] != acc[v];" } else { "" }
+    );
+    let _ = writeln!(s, "  const int64_t full = n / 16 * 16;");
+    let _ = writeln!(s, "  for (int64_t j = 16; j < full; j += 16)");
+    let _ = writeln!(s, "    for (int v = 0; v < NV; v++) {{ {vt} x = {name}_e{r}(c, i0 + j + v * GL, GL); acc[v] = grv_{op}_{dn}(acc[v], x);{} }}", if nan { " nan[v] |= x != x;" } else { "" });
+    if nan {
+        let _ = writeln!(s, "  int any = 0;");
+        let _ = writeln!(s, "  for (int v = 0; v < NV; v++) for (int l = 0; l < GL; l++) any |= nan[v][l] != 0;");
+        let _ = writeln!(s, "  if (any) {{");
+        let _ = writeln!(s, "    {t} a = 0;");
+        let _ = writeln!(s, "    for (int64_t j = 0; j < n; j += GL) {{ int64_t mm = n - j < GL ? n - j : GL; {vt} x = {name}_e{r}(c, i0 + j, mm);");
+        let _ = writeln!(
+            s,
+            "      for (int64_t l = 0; l < mm; l++) a = (j == 0 && l == 0) ? x[0] : gr_{op}_{dn}(a, x[l]); }}"
+        );
+        let _ = writeln!(s, "    return a;\n  }}");
+    }
+    let _ = writeln!(s, "  {t} l[16];\n  __builtin_memcpy(l, acc, sizeof l);");
+    let _ = writeln!(
+        s,
+        "  for (int h = 8; h > 0; h /= 2) for (int q = 0; q < h; q++) l[q] = gr_{op}_{dn}(l[q], l[q + h]);"
+    );
+    let _ = writeln!(s, "  {t} a = l[0];");
+    let _ = writeln!(s, "  for (int64_t j = full; j < n; j += GL) {{ int64_t mm = n - j < GL ? n - j : GL; {vt} x = {name}_e{r}(c, i0 + j, mm);");
+    let _ = writeln!(s, "    for (int64_t q = 0; q < mm; q++) a = gr_{op}_{dn}(a, x[q]); }}");
+    let _ = writeln!(s, "  return a;\n}}");
+    // Tree: ops::reduce::tree_run.
+    let _ = writeln!(s, "\nstatic {t} {name}_t{r}(const struct {name}_c *c, int64_t i0, int64_t n) {{");
+    let _ = writeln!(s, "  if (n <= 256) return {name}_l{r}(c, i0, n);");
+    let _ = writeln!(s, "  const int64_t h = n / 2;");
+    let _ = writeln!(s, "  {t} a = {name}_t{r}(c, i0, h);\n  {t} b = {name}_t{r}(c, i0 + h, n - h);");
+    let _ = writeln!(s, "  return gr_{op}_{dn}(a, b);\n}}");
+}
+
+/// The C expression of a value instruction of an elementwise kernel.
 fn expr(k: &Kernel, inst: &Inst, types: &[Option<DType>]) -> String {
+    spell(k, inst, types, &POINTS)
+}
+
+/// The C expression of a value instruction, spelled for its body.
+fn spell(k: &Kernel, inst: &Inst, types: &[Option<DType>], sp: &Spell) -> String {
     let ty = |r: &u32| types.get(*r as usize).copied().flatten().unwrap_or(DType::F32).name();
+    let q = sp.reg;
+    let a_ = sp.args;
     match inst {
         Inst::Load { arg, index } => {
             let d = k.args[*arg as usize].dtype;
+            let dn = d.name();
             match index {
-                Index::Point => format!("gk_ld_{}(a{arg} + i, m)", d.name()),
-                Index::Scalar => format!("gk_splat_{}(a{arg}[0])", d.name()),
-                Index::Strided { dims, strides, offset } => strided_load(*arg, d, dims, strides, *offset),
+                Index::Scalar => format!("gk_splat_{dn}({a_}{arg}[0])"),
+                Index::Point if sp.single => format!("gk_splat_{dn}({a_}{arg}[row])"),
+                Index::Point => format!("gk_ld_{dn}({a_}{arg} + i, m)"),
+                Index::Strided { dims, strides, offset } if sp.single => {
+                    let mut e = format!("({{ int64_t p = row, e = {offset};");
+                    for (&dim, &st) in dims.iter().zip(strides).rev() {
+                        let _ = write!(e, " e += (p % {dim}) * {st}; p /= {dim};");
+                    }
+                    let _ = write!(e, " gk_splat_{dn}({a_}{arg}[e]); }})");
+                    e
+                }
+                Index::Strided { dims, strides, offset } => strided_load(a_, *arg, d, dims, strides, *offset),
             }
         }
         Inst::Lit(l) => lit(l),
-        Inst::Unary(op, a) => format!("g_{}_{}(r{a})", op.name(), ty(a)),
-        Inst::Binary(op, a, b) => format!("g_{}_{}(r{a}, r{b})", op.name(), ty(a)),
-        Inst::Compare(op, a, b) => format!("g_{}_{}(r{a}, r{b})", op.name(), ty(a)),
-        Inst::Select(p, a, b) => format!("g_select_{}(r{p}, r{a}, r{b})", ty(a)),
+        Inst::Unary(op, a) => format!("g_{}_{}({q}{a})", op.name(), ty(a)),
+        Inst::Binary(op, a, b) => format!("g_{}_{}({q}{a}, {q}{b})", op.name(), ty(a)),
+        Inst::Compare(op, a, b) => format!("g_{}_{}({q}{a}, {q}{b})", op.name(), ty(a)),
+        Inst::Select(p, a, b) => format!("g_select_{}({q}{p}, {q}{a}, {q}{b})", ty(a)),
         Inst::Convert(to, a) => {
             if ty(a) == to.name() {
-                format!("r{a}")
+                format!("{q}{a}")
             } else {
-                format!("g_convert_{}_{}(r{a})", ty(a), to.name())
+                format!("g_convert_{}_{}({q}{a})", ty(a), to.name())
             }
         }
-        Inst::Store { .. } => String::new(),
+        Inst::Outer(r) => format!("c->o{r}"),
+        Inst::Store { .. } | Inst::Map(_) | Inst::Reduce(_) | Inst::Save { .. } | Inst::Restore(_) => String::new(),
     }
 }
 
@@ -162,14 +411,14 @@ fn expr(k: &Kernel, inst: &Inst, types: &[Option<DType>]) -> String {
 /// of 1 a contiguous vector load; otherwise each lane computes its own
 /// address. All sizes are constants, so the compiler drops unused paths
 /// and turns divisions into multiplications.
-fn strided_load(arg: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
+fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
     let (vt, _) = ctype(d);
     let dn = d.name();
     let lane = |e: &str| {
         if d == DType::Bool {
-            format!("v[l] = a{arg}[{e}] ? -1 : 0;")
+            format!("v[l] = {a_}{arg}[{e}] ? -1 : 0;")
         } else {
-            format!("v[l] = a{arg}[{e}];")
+            format!("v[l] = {a_}{arg}[{e}];")
         }
     };
     let mut s = format!("({{ {vt} v = {{0}}; int64_t q = i, e0 = {offset};");
@@ -178,8 +427,8 @@ fn strided_load(arg: u32, d: DType, dims: &[usize], strides: &[isize], offset: i
     }
     let (last, ls) = (dims.last().copied().unwrap_or(1), strides.last().copied().unwrap_or(0));
     let fast = match ls {
-        0 => format!("v = gk_splat_{dn}(a{arg}[e0]);"),
-        1 => format!("v = gk_ld_{dn}(a{arg} + e0, GL);"),
+        0 => format!("v = gk_splat_{dn}({a_}{arg}[e0]);"),
+        1 => format!("v = gk_ld_{dn}({a_}{arg} + e0, GL);"),
         _ => format!("for (int64_t l = 0; l < GL; l++) {{ {} }}", lane(&format!("e0 + l * {ls}"))),
     };
     let _ = write!(s, " if (m == GL && (i % {last}) + GL <= {last}) {{ {fast} }} else {{");

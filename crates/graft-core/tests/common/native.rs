@@ -1,0 +1,70 @@
+//! Helpers for tests that run native kernels against the interpreter.
+
+use graft_core::kernel::CompileMode;
+use graft_core::tensor::Storage;
+use graft_core::{ExecOptions, Executable, Func, Tensor, TensorType};
+
+/// True (after saying so) when `GRAFT_SKIP_CC_TESTS=1` asks to skip tests
+/// that need a C compiler.
+pub fn skip() -> bool {
+    if std::env::var_os("GRAFT_SKIP_CC_TESTS").is_some_and(|v| v == "1") {
+        eprintln!("skipped: GRAFT_SKIP_CC_TESTS=1 (native-kernel test needs a C compiler)");
+        return true;
+    }
+    false
+}
+
+pub fn opts(compile: CompileMode) -> ExecOptions {
+    ExecOptions { compile, ..ExecOptions::default() }
+}
+
+pub fn bits(t: &Tensor) -> Vec<u64> {
+    match t.storage() {
+        Storage::F32(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect(),
+        Storage::F64(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect(),
+        Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
+        Storage::I64(v) => v.iter().map(|&x| x as u64).collect(),
+        Storage::Bool(v) => v.iter().map(|&x| x as u64).collect(),
+    }
+}
+
+pub fn data(ty: &TensorType, seed: u64) -> Tensor {
+    Tensor::from_fn(ty, |i| {
+        let mut z = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let r = ((z ^ (z >> 31)) >> 32) as u32;
+        match r % 41 {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => f64::NEG_INFINITY,
+            3 => 0.0,
+            4 => -0.0,
+            _ => (r % 20_000) as f64 / 2_500.0 - 4.0,
+        }
+    })
+}
+
+/// Runs `f` on the interpreter and natively (compiled before the first
+/// call) and checks every output bit for bit; returns the native executable.
+pub fn check_native(f: &Func, inputs: &[Tensor]) -> Executable {
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let want = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run(&refs).unwrap();
+    let exe = Executable::with_options(f.clone(), opts(CompileMode::Sync)).unwrap();
+    let (ready, total) = exe.native_status();
+    assert!(total > 0, "no fused group was handed to the compiler");
+    assert_eq!(ready, total, "some kernels did not compile (see the warning above)");
+    let got = exe.run(&refs).unwrap();
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.ty(), b.ty());
+        let (x, y) = (bits(a), bits(b));
+        if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+            panic!(
+                "output {k} differs at {i}: native {:?} vs interpreter {:?}",
+                a.storage().get_f64(i),
+                b.storage().get_f64(i)
+            );
+        }
+    }
+    exe
+}
