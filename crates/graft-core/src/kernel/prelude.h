@@ -366,13 +366,14 @@ G_INL vf64 g_exp_f64(vf64 x) {
     return g__self64(g__isnan64(x), x, y);
 }
 
+/* Mirrors ops/mathfn tanh_f32: one rational a P(a^2) / Q(a^2) on
+ * a = min(|x|, 9.02), capped at 1, sign copied from x. */
 G_INL vf32 g_tanh_f32(vf32 x) {
-    vf32 a = g__abs32(x);
+    vf32 a = g__minc32(g__abs32(x), 9.02f);
     vf32 z = a * a;
-    vf32 small = ((((-5.7049887e-3f * z + 2.0639089e-2f) * z - 5.3739716e-2f) * z + 1.3331442e-1f) * z - 3.3333282e-1f)
-                 * z * a + a;
-    vf32 large = 1.0f - 2.0f / (g_exp_f32(2.0f * a) + 1.0f);
-    vf32 y = g__orsign32(g__self32(a < 0.625f, small, large), x);
+    vf32 p = ((((-1.22344825e-11f * z + 3.06358423e-8f) * z + 2.80316071e-5f) * z + 3.86961224e-3f) * z + 1.36809632e-1f) * z + 1.0f;
+    vf32 q = (((1.28895772e-6f * z + 3.94083327e-4f) * z + 2.7250614e-2f) * z + 4.70142961e-1f) * z + 1.0f;
+    vf32 y = g__orsign32(g__minc32(a * p / q, 1.0f), x);
     return g__self32(g__isnan32(x), x, y);
 }
 
