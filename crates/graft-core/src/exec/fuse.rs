@@ -116,6 +116,22 @@ pub(crate) struct Plan {
     pub(crate) regions: Vec<crate::kernel::rows::Region>,
 }
 
+impl Plan {
+    /// For each group, whether it lies inside a region (such groups run
+    /// only until their region's kernel is ready, so they are not compiled).
+    pub(crate) fn groups_in_regions(&self) -> Vec<bool> {
+        let mut inside = vec![false; self.groups.len()];
+        for r in &self.regions {
+            for step in &self.steps[r.start..r.end] {
+                if let Step::Group(g) = *step {
+                    inside[g] = true;
+                }
+            }
+        }
+        inside
+    }
+}
+
 /// The one-element operand of a splat.
 #[derive(Debug)]
 pub(crate) enum Scalar {

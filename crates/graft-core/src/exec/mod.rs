@@ -124,14 +124,7 @@ impl Executable {
     /// the fused groups outside regions (the groups that have a kernel
     /// form), in plan order.
     pub fn plan_kernels(&self) -> Vec<crate::kernel::Kernel> {
-        let mut in_region = vec![false; self.plan.groups.len()];
-        for r in &self.plan.regions {
-            for step in &self.plan.steps[r.start..r.end] {
-                if let Step::Group(g) = *step {
-                    in_region[g] = true;
-                }
-            }
-        }
+        let in_region = self.plan.groups_in_regions();
         let rows = self.plan.regions.iter().map(|r| r.kernel.clone());
         let groups = self
             .plan

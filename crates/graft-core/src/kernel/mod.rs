@@ -79,14 +79,7 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode) {
     }
     // Groups inside a region only run until its kernel is ready: they are
     // not compiled.
-    let mut in_region = vec![false; plan.groups.len()];
-    for r in &plan.regions {
-        for step in &plan.steps[r.start..r.end] {
-            if let crate::exec::fuse::Step::Group(g) = *step {
-                in_region[g] = true;
-            }
-        }
-    }
+    let in_region = plan.groups_in_regions();
     for (g, group) in plan.groups.iter_mut().enumerate() {
         if in_region[g] {
             continue;
