@@ -131,7 +131,10 @@ fn verifier_rejects_malformed_kernels() {
         (tiny(vec![Inst::Unary(Unary::Exp, 3)], vec![]), "used before it is defined"),
         (tiny(vec![load.clone()], vec![rd(DType::F32), wr(DType::F32)]), "never stored"),
         (
-            tiny(vec![load.clone(), Inst::Store { arg: 1, value: 0 }], vec![rd(DType::F32), wr(DType::F64)]),
+            tiny(
+                vec![load.clone(), Inst::Store { arg: 1, value: 0, index: Index::Point }],
+                vec![rd(DType::F32), wr(DType::F64)],
+            ),
             "store of f32",
         ),
         (
@@ -149,7 +152,7 @@ fn verifier_rejects_malformed_kernels() {
             ),
             "strided index reaches 0..=4",
         ),
-        (tiny(vec![Inst::Store { arg: 0, value: 0 }], vec![wr(DType::F32)]), "used before"),
+        (tiny(vec![Inst::Store { arg: 0, value: 0, index: Index::Point }], vec![wr(DType::F32)]), "used before"),
     ];
     for (k, want) in cases {
         let e = kernel::verify(&k).expect_err(want).to_string();

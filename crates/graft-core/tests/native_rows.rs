@@ -165,7 +165,13 @@ fn verifier_rejects_malformed_row_kernels() {
     let cases: Vec<(Kernel, &str)> = vec![
         (k(vec![Inst::Outer(0)], vec![]), "outside an inner body"),
         (k(vec![reduce(vec![Inst::Restore(0)], 0)], vec![]), "which no earlier reduction saved"),
-        (k(vec![reduce(vec![load.clone(), Inst::Store { arg: 1, value: 0 }], 0)], vec![rd(8), wr(8)]), "stores"),
+        (
+            k(
+                vec![reduce(vec![load.clone(), Inst::Store { arg: 1, value: 0, index: Index::Point }], 0)],
+                vec![rd(8), wr(8)],
+            ),
+            "stores",
+        ),
         (k(vec![reduce(vec![load.clone(), reduce(vec![], 0)], 0)], vec![rd(8)]), "nested"),
         (k(vec![reduce(vec![load.clone(), Inst::Convert(DType::I32, 0)], 1)], vec![rd(8)]), "floating-point only"),
         (k(vec![reduce(vec![load.clone()], 0)], vec![rd(6)]), "point load from a buffer of 6"),

@@ -23,6 +23,7 @@ pub mod fuse;
 
 use crate::error::ExecError;
 use crate::ir::{verify, Func, Value};
+use crate::kernel::loops::NativeLoop;
 use crate::kernel::CompileMode;
 use crate::ops::Op;
 use crate::tensor::Tensor;
@@ -47,8 +48,11 @@ pub struct RunStats {
     pub kernels: usize,
 }
 
-/// Planning choices of an [`Executable`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Planning choices of an [`Executable`]. They reach the sub-functions it
+/// runs (loop bodies, calls, custom rules): while an executable runs, the
+/// plans of its sub-functions are made with its options (see
+/// [`plan_cached`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ExecOptions {
     /// Fuse chains of elementwise equations (default true). Off, every
     /// equation runs its own kernel over whole tensors; results are bitwise
@@ -92,7 +96,16 @@ pub struct Executable {
     /// most buffers of that kind `recycle` keeps (computed once at plan time,
     /// because loop kernels recycle on every iteration).
     kinds: KindMap<usize>,
+    /// The options it was planned with (its sub-functions get them too).
+    options: ExecOptions,
+    /// Compiled loops of this function as a scan body, per (consts,
+    /// carries, reverse); `None` when the body has no compiled form.
+    loops: Mutex<Vec<(LoopKey, Option<Arc<NativeLoop>>)>>,
 }
+
+/// What a compiled loop depends on besides its body: the scan's operand
+/// split and direction.
+type LoopKey = (usize, usize, bool);
 
 impl Executable {
     /// Verifies and plans a function with [`ExecOptions::from_env`].
@@ -112,7 +125,38 @@ impl Executable {
         for ty in &func.types {
             *kinds.entry((ty.dtype, ty.numel())).or_insert(0) += 1;
         }
-        Ok(Executable { func, plan, release_after, pool: Mutex::new(Pool::default()), kinds })
+        Ok(Executable {
+            func,
+            plan,
+            release_after,
+            pool: Mutex::new(Pool::default()),
+            kinds,
+            options,
+            loops: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// This function as the body of a scan with `n_consts` consts and
+    /// `n_carry` carries, compiled whole (see [`crate::kernel::loops`]):
+    /// planned and handed to the compiler on the first request, returned
+    /// once its native code is ready. `None` while compiling, when the
+    /// body has a step without a kernel form, or with compilation off.
+    pub(crate) fn native_loop(&self, n_consts: usize, n_carry: usize, reverse: bool) -> Option<Arc<NativeLoop>> {
+        if self.options.compile == CompileMode::Off {
+            return None;
+        }
+        let key = (n_consts, n_carry, reverse);
+        let mut loops = self.loops.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = match loops.iter().find(|(k, _)| *k == key) {
+            Some((_, l)) => l.clone(),
+            None => {
+                let program = crate::kernel::loops::build(&self.func, &self.plan, n_consts, n_carry, reverse, "gl");
+                let l = program.map(|p| NativeLoop::start(p, self.options.compile));
+                loops.push((key, l.clone()));
+                l
+            }
+        };
+        entry.filter(|l| l.ready().is_some())
     }
 
     /// Number of fused groups in the plan and the equations they hold.
@@ -159,6 +203,13 @@ impl Executable {
         }
     }
 
+    /// Waits (up to `timeout`) until every kernel compile this process
+    /// started has finished, including those of sub-functions (loop bodies
+    /// compiled whole on their first run); true if all finished in time.
+    pub fn wait_all_native(&self, timeout: std::time::Duration) -> bool {
+        self.wait_native(timeout) && crate::kernel::native::wait_idle(timeout)
+    }
+
     fn native_slots(&self) -> impl Iterator<Item = &Arc<crate::kernel::native::Slot>> {
         let groups = self.plan.groups.iter().filter_map(|g| g.native.as_ref());
         groups.chain(self.plan.regions.iter().filter_map(|r| r.native.as_ref()))
@@ -199,6 +250,8 @@ impl Executable {
         self.check_inputs(inputs)?;
         // See Note [Nested peak bytes].
         let enclosing = NESTED_PEAK.with(Cell::get);
+        // Sub-functions planned while this runs get its options.
+        let outer_options = CONTEXT.with(|c| c.replace(Some(self.options)));
         // Take the pool so concurrent runs never share buffers; a concurrent
         // run simply starts with an empty pool.
         let mut pool = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
@@ -206,6 +259,7 @@ impl Executable {
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = pool;
         let mine = result.as_ref().map_or(0, |(_, s)| s.peak_bytes);
         NESTED_PEAK.with(|c| c.set(enclosing.max(mine)));
+        CONTEXT.with(|c| c.set(outer_options));
         result
     }
 
@@ -371,6 +425,8 @@ fn run_region(
 // through `note_nested_peak`, so the enclosing figure includes it.
 thread_local! {
     static NESTED_PEAK: Cell<usize> = const { Cell::new(0) };
+    /// The options of the innermost executable running on this thread.
+    static CONTEXT: Cell<Option<ExecOptions>> = const { Cell::new(None) };
 }
 
 /// Reports that a kernel held `bytes` at some point while it ran (see
@@ -390,22 +446,25 @@ pub fn run_func(func: impl Into<Arc<Func>>, inputs: &[&Tensor]) -> Result<Vec<Te
 // Note [Plan cache]
 // Sub-functions are held as `Arc<Func>` and never mutated after
 // construction, so the allocation's address identifies the function while it
-// is alive. The cache maps that address to the plan, together with a `Weak`
+// is alive. The cache maps that address (and the options planned with) to the plan, together with a `Weak`
 // that tells whether the address still belongs to the same function (an
 // address can be reused after the function is dropped). Dead entries are
 // swept when the cache has doubled since the last sweep, so the cache
 // stays proportional to the live sub-functions.
 struct PlanCache {
-    plans: HashMap<usize, (std::sync::Weak<Func>, Arc<Executable>)>,
+    plans: HashMap<(usize, ExecOptions), (std::sync::Weak<Func>, Arc<Executable>)>,
     sweep_at: usize,
 }
 
 static PLANS: Mutex<Option<PlanCache>> = Mutex::new(None);
 
 /// The plan of `func`, made on first use and shared afterwards (see
-/// Note [Plan cache]). Planning uses [`ExecOptions::from_env`].
+/// Note [Plan cache]). Planning uses the options of the executable running
+/// on this thread (a loop body gets its loop's), else
+/// [`ExecOptions::from_env`].
 pub fn plan_cached(func: &Arc<Func>) -> Result<Arc<Executable>, ExecError> {
-    let key = Arc::as_ptr(func) as usize;
+    let options = CONTEXT.with(Cell::get).unwrap_or_else(ExecOptions::from_env);
+    let key = (Arc::as_ptr(func) as usize, options);
     {
         let guard = PLANS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((weak, exe)) = guard.as_ref().and_then(|c| c.plans.get(&key)) {
@@ -415,7 +474,7 @@ pub fn plan_cached(func: &Arc<Func>) -> Result<Arc<Executable>, ExecError> {
         }
     }
     // Plan outside the lock: planning may itself plan nested callees.
-    let exe = Arc::new(Executable::new(func.clone())?);
+    let exe = Arc::new(Executable::with_options(func.clone(), options)?);
     let mut guard = PLANS.lock().unwrap_or_else(|e| e.into_inner());
     let cache = guard.get_or_insert_with(|| PlanCache { plans: HashMap::new(), sweep_at: 64 });
     cache.plans.insert(key, (Arc::downgrade(func), exe.clone()));

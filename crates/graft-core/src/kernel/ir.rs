@@ -50,7 +50,8 @@ pub type Reg = u32;
 pub enum Access {
     /// Read only.
     Read,
-    /// Written at every point (and never read).
+    /// Written (never read): at every point, or where its strided stores
+    /// place values (the rest of the buffer is left as it was).
     Write,
 }
 
@@ -145,12 +146,18 @@ pub enum Inst {
     Select(Reg, Reg, Reg),
     /// Dtype conversion with the `convert` primitive's rules.
     Convert(DType, Reg),
-    /// Writes a register to argument `arg` (an [`Access::Write`] buffer) at `i`.
+    /// Writes a register to argument `arg` (an [`Access::Write`] buffer)
+    /// at `index`: element `i` ([`Index::Point`]), or an affine address
+    /// ([`Index::Strided`], outer bodies of elementwise kernels only), which
+    /// writes part of the buffer: how a concatenation or a pad places an
+    /// operand inside its result without a copy through scratch.
     Store {
         /// Argument position.
         arg: u32,
         /// The value stored.
         value: Reg,
+        /// Which element: distinct points must store distinct elements.
+        index: Index,
     },
     /// Outer body of a row kernel: the combination of an inner body's value
     /// over the row's points (a row value of the inner value's dtype).
@@ -240,8 +247,10 @@ pub struct KernelError {
 /// Checks a kernel and returns the dtype of every register of its (outer)
 /// body (`None` for stores and maps): operands defined earlier, dtypes as
 /// the primitives' shape rules demand, loads from read arguments within
-/// bounds, each written argument stored exactly once, with its dtype and
-/// as many elements as the body storing it has points. Row kernels: inner
+/// bounds, each written argument stored exactly once, with its dtype,
+/// either at every point (as many elements as the body storing it has
+/// points) or through a strided index that stays in bounds and never
+/// reaches one element from two points. Row kernels: inner
 /// bodies only in `Reduce`/`Map` of the outer body, `Outer` only in inner
 /// bodies, reductions over floating-point values.
 pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
@@ -330,14 +339,25 @@ pub fn body_types(
                 ty(*a)?;
                 Some(*to)
             }
-            Inst::Store { arg, value } => {
+            Inst::Store { arg, value, index } => {
                 let d = ty(*value)?;
                 let a = k.args.get(*arg as usize).ok_or_else(|| err(at, format!("no argument {arg}")))?;
-                if a.access != Access::Write || a.dtype != d || a.len != points {
+                if a.access != Access::Write || a.dtype != d {
                     return Err(err(
                         at,
                         format!("store of {d} into argument {arg} ({:?} {} x {})", a.access, a.dtype, a.len),
                     ));
+                }
+                match index {
+                    Index::Point => {}
+                    Index::Strided { .. } if outer.is_none() && !is_row_kernel(k) => {}
+                    _ => return Err(err(at, format!("store into argument {arg} through {index:?}"))),
+                }
+                check_index(points, a, index).map_err(|m| err(at, format!("store: {m}")))?;
+                if let Index::Strided { dims, strides, .. } = index {
+                    if !injective(dims, strides) {
+                        return Err(err(at, format!("strided store into argument {arg} writes an element twice")));
+                    }
                 }
                 if std::mem::replace(&mut stored[*arg as usize], true) {
                     return Err(err(at, format!("argument {arg} is stored twice")));
@@ -403,6 +423,28 @@ pub fn body_types(
     Ok(types)
 }
 
+/// True if the kernel has rows (a `Reduce` or `Map` in its outer body).
+fn is_row_kernel(k: &Kernel) -> bool {
+    k.body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_)))
+}
+
+/// True if distinct coordinates over `dims` reach distinct addresses
+/// through `strides`: sorted by magnitude, each stride steps past the whole
+/// span of the smaller ones (dimensions of size 1 never move).
+fn injective(dims: &[usize], strides: &[isize]) -> bool {
+    let mut moving: Vec<(usize, usize)> =
+        dims.iter().zip(strides).filter(|(&d, _)| d > 1).map(|(&d, &s)| (s.unsigned_abs(), d)).collect();
+    moving.sort_unstable();
+    let mut span = 0usize; // the largest address offset the smaller strides reach
+    for (s, d) in moving {
+        if s <= span {
+            return false;
+        }
+        span = span.saturating_add(s.saturating_mul(d - 1));
+    }
+    true
+}
+
 fn check_index(points: usize, a: &Arg, index: &Index) -> Result<(), String> {
     match index {
         Index::Point if a.len == points => Ok(()),
@@ -457,7 +499,12 @@ fn print_body(f: &mut fmt::Formatter<'_>, body: &[Inst], inner: bool) -> fmt::Re
     for (r, inst) in body.iter().enumerate() {
         write!(f, "{ind}")?;
         match inst {
-            Inst::Store { arg, value } => writeln!(f, "store a{arg}[{ix}] = {p}{value}")?,
+            Inst::Store { arg, value, index } => match index {
+                Index::Strided { dims, strides, offset } => {
+                    writeln!(f, "store a{arg}[{offset} + {ix}{dims:?} . {strides:?}] = {p}{value}")?
+                }
+                _ => writeln!(f, "store a{arg}[{ix}] = {p}{value}")?,
+            },
             Inst::Load { arg, index } => match index {
                 Index::Point => writeln!(f, "{p}{r} = load a{arg}[{ix}]")?,
                 Index::Scalar => writeln!(f, "{p}{r} = load a{arg}[0]")?,

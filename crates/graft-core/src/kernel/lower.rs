@@ -92,7 +92,7 @@ pub(crate) fn group_kernel(func: &Func, group: &Group, name: String) -> Option<K
     }
     for (j, &v) in group.outputs.iter().enumerate() {
         let value = *reg.get(&v)?;
-        body.push(Inst::Store { arg: (first_out + j) as u32, value });
+        body.push(Inst::Store { arg: (first_out + j) as u32, value, index: Index::Point });
     }
     let k = Kernel { name, args, extent: n, body };
     // A group the verifier rejects is a planner bug; run it interpreted.
@@ -126,5 +126,134 @@ impl Lowering<'_> {
         let r = self.push(Inst::Load { arg: k as u32, index: Index::Point });
         self.reg.insert(v, r);
         Some(r)
+    }
+}
+
+/// How a standalone equation (a plan step of its own) runs inside a
+/// compiled loop body (see `kernel::loops`).
+pub(crate) enum EqnLowering {
+    /// Its result is its operand's buffer read as is (reshape,
+    /// stop_gradient): no code.
+    Alias,
+    /// Kernels run in order, each with the values its arguments bind to
+    /// (reads, then the result). Several kernels may write parts of the
+    /// result (a concatenation writes one operand per kernel; a pad fills,
+    /// then places its operand).
+    Kernels(Vec<(Kernel, Vec<Value>)>),
+}
+
+/// Row-major strides of a shape.
+fn row_strides(shape: &[usize]) -> Vec<isize> {
+    let mut row = vec![1isize; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        row[k] = row[k + 1] * shape[k + 1] as isize;
+    }
+    row
+}
+
+/// The kernel form of one equation: elementwise primitives, layout
+/// operations with a strided map (broadcast, transpose, slice, reverse),
+/// concatenation and non-cropping pads. `None` for anything else (the loop
+/// holding it then runs on the interpreter). Kernel names are `name` with a
+/// suffix per kernel.
+pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Option<EqnLowering> {
+    let out = *eqn.outputs.first()?;
+    if eqn.outputs.len() != 1 {
+        return None;
+    }
+    let ot = func.ty(out);
+    let n = ot.numel();
+    let rd = |v: Value| Arg { dtype: func.ty(v).dtype, len: func.ty(v).numel(), access: Access::Read };
+    let wr = Arg { dtype: ot.dtype, len: n, access: Access::Write };
+    let point = |arg: u32| Inst::Load { arg, index: Index::Point };
+    let store = |arg: u32, value: Reg| Inst::Store { arg, value, index: Index::Point };
+    let single = |args: Vec<Arg>, body: Vec<Inst>, extent: usize, binds: Vec<Value>| {
+        let k = Kernel { name: name.to_string(), args, extent, body };
+        super::ir::verify(&k).ok()?;
+        Some(EqnLowering::Kernels(vec![(k, binds)]))
+    };
+    // Elementwise: point loads of every operand, the operation, a store.
+    let elementwise = |inst: Inst| {
+        if eqn.inputs.iter().any(|&v| func.ty(v).numel() != n) {
+            return None;
+        }
+        let mut args: Vec<Arg> = eqn.inputs.iter().map(|&v| rd(v)).collect();
+        let mut body: Vec<Inst> = (0..eqn.inputs.len() as u32).map(point).collect();
+        body.push(inst);
+        let k = eqn.inputs.len() as u32;
+        body.push(store(k, k));
+        args.push(wr.clone());
+        let mut binds = eqn.inputs.clone();
+        binds.push(out);
+        single(args, body, n, binds)
+    };
+    match &eqn.prim {
+        Prim::StopGradient(_) | Prim::Reshape(_) => Some(EqnLowering::Alias),
+        Prim::Unary(op) => elementwise(Inst::Unary(*op, 0)),
+        Prim::Binary(Binary::Pow | Binary::Atan2) => None,
+        Prim::Binary(op) => elementwise(Inst::Binary(*op, 0, 1)),
+        Prim::Compare(op) => elementwise(Inst::Compare(*op, 0, 1)),
+        Prim::Select(_) => elementwise(Inst::Select(0, 1, 2)),
+        Prim::Convert(c) => elementwise(Inst::Convert(c.dtype, 0)),
+        Prim::Concatenate(p) => {
+            // One kernel per (non-empty) operand, storing it at its offset
+            // along the axis through the result's strides.
+            let row = row_strides(&ot.shape);
+            let mut start = 0usize;
+            let mut ks = Vec::new();
+            for (j, &v) in eqn.inputs.iter().enumerate() {
+                let shape = &func.ty(v).shape;
+                let len = *shape.get(p.axis)?;
+                let m = func.ty(v).numel();
+                if m > 0 {
+                    let index = Index::Strided {
+                        dims: shape.clone(),
+                        strides: row.clone(),
+                        offset: start as isize * *row.get(p.axis)?,
+                    };
+                    let body = vec![point(0), Inst::Store { arg: 1, value: 0, index }];
+                    let k = Kernel { name: format!("{name}_{j}"), args: vec![rd(v), wr.clone()], extent: m, body };
+                    super::ir::verify(&k).ok()?;
+                    ks.push((k, vec![v, out]));
+                }
+                start += len;
+            }
+            Some(EqnLowering::Kernels(ks))
+        }
+        Prim::Pad(p) => {
+            // Fill with the pad value, then store the operand at its
+            // (interior-spaced) positions. Crops (negative lo/hi) stay interpreted.
+            let (x, fill) = (*eqn.inputs.first()?, *eqn.inputs.get(1)?);
+            if p.lo.iter().chain(&p.hi).any(|&e| e < 0) {
+                return None;
+            }
+            let row = row_strides(&ot.shape);
+            let fill_k = Kernel {
+                name: format!("{name}_fill"),
+                args: vec![rd(fill), wr.clone()],
+                extent: n,
+                body: vec![Inst::Load { arg: 0, index: Index::Scalar }, store(1, 0)],
+            };
+            super::ir::verify(&fill_k).ok()?;
+            let mut ks = vec![(fill_k, vec![fill, out])];
+            let xt = func.ty(x);
+            if xt.numel() > 0 {
+                let strides: Vec<isize> = row.iter().zip(&p.interior).map(|(&r, &e)| r * (e as isize + 1)).collect();
+                let offset = row.iter().zip(&p.lo).map(|(&r, &l)| r * l as isize).sum();
+                let index = Index::Strided { dims: xt.shape.clone(), strides, offset };
+                let body = vec![point(0), Inst::Store { arg: 1, value: 0, index }];
+                let k = Kernel { name: format!("{name}_put"), args: vec![rd(x), wr.clone()], extent: xt.numel(), body };
+                super::ir::verify(&k).ok()?;
+                ks.push((k, vec![x, out]));
+            }
+            Some(EqnLowering::Kernels(ks))
+        }
+        _ => {
+            let map = strided_map(func, eqn)?;
+            let src = *eqn.inputs.first()?;
+            let index = Index::Strided { dims: map.dims, strides: map.strides, offset: map.offset };
+            let body = vec![Inst::Load { arg: 0, index }, store(1, 0)];
+            single(vec![rd(src), wr.clone()], body, n, vec![src, out])
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! invisible except in time.
 
 pub mod ir;
+pub mod loops;
 pub(crate) mod lower;
 pub mod native;
 pub mod render_c;

@@ -388,9 +388,27 @@ impl Job {
     }
 }
 
+/// Jobs submitted to the background thread and not finished yet.
+static PENDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Waits (up to `timeout`) until the background compile thread has no
+/// job left; true if it became idle in time.
+pub fn wait_idle(timeout: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    while PENDING.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
+}
+
 /// Queues a job on the one background compile thread (so a burst of plans
 /// never starts a burst of compilers).
 pub(crate) fn submit(job: Job) {
+    use std::sync::atomic::Ordering;
+    PENDING.fetch_add(1, Ordering::AcqRel);
     static QUEUE: Mutex<Option<std::sync::mpsc::Sender<Job>>> = Mutex::new(None);
     let mut q = QUEUE.lock().unwrap_or_else(|e| e.into_inner());
     if q.is_none() {
@@ -398,11 +416,14 @@ pub(crate) fn submit(job: Job) {
         let spawned = std::thread::Builder::new().name("graft-compile".into()).spawn(move || {
             while let Ok(job) = rx.recv() {
                 job.run();
+                PENDING.fetch_sub(1, Ordering::AcqRel);
             }
         });
         if spawned.is_err() {
             drop(q);
-            return job.run(); // no thread: compile here
+            job.run(); // no thread: compile here
+            PENDING.fetch_sub(1, Ordering::AcqRel);
+            return;
         }
         *q = Some(tx);
     }
@@ -410,6 +431,7 @@ pub(crate) fn submit(job: Job) {
         if let Err(e) = tx.send(job) {
             drop(q);
             e.0.run();
+            PENDING.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -477,4 +499,31 @@ pub(crate) fn run_group(
         // SAFETY: as above; tasks write disjoint ranges a..b.
         unsafe { f.call(a, b, &p.0) };
     });
+}
+
+/// Runs a compiled loop (`render_c::render_loop`) for `steps` steps:
+/// pointers go in the loop function's argument order (the scan's operands
+/// `ins`, its results `outs`, the carry and scratch buffers `work`, the
+/// static values).
+///
+/// The caller (`kernel::loops::NativeLoop::run`) checked `ins` and `outs`
+/// against the program's dtypes and lengths for `steps` steps; `work` was
+/// allocated from the program's buffer list. Every kernel the loop calls
+/// was verified (its loads and stores stay inside the buffers it is bound
+/// to), and the planner never binds a buffer as both read and written in
+/// one call. `outs` and `work` are distinct tensors owned by the caller.
+pub(crate) fn run_program(
+    f: &NativeFn,
+    steps: usize,
+    ins: &[&crate::tensor::Tensor],
+    outs: &mut [crate::tensor::Tensor],
+    work: &mut [crate::tensor::Tensor],
+    statics: &[crate::tensor::Tensor],
+) {
+    let mut ptrs: Vec<*mut u8> = ins.iter().map(|t| ptr_of(t)).collect();
+    ptrs.extend(outs.iter_mut().map(ptr_of_mut));
+    ptrs.extend(work.iter_mut().map(ptr_of_mut));
+    ptrs.extend(statics.iter().map(ptr_of));
+    // SAFETY: see the function docs (buffers checked, none aliased by a write).
+    unsafe { f.call(0, steps, &ptrs) };
 }

@@ -17,6 +17,7 @@
 //! in and out of memory with `memcpy` (no alignment assumed).
 
 use super::ir::{body_types, Access, Index, Inner, Inst, Kernel, Lit, Reduction};
+use super::loops::{Loc, LoopProgram};
 use crate::dtype::DType;
 use crate::ops::reduce::ReduceKind;
 use crate::ops::Op;
@@ -110,6 +111,72 @@ pub fn render_unit(kernels: &[Kernel], lanes: usize) -> String {
     s
 }
 
+/// Renders a compiled loop (see `kernel::loops`): its kernels, then the
+/// loop function `NAME(start, end, args)` running steps `0..end - start`.
+/// Arguments: the scan's operands (consts, initial carry, stacked `xs`),
+/// its results (final carry, stacked `ys`), two buffers per carry (the
+/// sets swapped after each step), the scratch buffers, the static values.
+pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
+    let mut s = render_unit(&p.kernels, lanes);
+    let (nc, nk, nx, ny) = (p.n_consts, p.n_carry, p.n_xs, p.n_ys);
+    let bytes = |(d, n): (DType, usize)| n * d.size_bytes();
+    let out0 = nc + nk + nx;
+    let pp0 = out0 + nk + ny;
+    let sc0 = pp0 + 2 * nk;
+    let st0 = sc0 + p.scratch.len();
+    let ptr = |l: &Loc| match *l {
+        Loc::Const(j) => format!("(char *)args[{j}]"),
+        Loc::CarryIn(j) => format!("cin[{j}]"),
+        Loc::Xs(j) => format!("(char *)args[{}] + t * {}", nc + nk + j, bytes(p.params[nc + nk + j])),
+        Loc::Scratch(j) => format!("(char *)args[{}]", sc0 + j),
+        Loc::Static(j) => format!("(char *)args[{}]", st0 + j),
+        Loc::CarryOut(j) => format!("cout[{j}]"),
+        Loc::Ys(j) => format!("(char *)args[{}] + t * {}", out0 + nk + j, bytes(p.outputs[nk + j])),
+    };
+    let _ = writeln!(s, "\nvoid {}(int64_t start, int64_t end, void *const *args) {{", p.name);
+    let _ = writeln!(s, "  const int64_t n = end - start;");
+    let _ = writeln!(s, "  char *cin[{0}], *cout[{0}], *sw;", nk.max(1));
+    let _ = writeln!(s, "  (void)sw; (void)cin; (void)cout;");
+    for j in 0..nk {
+        let b = bytes(p.params[nc + j]);
+        let _ =
+            writeln!(s, "  cin[{j}] = (char *)args[{}]; cout[{j}] = (char *)args[{}];", pp0 + 2 * j, pp0 + 2 * j + 1);
+        let _ = writeln!(s, "  __builtin_memcpy(cin[{j}], args[{}], {b});", nc + j);
+    }
+    let _ = writeln!(s, "  for (int64_t it = 0; it < n; it++) {{");
+    let t = if p.reverse { "n - 1 - it" } else { "it" };
+    let _ = writeln!(s, "    const int64_t t = {t};\n    (void)t;");
+    for c in &p.calls {
+        let k = &p.kernels[c.kernel];
+        let args: Vec<String> = c.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
+        let _ = writeln!(s, "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}", args.join(", "), k.name, k.extent);
+    }
+    // Results not written in place: ys first (they may read the next
+    // carry set), then the carries, then the swap.
+    for j in 0..ny {
+        let l = p.out_loc[nk + j];
+        if l != Loc::Ys(j) {
+            let _ =
+                writeln!(s, "    __builtin_memcpy({}, {}, {});", ptr(&Loc::Ys(j)), ptr(&l), bytes(p.outputs[nk + j]));
+        }
+    }
+    for j in 0..nk {
+        let l = p.out_loc[j];
+        if l != Loc::CarryOut(j) {
+            let _ = writeln!(s, "    __builtin_memcpy(cout[{j}], {}, {});", ptr(&l), bytes(p.outputs[j]));
+        }
+    }
+    for j in 0..nk {
+        let _ = writeln!(s, "    sw = cin[{j}]; cin[{j}] = cout[{j}]; cout[{j}] = sw;");
+    }
+    let _ = writeln!(s, "  }}");
+    for j in 0..nk {
+        let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, bytes(p.outputs[j]));
+    }
+    let _ = writeln!(s, "}}");
+    s
+}
+
 fn render_kernel(s: &mut String, k: &Kernel) {
     if k.body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_))) {
         return render_row_kernel(s, k);
@@ -137,7 +204,11 @@ fn render_kernel(s: &mut String, k: &Kernel) {
             continue;
         }
         match inst {
-            Inst::Store { arg, value } => {
+            Inst::Store { arg, value, index: Index::Strided { dims, strides, offset } } => {
+                let d = k.args[*arg as usize].dtype;
+                let _ = writeln!(s, "    {}", strided_store(*arg, *value, d, dims, strides, *offset));
+            }
+            Inst::Store { arg, value, .. } => {
                 let d = k.args[*arg as usize].dtype;
                 let _ = writeln!(s, "    gk_st_{}(a{arg} + i, r{value}, m);", d.name());
             }
@@ -240,7 +311,7 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
     let _ = writeln!(s, "    c->base = row * {};", len.unwrap_or(1));
     for (r, inst) in k.body.iter().enumerate() {
         match inst {
-            Inst::Store { arg, value } => {
+            Inst::Store { arg, value, .. } => {
                 let d = k.args[*arg as usize].dtype;
                 let v = if d == DType::Bool { format!("(uint8_t)(r{value}[0] & 1)") } else { format!("r{value}[0]") };
                 let _ = writeln!(s, "    c->a{arg}[row] = {v};");
@@ -269,7 +340,7 @@ fn inner_statements(s: &mut String, k: &Kernel, inner: &Inner, it: &[Option<DTyp
     let ty = |q: u32| it.get(q as usize).copied().flatten().unwrap_or(DType::F32);
     for (q, inst) in inner.body.iter().enumerate() {
         match inst {
-            Inst::Store { arg, value } => {
+            Inst::Store { arg, value, .. } => {
                 let d = k.args[*arg as usize].dtype;
                 let _ = writeln!(s, "{indent}gk_st_{}(c->a{arg} + i, q{value}, m);", d.name());
             }
@@ -442,5 +513,36 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
         let _ = write!(s, " e += (r % {dim}) * {st}; r /= {dim};");
     }
     let _ = write!(s, " {} }} }} v; }})", lane("e"));
+    s
+}
+
+/// A store through a strided index (the mirror of [`strided_load`]): when
+/// all `GL` points lie in one run of the last dimension and its stride is
+/// 1, one contiguous vector store; otherwise each lane computes its own
+/// address (the verifier checked that no two points share one).
+fn strided_store(arg: u32, value: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
+    let dn = d.name();
+    let lane = |e: &str| {
+        if d == DType::Bool {
+            format!("a{arg}[{e}] = (uint8_t)(r{value}[l] & 1);")
+        } else {
+            format!("a{arg}[{e}] = r{value}[l];")
+        }
+    };
+    let mut s = format!("{{ int64_t q = i, e0 = {offset};");
+    for (&dim, &st) in dims.iter().zip(strides).rev() {
+        let _ = write!(s, " e0 += (q % {dim}) * {st}; q /= {dim};");
+    }
+    let (last, ls) = (dims.last().copied().unwrap_or(1), strides.last().copied().unwrap_or(0));
+    let fast = match ls {
+        1 => format!("gk_st_{dn}(a{arg} + e0, r{value}, GL);"),
+        _ => format!("for (int64_t l = 0; l < GL; l++) {{ {} }}", lane(&format!("e0 + l * {ls}"))),
+    };
+    let _ = write!(s, " if (m == GL && (i % {last}) + GL <= {last}) {{ {fast} }} else {{");
+    let _ = write!(s, " for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {offset};");
+    for (&dim, &st) in dims.iter().zip(strides).rev() {
+        let _ = write!(s, " e += (r % {dim}) * {st}; r /= {dim};");
+    }
+    let _ = write!(s, " {} }} }} }}", lane("e"));
     s
 }

@@ -551,12 +551,12 @@ impl<'a> Builder<'a> {
             }
             let regs: Vec<Reg> = roots.iter().map(|&r| self.emit(r, &mut body, &mut map)).collect();
             for (&(arg, _), &value) in full_out.iter().zip(&regs) {
-                body.push(Inst::Store { arg, value });
+                body.push(Inst::Store { arg, value, index: Index::Point });
             }
             self.outer.push(Inst::Map(Box::new(Inner { len: self.len, body })));
         }
         for (arg, value) in row_out {
-            self.outer.push(Inst::Store { arg, value });
+            self.outer.push(Inst::Store { arg, value, index: Index::Point });
         }
         let kernel = Kernel { name, args: self.args, extent: self.rows, body: self.outer };
         // A kernel the verifier rejects is a planner bug: keep the steps.

@@ -241,6 +241,13 @@ impl Op for Scan {
         if ins.len() != nc + nk + nx || outs.len() != nk + ny {
             return Err(ExecError::kernel("scan", "internal error: operand or result count differs from the body's"));
         }
+        // The whole loop as one native function, once compiled (bitwise the
+        // same results as the steps below).
+        if let Some(compiled) = exe.native_loop(nc, nk, self.reverse) {
+            if let Some(f) = compiled.ready() {
+                return compiled.run(f, self.length, ins, outs);
+            }
+        }
         // Only results the body's equations produced came from its pool;
         // parameters returned as results are copies, and handing those back
         // would grow the pool by a buffer per step.
