@@ -211,6 +211,14 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
     for k in ks {
         s.push_str(&format!("\n{k}\n"));
     }
+    // Loop bodies compiled whole (each scan's body as one native loop).
+    let loops = graft_core::kernel::loop_programs(func, opts);
+    if !loops.is_empty() {
+        s.push_str(&format!("\n# {} compiled loop{}\n", loops.len(), if loops.len() == 1 { "" } else { "s" }));
+        for (body, p) in loops {
+            s.push_str(&format!("\n# body @{body}\n{p}"));
+        }
+    }
     Ok(s)
 }
 

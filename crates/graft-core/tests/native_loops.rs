@@ -11,11 +11,11 @@ mod common;
 use common::native::{bits, data, opts, skip};
 use graft_core::ad::{grad, Wrt};
 use graft_core::composite::reduce;
-use graft_core::kernel::loops::native_loop_runs;
+use graft_core::kernel::loops::{native_loop_runs, Loc};
 use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::Compare;
 use graft_core::ops::scan::{Checkpointing, ScanOpts};
-use graft_core::{Builder, DType, Executable, Func, Tensor, TensorType, Value};
+use graft_core::{Builder, DType, Executable, Func, Op, Tensor, TensorType, Value};
 use std::sync::Arc;
 
 fn t64(shape: &[usize]) -> TensorType {
@@ -211,4 +211,104 @@ fn compile_off_never_runs_compiled() {
     let before = native_loop_runs();
     exe.run(&refs).unwrap();
     assert_eq!(native_loop_runs(), before);
+}
+
+/// Layout in two dimensions, read in place by the elementwise work after
+/// it: a slice and a concatenation along the last axis, a crop-and-pad,
+/// a transpose read back through a reshape, in f32 and f64.
+fn layout_scan(dtype: DType, length: usize) -> Func {
+    let (r, c) = (4, 6);
+    let ty = TensorType::new(dtype, vec![r, c]);
+    let mut body = Builder::new("layout");
+    let x = body.param(ty.clone());
+    let one = body.scalar(1.0, dtype).unwrap();
+    let ones = body.broadcast_in_dim(one, &[r, 1], &[]).unwrap();
+    let tail = body.slice(x, &[0, 1], &[r, c], &[1, 1]).unwrap();
+    let shifted = body.concatenate(&[tail, ones], 1).unwrap();
+    let half = body.scalar(0.5, dtype).unwrap();
+    let cropped = body.pad(x, half, &[-1, 1], &[1, -1], &[0, 0]).unwrap();
+    let t = body.transpose(x, &[1, 0]).unwrap();
+    let t = body.reshape(t, &[r, c]).unwrap();
+    let a = body.mul(shifted, cropped).unwrap();
+    let a = body.add(a, t).unwrap();
+    let a = body.tanh(a).unwrap();
+    let body = body.finish(&[a, shifted]).unwrap();
+    let mut b = Builder::new("layout_loop");
+    let x = b.param(ty);
+    let out = b.scan(Arc::new(body), &[], &[x], &[], ScanOpts::new(length)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn layout_in_two_dimensions_is_read_in_place() {
+    if skip() {
+        return;
+    }
+    for dtype in [DType::F32, DType::F64] {
+        let f = layout_scan(dtype, 5);
+        assert_eq!(compare(&f, &inputs(&f, 5)), 1, "{dtype}");
+        // The slice, concatenation, pad and transpose are read in place by
+        // the elementwise kernel, which reads only the carry (and static
+        // values); the concatenation is also a `y`, written by its two
+        // pieces' calls.
+        let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
+            graft_core::Prim::Scan(s) => s.body.clone(),
+            _ => unreachable!("the scan equation is a scan"),
+        };
+        let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+        let p = exe.loop_program(0, 1, false).expect("the body has a compiled form");
+        let text = p.to_string();
+        assert!(text.contains("if inside"), "no window load in\n{text}");
+        assert_eq!(p.calls.len(), 3, "calls per step:\n{text}");
+        let main = p.calls.last().unwrap();
+        assert!(
+            main.args.iter().all(|l| matches!(l, Loc::CarryIn(0) | Loc::CarryOut(0) | Loc::Static(_))),
+            "the elementwise kernel reads a materialised layout value:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_verifier_rejects_bad_strided_stores_and_windows() {
+    use graft_core::kernel::{verify, Access, Arg, Index, Inst, Kernel, Window};
+    let arg = |access, len| Arg { dtype: DType::F32, len, access };
+    let kernel = |body, args| Kernel { name: "k".into(), args, extent: 4, body };
+    // Two points store one element (stride 0).
+    let twice = kernel(
+        vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Store {
+                arg: 1,
+                value: 0,
+                index: Index::Strided { dims: vec![2, 2], strides: vec![0, 1], offset: 0 },
+            },
+        ],
+        vec![arg(Access::Read, 4), arg(Access::Write, 4)],
+    );
+    assert!(verify(&twice).unwrap_err().msg.contains("twice"));
+    // A strided store past the end.
+    let past = kernel(
+        vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Store { arg: 1, value: 0, index: Index::Strided { dims: vec![4], strides: vec![2], offset: 0 } },
+        ],
+        vec![arg(Access::Read, 4), arg(Access::Write, 6)],
+    );
+    assert!(verify(&past).is_err());
+    // A window whose inside reaches past its buffer.
+    let window =
+        |lo: isize, size: usize| Window { dims: vec![4], lo: vec![lo], size: vec![size], strides: vec![1], offset: 0 };
+    let reads = |w: Window| {
+        kernel(
+            vec![
+                Inst::Lit(graft_core::kernel::Lit { dtype: DType::F32, bits: 0 }),
+                Inst::Window { arg: 0, window: w, fill: 0 },
+                Inst::Store { arg: 1, value: 1, index: Index::Point },
+            ],
+            vec![arg(Access::Read, 3), arg(Access::Write, 4)],
+        )
+    };
+    assert!(verify(&reads(window(1, 3))).is_ok());
+    assert!(verify(&reads(window(-2, 3))).is_ok(), "only the part of the box with points is read");
+    assert!(verify(&reads(window(0, 4))).unwrap_err().msg.contains("window reaches"));
 }

@@ -136,6 +136,17 @@ impl Executable {
         })
     }
 
+    /// This function's plan as a scan body's compiled loop program (see
+    /// [`crate::kernel::loops`]), if every step has a kernel form.
+    pub fn loop_program(
+        &self,
+        n_consts: usize,
+        n_carry: usize,
+        reverse: bool,
+    ) -> Option<crate::kernel::loops::LoopProgram> {
+        crate::kernel::loops::build(&self.func, &self.plan, n_consts, n_carry, reverse, "gl")
+    }
+
     /// This function as the body of a scan with `n_consts` consts and
     /// `n_carry` carries, compiled whole (see [`crate::kernel::loops`]):
     /// planned and handed to the compiler on the first request, returned
@@ -150,8 +161,8 @@ impl Executable {
         let entry = match loops.iter().find(|(k, _)| *k == key) {
             Some((_, l)) => l.clone(),
             None => {
-                let program = crate::kernel::loops::build(&self.func, &self.plan, n_consts, n_carry, reverse, "gl");
-                let l = program.map(|p| NativeLoop::start(p, self.options.compile));
+                let l =
+                    self.loop_program(n_consts, n_carry, reverse).map(|p| NativeLoop::start(p, self.options.compile));
                 loops.push((key, l.clone()));
                 l
             }

@@ -180,6 +180,35 @@ pub enum Inst {
     /// Inner body after the reduction that saved it: the value kept in
     /// scratch slot `slot` at this point.
     Restore(u32),
+    /// Reads argument `arg` where the point lies inside `window`, else
+    /// gives `fill` (of the argument's dtype): a pad or one operand of a
+    /// concatenation read in place. Outer bodies of elementwise kernels only.
+    Window {
+        /// Argument position.
+        arg: u32,
+        /// Which points read which element.
+        window: Window,
+        /// The value outside the window.
+        fill: Reg,
+    },
+}
+
+/// A box of points with an affine map into a buffer: the point with
+/// coordinates `c` (row-major over `dims`) lies inside when
+/// `lo[k] <= c[k] < lo[k] + size[k]` for every `k`, and then reads element
+/// `offset + sum_k (c[k] - lo[k]) * strides[k]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// The logical shape the point index is decomposed over.
+    pub dims: Vec<usize>,
+    /// First coordinate inside, per dimension (may be negative).
+    pub lo: Vec<isize>,
+    /// Coordinates inside, per dimension.
+    pub size: Vec<usize>,
+    /// Elements to step per unit of each coordinate.
+    pub strides: Vec<isize>,
+    /// Element read at coordinates `lo`.
+    pub offset: isize,
 }
 
 /// An inner body: `for k in 0..len { body }` at flat points `i * len + k`.
@@ -210,9 +239,11 @@ impl Inst {
             Inst::Load { .. } | Inst::Lit(_) | Inst::Map(_) | Inst::Reduce(_) | Inst::Outer(_) | Inst::Restore(_) => {
                 vec![]
             }
-            Inst::Unary(_, a) | Inst::Convert(_, a) | Inst::Store { value: a, .. } | Inst::Save { value: a, .. } => {
-                vec![a]
-            }
+            Inst::Unary(_, a)
+            | Inst::Convert(_, a)
+            | Inst::Store { value: a, .. }
+            | Inst::Save { value: a, .. }
+            | Inst::Window { fill: a, .. } => vec![a],
             Inst::Binary(_, a, b) | Inst::Compare(_, a, b) => vec![a, b],
             Inst::Select(p, a, b) => vec![p, a, b],
         }
@@ -382,6 +413,17 @@ pub fn body_types(
                 slots.push(d);
                 None
             }
+            Inst::Window { arg, window, fill } => {
+                let a = k.args.get(*arg as usize).ok_or_else(|| err(at, format!("no argument {arg}")))?;
+                if a.access != Access::Read || ty(*fill)? != a.dtype {
+                    return Err(err(at, format!("window load from argument {arg} with fill %{fill}")));
+                }
+                if outer.is_some() || is_row_kernel(k) {
+                    return Err(err(at, "a window load outside an elementwise kernel".into()));
+                }
+                check_window(points, a, window).map_err(|m| err(at, m))?;
+                Some(a.dtype)
+            }
             Inst::Restore(slot) => match slots.get(*slot as usize) {
                 Some(d) if outer.is_some() => Some(*d),
                 _ => return Err(err(at, format!("restore of slot {slot}, which no earlier reduction saved"))),
@@ -443,6 +485,33 @@ fn injective(dims: &[usize], strides: &[isize]) -> bool {
         span = span.saturating_add(s.saturating_mul(d - 1));
     }
     true
+}
+
+fn check_window(points: usize, a: &Arg, w: &Window) -> Result<(), String> {
+    let n = w.dims.len();
+    if w.lo.len() != n || w.size.len() != n || w.strides.len() != n || w.dims.iter().product::<usize>() != points {
+        return Err(format!("window over {:?} does not cover the {points} points", w.dims));
+    }
+    // The box clipped to the points that exist; empty reads nothing.
+    let mut span = Vec::with_capacity(n);
+    for k in 0..n {
+        let first = w.lo[k].max(0);
+        let last = (w.lo[k] + w.size[k] as isize).min(w.dims[k] as isize) - 1;
+        if last < first {
+            return Ok(());
+        }
+        span.push((first - w.lo[k], last - w.lo[k]));
+    }
+    let (mut lo, mut hi) = (w.offset as i128, w.offset as i128);
+    for ((a, b), &s) in span.iter().zip(&w.strides) {
+        let (x, y) = (*a as i128 * s as i128, *b as i128 * s as i128);
+        lo += x.min(y);
+        hi += x.max(y);
+    }
+    if lo < 0 || hi >= a.len as i128 {
+        return Err(format!("window reaches {lo}..={hi} in a buffer of {} elements", a.len));
+    }
+    Ok(())
 }
 
 fn check_index(points: usize, a: &Arg, index: &Index) -> Result<(), String> {
@@ -521,6 +590,11 @@ fn print_body(f: &mut fmt::Formatter<'_>, body: &[Inst], inner: bool) -> fmt::Re
             Inst::Outer(a) => writeln!(f, "{p}{r} = outer %{a}")?,
             Inst::Save { slot, value } => writeln!(f, "save s{slot}[k] = {p}{value}")?,
             Inst::Restore(slot) => writeln!(f, "{p}{r} = restore s{slot}[k]")?,
+            Inst::Window { arg, window: w, fill } => writeln!(
+                f,
+                "{p}{r} = load a{arg}[{} + ({ix}{:?} - {:?}) . {:?}] if inside {:?} else {p}{fill}",
+                w.offset, w.dims, w.lo, w.strides, w.size
+            )?,
             Inst::Map(m) => {
                 writeln!(f, "map over j = i * {0} + k, k < {0} {{", m.len)?;
                 print_body(f, &m.body, true)?;

@@ -27,7 +27,7 @@
 //! what its steps compute (the kernel IR's contract), in the same order,
 //! on the same values.
 
-use super::ir::Kernel;
+use super::ir::{Arg, Index, Inst, Kernel, Lit, Reg};
 use super::lower::{eqn_kernels, group_kernel, EqnLowering};
 use super::native::{NativeFn, Slot};
 use crate::dtype::DType;
@@ -109,7 +109,14 @@ pub(crate) fn build(func: &Func, plan: &Plan, nc: usize, nk: usize, reverse: boo
     let np = func.params.len();
     let nx = np.checked_sub(nc + nk)?;
     let ny = func.outputs.len().checked_sub(nk)?;
-    let mut b = Builder { func, kernels: Vec::new(), calls: Vec::new(), alias: HashMap::new(), statics: Vec::new() };
+    let mut b = Builder {
+        func,
+        kernels: Vec::new(),
+        calls: Vec::new(),
+        alias: HashMap::new(),
+        statics: Vec::new(),
+        views: HashMap::new(),
+    };
     let mut fixed: HashMap<Value, Loc> = HashMap::new();
     for (j, &p) in func.params.iter().enumerate() {
         let loc = if j < nc {
@@ -159,13 +166,57 @@ pub(crate) fn build(func: &Func, plan: &Plan, nc: usize, nk: usize, reverse: boo
                         for (k, binds) in ks {
                             b.call(k, binds);
                         }
+                        if let Some(view) = b.view_of(eqn) {
+                            b.views.insert(*eqn.outputs.first()?, view);
+                        }
                     }
                 }
             }
         }
         i += 1;
     }
+    b.forward();
     b.finish(fixed, nc, nk, nx, ny, reverse, name)
+}
+
+/// A value that only moves other values' elements (a slice, broadcast,
+/// transpose, reversal, concatenation or pad): its element at coordinates
+/// `c` (over `dims`) is that of the last piece whose box holds `c`, else
+/// the one-element `fill`.
+#[derive(Debug, Clone)]
+struct View {
+    dims: Vec<usize>,
+    pieces: Vec<Piece>,
+    fill: Option<Value>,
+}
+
+/// One source of a [`View`] (the fields of [`super::ir::Window`]).
+#[derive(Debug, Clone)]
+struct Piece {
+    src: Value,
+    lo: Vec<isize>,
+    size: Vec<usize>,
+    strides: Vec<isize>,
+    offset: isize,
+}
+
+impl View {
+    /// A single piece covering every point: a plain strided read.
+    fn strided(&self) -> Option<&Piece> {
+        match &self.pieces[..] {
+            [p] if self.fill.is_none() && p.lo.iter().all(|&l| l == 0) && p.size == self.dims => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// Row-major strides of a shape.
+fn row_strides(shape: &[usize]) -> Vec<isize> {
+    let mut row = vec![1isize; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        row[k] = row[k + 1] * shape[k + 1] as isize;
+    }
+    row
 }
 
 struct Builder<'a> {
@@ -177,6 +228,8 @@ struct Builder<'a> {
     alias: HashMap<Value, Value>,
     /// Loop-invariant values and their tensors.
     statics: Vec<(Value, Tensor)>,
+    /// Values that only move other values' elements, by root value.
+    views: HashMap<Value, View>,
 }
 
 impl Builder<'_> {
@@ -191,6 +244,126 @@ impl Builder<'_> {
         let binds = binds.into_iter().map(|v| self.root(v)).collect();
         self.kernels.push(k);
         self.calls.push((self.kernels.len() - 1, binds));
+    }
+
+    /// The [`View`] of a layout, concatenate or pad equation, its pieces
+    /// read straight from their sources' sources where those are plain
+    /// strided views (`pad(slice(y))` reads `y`).
+    fn view_of(&self, eqn: &crate::ir::Eqn) -> Option<View> {
+        let func = self.func;
+        let dims = func.ty(*eqn.outputs.first()?).shape.clone();
+        let whole = |src: Value, lo: Vec<isize>| {
+            let shape = func.ty(src).shape.clone();
+            Piece { src, lo, strides: row_strides(&shape), size: shape, offset: 0 }
+        };
+        let (pieces, fill) = match &eqn.prim {
+            crate::ops::Prim::Concatenate(p) => {
+                let mut start = 0isize;
+                let mut pieces = Vec::new();
+                for &v in &eqn.inputs {
+                    let mut lo = vec![0isize; dims.len()];
+                    *lo.get_mut(p.axis)? = start;
+                    start += *func.ty(v).shape.get(p.axis)? as isize;
+                    if func.ty(v).numel() > 0 {
+                        pieces.push(whole(v, lo));
+                    }
+                }
+                (pieces, None)
+            }
+            crate::ops::Prim::Pad(p) if p.interior.iter().all(|&e| e == 0) => {
+                let lo = p.lo.iter().map(|&l| l as isize).collect();
+                (vec![whole(*eqn.inputs.first()?, lo)], Some(*eqn.inputs.get(1)?))
+            }
+            _ => {
+                let map = crate::exec::fuse::strided_map(func, eqn)?;
+                let src = *eqn.inputs.first()?;
+                let piece = Piece {
+                    src,
+                    lo: vec![0; dims.len()],
+                    size: dims.clone(),
+                    strides: map.strides,
+                    offset: map.offset,
+                };
+                return Some(View { dims, pieces: vec![piece], fill: None });
+            }
+        };
+        let pieces = pieces
+            .into_iter()
+            .map(|p| {
+                let src = self.root(p.src);
+                match self.views.get(&src).and_then(View::strided) {
+                    Some(inner) if inner.size == p.size => {
+                        Piece { src: inner.src, strides: inner.strides.clone(), offset: inner.offset, ..p }
+                    }
+                    _ => Piece { src, ..p },
+                }
+            })
+            .collect();
+        Some(View { dims, pieces, fill: fill.map(|v| self.root(v)) })
+    }
+
+    /// Load forwarding: a kernel reading a view's value point by point
+    /// reads the view's sources in place instead (window or strided
+    /// loads), and the calls that materialised views nobody reads any more
+    /// are dropped. Row kernels keep their loads.
+    fn forward(&mut self) {
+        for c in 0..self.calls.len() {
+            let (kid, _) = self.calls[c];
+            if self.kernels[kid].body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_))) {
+                continue;
+            }
+            let mut j = 0;
+            while j < self.calls[c].1.len() {
+                let v = self.calls[c].1[j];
+                let k = &self.kernels[kid];
+                let point_only = k.args[j].access == super::ir::Access::Read
+                    && k.body.iter().all(|i| match i {
+                        Inst::Load { arg, index } => *arg as usize != j || *index == Index::Point,
+                        Inst::Window { arg, .. } => *arg as usize != j,
+                        _ => true,
+                    });
+                let rewritten = match self.views.get(&v) {
+                    Some(view) if point_only && view.dims.iter().product::<usize>() == k.extent => {
+                        forward_arg(self.func, k, &self.calls[c].1, j, view)
+                    }
+                    _ => None,
+                };
+                match rewritten {
+                    Some((k2, binds)) => {
+                        self.kernels[kid] = k2;
+                        self.calls[c].1 = binds;
+                        // Argument j is now the next one: look at it again.
+                    }
+                    None => j += 1,
+                }
+            }
+        }
+        // Drop calls whose written values nobody reads (outputs are read).
+        loop {
+            let mut readers: HashMap<Value, usize> = HashMap::new();
+            for &v in &self.func.outputs {
+                *readers.entry(self.root(v)).or_default() += 1;
+            }
+            for (kid, binds) in &self.calls {
+                for (a, v) in self.kernels[*kid].args.iter().zip(binds) {
+                    if a.access == super::ir::Access::Read {
+                        *readers.entry(*v).or_default() += 1;
+                    }
+                }
+            }
+            let before = self.calls.len();
+            let kernels = &self.kernels;
+            self.calls.retain(|(kid, binds)| {
+                kernels[*kid]
+                    .args
+                    .iter()
+                    .zip(binds)
+                    .any(|(a, v)| a.access == super::ir::Access::Write && readers.get(v).copied().unwrap_or(0) > 0)
+            });
+            if self.calls.len() == before {
+                break;
+            }
+        }
     }
 
     /// Computes an equation at build time when its operands are all
@@ -350,7 +523,7 @@ impl NativeLoop {
     /// Starts compiling `program` (now, or on the background thread).
     pub(crate) fn start(program: LoopProgram, mode: super::CompileMode) -> Arc<NativeLoop> {
         let nl = Arc::new(NativeLoop { program, slot: Arc::new(Slot::default()), spare: Mutex::new(Vec::new()) });
-        let source = super::render_c::render_loop(&nl.program, super::native::host_lanes());
+        let source = super::render_c::render_loop(&nl.program, super::unit_lanes(&nl.program.kernels));
         let job = super::native::Job { source, kernels: vec![(nl.program.name.clone(), Arc::downgrade(&nl.slot))] };
         match mode {
             super::CompileMode::Sync => job.run(),
@@ -398,6 +571,153 @@ impl NativeLoop {
         crate::exec::note_nested_peak(held);
         self.spare.lock().unwrap_or_else(|e| e.into_inner()).push(work);
         NATIVE_RUNS.with(|c| c.set(c.get() + 1));
+        Ok(())
+    }
+}
+
+/// `k` with argument `j` (bound to the value `view` describes, read only
+/// by point loads) replaced by reads of the view's sources: new arguments
+/// at the end, argument `j` removed. `None` if the result does not verify.
+fn forward_arg(func: &Func, k: &Kernel, binds: &[Value], j: usize, view: &View) -> Option<(Kernel, Vec<Value>)> {
+    let mut args = k.args.clone();
+    let mut binds = binds.to_vec();
+    let arg_of = |v: Value, args: &mut Vec<Arg>, binds: &mut Vec<Value>| -> u32 {
+        if let Some(p) = binds.iter().zip(args.iter()).position(|(w, a)| *w == v && a.access == super::ir::Access::Read)
+        {
+            if p != j {
+                return p as u32;
+            }
+        }
+        args.push(Arg { dtype: func.ty(v).dtype, len: func.ty(v).numel(), access: super::ir::Access::Read });
+        binds.push(v);
+        (args.len() - 1) as u32
+    };
+    let dtype = k.args[j].dtype;
+    // The instructions replacing one point load of argument j.
+    let mut replacement: Vec<Inst> = Vec::new(); // registers relative to its start
+    match view.strided() {
+        Some(p) => {
+            let arg = arg_of(p.src, &mut args, &mut binds);
+            let index = Index::Strided { dims: view.dims.clone(), strides: p.strides.clone(), offset: p.offset };
+            replacement.push(Inst::Load { arg, index });
+        }
+        None => {
+            match view.fill {
+                Some(f) => {
+                    let arg = arg_of(f, &mut args, &mut binds);
+                    replacement.push(Inst::Load { arg, index: Index::Scalar });
+                }
+                None => replacement.push(Inst::Lit(Lit { dtype, bits: 0 })),
+            }
+            for p in &view.pieces {
+                let arg = arg_of(p.src, &mut args, &mut binds);
+                let window = super::ir::Window {
+                    dims: view.dims.clone(),
+                    lo: p.lo.clone(),
+                    size: p.size.clone(),
+                    strides: p.strides.clone(),
+                    offset: p.offset,
+                };
+                replacement.push(Inst::Window { arg, window, fill: (replacement.len() - 1) as Reg });
+            }
+        }
+    }
+    // Rebuild the body with the replacement spliced in at each point load of j.
+    let mut map: Vec<Reg> = Vec::with_capacity(k.body.len());
+    let mut body: Vec<Inst> = Vec::with_capacity(k.body.len() + replacement.len());
+    for inst in &k.body {
+        if matches!(inst, Inst::Load { arg, .. } if *arg as usize == j) {
+            let base = body.len() as Reg;
+            for r in &replacement {
+                body.push(match r {
+                    Inst::Window { arg, window, fill } => {
+                        Inst::Window { arg: *arg, window: window.clone(), fill: fill + base }
+                    }
+                    other => other.clone(),
+                });
+            }
+            map.push((body.len() - 1) as Reg);
+            continue;
+        }
+        body.push(remap(inst, &map)?);
+        map.push((body.len() - 1) as Reg);
+    }
+    // Remove argument j.
+    args.remove(j);
+    binds.remove(j);
+    let shift = |a: u32| if a as usize > j { a - 1 } else { a };
+    for inst in &mut body {
+        match inst {
+            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => *arg = shift(*arg),
+            _ => {}
+        }
+    }
+    let k2 = Kernel { name: k.name.clone(), args, extent: k.extent, body };
+    super::ir::verify(&k2).ok()?;
+    Some((k2, binds))
+}
+
+/// An elementwise kernel's instruction with its register operands renamed
+/// through `map` (`None` for row-kernel instructions).
+fn remap(inst: &Inst, map: &[Reg]) -> Option<Inst> {
+    let m = |r: &Reg| map.get(*r as usize).copied();
+    Some(match inst {
+        Inst::Load { .. } | Inst::Lit(_) => inst.clone(),
+        Inst::Unary(op, a) => Inst::Unary(*op, m(a)?),
+        Inst::Binary(op, a, b) => Inst::Binary(*op, m(a)?, m(b)?),
+        Inst::Compare(op, a, b) => Inst::Compare(*op, m(a)?, m(b)?),
+        Inst::Select(p, a, b) => Inst::Select(m(p)?, m(a)?, m(b)?),
+        Inst::Convert(d, a) => Inst::Convert(*d, m(a)?),
+        Inst::Store { arg, value, index } => Inst::Store { arg: *arg, value: m(value)?, index: index.clone() },
+        Inst::Window { arg, window, fill } => Inst::Window { arg: *arg, window: window.clone(), fill: m(fill)? },
+        Inst::Reduce(_) | Inst::Map(_) | Inst::Outer(_) | Inst::Save { .. } | Inst::Restore(_) => return None,
+    })
+}
+
+impl std::fmt::Display for Loc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loc::Const(j) => write!(f, "const{j}"),
+            Loc::CarryIn(j) => write!(f, "carry{j}"),
+            Loc::Xs(j) => write!(f, "xs{j}[t]"),
+            Loc::Scratch(j) => write!(f, "s{j}"),
+            Loc::Static(j) => write!(f, "static{j}"),
+            Loc::CarryOut(j) => write!(f, "carry{j}'"),
+            Loc::Ys(j) => write!(f, "ys{j}[t]"),
+        }
+    }
+}
+
+impl std::fmt::Display for LoopProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |v: &[Loc]| v.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
+        writeln!(
+            f,
+            "loop {} ({} consts, {} carries, {} xs, {} ys{}): {} calls per step, {} scratch buffers, {} static values {{",
+            self.name,
+            self.n_consts,
+            self.n_carry,
+            self.n_xs,
+            self.n_ys,
+            if self.reverse { ", reverse" } else { "" },
+            self.calls.len(),
+            self.scratch.len(),
+            self.statics.len()
+        )?;
+        for c in &self.calls {
+            writeln!(f, "  {}({})", self.kernels[c.kernel].name, list(&c.args))?;
+        }
+        let outs: Vec<Loc> = (0..self.n_carry).map(Loc::CarryOut).chain((0..self.n_ys).map(Loc::Ys)).collect();
+        for (o, l) in outs.iter().zip(&self.out_loc) {
+            if o != l {
+                writeln!(f, "  {o} = {l}")?;
+            }
+        }
+        writeln!(f, "}}")?;
+        let called: std::collections::BTreeSet<usize> = self.calls.iter().map(|c| c.kernel).collect();
+        for k in called {
+            write!(f, "\n{}\n", self.kernels[k])?;
+        }
         Ok(())
     }
 }

@@ -153,7 +153,7 @@ fn row_strides(shape: &[usize]) -> Vec<isize> {
 
 /// The kernel form of one equation: elementwise primitives, layout
 /// operations with a strided map (broadcast, transpose, slice, reverse),
-/// concatenation and non-cropping pads. `None` for anything else (the loop
+/// concatenation and pads (crops too, unless with interior padding). `None` for anything else (the loop
 /// holding it then runs on the interpreter). Kernel names are `name` with a
 /// suffix per kernel.
 pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Option<EqnLowering> {
@@ -221,9 +221,27 @@ pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Opti
             Some(EqnLowering::Kernels(ks))
         }
         Prim::Pad(p) => {
-            // Fill with the pad value, then store the operand at its
-            // (interior-spaced) positions. Crops (negative lo/hi) stay interpreted.
             let (x, fill) = (*eqn.inputs.first()?, *eqn.inputs.get(1)?);
+            let xt = func.ty(x);
+            if p.interior.iter().all(|&e| e == 0) {
+                // One pass: every point reads the operand where it lies
+                // inside it (negative lo/hi crop), else the pad value.
+                let window = super::ir::Window {
+                    dims: ot.shape.clone(),
+                    lo: p.lo.iter().map(|&l| l as isize).collect(),
+                    size: xt.shape.clone(),
+                    strides: row_strides(&xt.shape),
+                    offset: 0,
+                };
+                let body = vec![
+                    Inst::Load { arg: 1, index: Index::Scalar },
+                    Inst::Window { arg: 0, window, fill: 0 },
+                    store(2, 1),
+                ];
+                return single(vec![rd(x), rd(fill), wr.clone()], body, n, vec![x, fill, out]);
+            }
+            // Interior padding: fill with the pad value, then store the
+            // operand at its spaced positions (crops stay interpreted).
             if p.lo.iter().chain(&p.hi).any(|&e| e < 0) {
                 return None;
             }
@@ -236,7 +254,6 @@ pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Opti
             };
             super::ir::verify(&fill_k).ok()?;
             let mut ks = vec![(fill_k, vec![fill, out])];
-            let xt = func.ty(x);
             if xt.numel() > 0 {
                 let strides: Vec<isize> = row.iter().zip(&p.interior).map(|(&r, &e)| r * (e as isize + 1)).collect();
                 let offset = row.iter().zip(&p.lo).map(|(&r, &l)| r * l as isize).sum();

@@ -21,7 +21,7 @@ pub mod native;
 pub mod render_c;
 pub(crate) mod rows;
 
-pub use ir::{verify, Access, Arg, Index, Inner, Inst, Kernel, KernelError, Lit, Reduction, Reg};
+pub use ir::{verify, Access, Arg, Index, Inner, Inst, Kernel, KernelError, Lit, Reduction, Reg, Window};
 
 use crate::exec::fuse::Plan;
 use crate::ir::Func;
@@ -95,13 +95,57 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode) {
     if kernels.is_empty() {
         return;
     }
-    let source = render_c::render_unit(&kernels, native::host_lanes());
+    let source = render_c::render_unit(&kernels, unit_lanes(&kernels));
     let job = native::Job { source, kernels: slots };
     match mode {
         CompileMode::Sync => job.run(),
         CompileMode::Async => native::submit(job),
         CompileMode::Off => {}
     }
+}
+
+/// Lanes per vector for a translation unit: as many as fit the host's
+/// vector register for the unit's widest element (`native::host_lanes`
+/// counts 4-byte lanes), at least 4. A unit touching f64 or i64 on an
+/// AVX-512 host runs 8 lanes: 16 lanes of f64 span two registers, which
+/// GCC keeps on the stack (an f64 loop ran 1.9x slower that way).
+/// `GRAFT_LANES` overrides the choice. Results never depend on it.
+pub fn unit_lanes(kernels: &[Kernel]) -> usize {
+    if native::lanes_override().is_some() {
+        return native::host_lanes();
+    }
+    let widest = kernels.iter().flat_map(|k| k.args.iter().map(|a| a.dtype.size_bytes())).max().unwrap_or(4).max(4);
+    (native::host_lanes() * 4 / widest).max(4)
+}
+
+/// The compiled loops of a function's scans (including scans nested in
+/// loop bodies), as `graft ir --kernels` shows them: for each scan whose
+/// body has a compiled form, the body's name and the program. Planned with
+/// `options` (compilation itself is not started).
+pub fn loop_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, loops::LoopProgram)> {
+    let options = crate::ExecOptions { compile: CompileMode::Off, ..options };
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo: Vec<Arc<Func>> = Vec::new();
+    let mut visit = |f: &Func, todo: &mut Vec<Arc<Func>>| {
+        for eqn in &f.eqns {
+            if let crate::ops::Prim::Scan(s) = &eqn.prim {
+                let key = (Arc::as_ptr(&s.body) as usize, s.n_consts, s.n_carry, s.reverse);
+                if seen.insert(key) {
+                    let exe = crate::Executable::with_options(s.body.clone(), options);
+                    if let Some(p) = exe.ok().and_then(|e| e.loop_program(s.n_consts, s.n_carry, s.reverse)) {
+                        out.push((s.body.name.clone(), p));
+                    }
+                }
+            }
+            todo.extend(crate::ops::Op::subfuncs(&eqn.prim));
+        }
+    };
+    visit(func, &mut todo);
+    while let Some(f) = todo.pop() {
+        visit(&f, &mut todo);
+    }
+    out
 }
 
 /// The kernels an executable's fused groups lower to (for `graft ir

@@ -104,8 +104,13 @@ pub(crate) fn warn_once(kind: &'static str, msg: &str) {
     }
 }
 
-/// Lanes per vector on this host: 16 with AVX-512, 8 with AVX2, else 4.
+/// Lanes per vector on this host: 16 with AVX-512, 8 with AVX2, else 4;
+/// `GRAFT_LANES` = 4, 8 or 16 overrides it (for tuning: results do not
+/// depend on the lane count).
 pub fn host_lanes() -> usize {
+    if let Some(l) = lanes_override() {
+        return l;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
@@ -116,6 +121,12 @@ pub fn host_lanes() -> usize {
         }
     }
     4
+}
+
+/// `GRAFT_LANES`, when it is 4, 8 or 16.
+pub fn lanes_override() -> Option<usize> {
+    let l = std::env::var("GRAFT_LANES").ok()?.trim().parse::<usize>().ok()?;
+    matches!(l, 4 | 8 | 16).then_some(l)
 }
 
 /// The compiler command: `GRAFT_CC`, else `CC`, else `cc`.

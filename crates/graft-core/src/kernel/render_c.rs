@@ -477,8 +477,73 @@ fn spell(k: &Kernel, inst: &Inst, types: &[Option<DType>], sp: &Spell) -> String
             }
         }
         Inst::Outer(r) => format!("c->o{r}"),
+        Inst::Window { arg, window, fill } => {
+            window_load(a_, *arg, k.args[*arg as usize].dtype, window, &format!("{q}{fill}"))
+        }
         Inst::Store { .. } | Inst::Map(_) | Inst::Reduce(_) | Inst::Save { .. } | Inst::Restore(_) => String::new(),
     }
+}
+
+/// A window load (a GCC statement expression): the coordinates of the
+/// step's first point are computed once; when all `GL` points lie in one
+/// run of the last dimension, the leading coordinates decide for all lanes
+/// and the last one splits the run into lanes before, inside and after the
+/// window (all inside with stride 1: one vector load; all outside: the
+/// fill). Otherwise each lane checks its own coordinates.
+fn window_load(a_: &str, arg: u32, d: DType, w: &super::ir::Window, fill: &str) -> String {
+    let (vt, _) = ctype(d);
+    let (dn, lt) = (d.name(), lane_type(d));
+    let n = w.dims.len();
+    let get = |e: &str| if d == DType::Bool { format!("({a_}{arg}[{e}] ? -1 : 0)") } else { format!("{a_}{arg}[{e}]") };
+    let mut s = format!("({{ {vt} v = {fill};");
+    if n == 0 {
+        let _ = write!(s, " v = gk_splat_{dn}({}); v; }})", get(&w.offset.to_string()));
+        return s;
+    }
+    let (last, lo_l, size_l, st_l) = (w.dims[n - 1], w.lo[n - 1], w.size[n - 1], w.strides[n - 1]);
+    let hi_l = lo_l + size_l as isize;
+    // Leading coordinates of the first point, whether they are inside, and
+    // the address of (c_0 .. c_{n-2}, lo_last).
+    let _ = write!(s, " int64_t q = i / {last}, c0 = i % {last}, e0 = {}, in0 = 1; (void)q;", w.offset);
+    for k in (0..n - 1).rev() {
+        let (dim, lo, size, st) = (w.dims[k], w.lo[k], w.size[k], w.strides[k]);
+        let _ = write!(
+            s,
+            " {{ int64_t c = q % {dim}; q /= {dim}; in0 &= (c >= {lo}) & (c < {}); e0 += (c - {lo}) * {st}; }}",
+            lo + size as isize
+        );
+    }
+    // Lanes set one by one go through an array (see `strided_load`).
+    let inside = match st_l {
+        1 => format!("v = gk_ld_{dn}({a_}{arg} + e0 + (c0 - {lo_l}), GL);"),
+        _ => format!(
+            "{lt} b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = {}; __builtin_memcpy(&v, b, sizeof v);",
+            get(&format!("e0 + (c0 + l - {lo_l}) * {st_l}"))
+        ),
+    };
+    let _ = write!(s, " if (m == GL && c0 + GL <= {last}) {{");
+    let _ = write!(s, " if (in0 && c0 >= {lo_l} && c0 + GL <= {hi_l}) {{ {inside} }}");
+    let _ = write!(
+        s,
+        " else if (in0 && c0 < {hi_l} && c0 + GL > {lo_l}) {{ {lt} b[GL]; __builtin_memcpy(b, &v, sizeof b);"
+    );
+    let _ = write!(
+        s,
+        " for (int64_t l = 0; l < GL; l++) {{ int64_t c = c0 + l; if (c >= {lo_l} && c < {hi_l}) b[l] = {}; }} __builtin_memcpy(&v, b, sizeof v); }} }}",
+        get(&format!("e0 + (c - {lo_l}) * {st_l}"))
+    );
+    let _ = write!(s, " else {{ {lt} b[GL]; __builtin_memcpy(b, &v, sizeof b);");
+    let _ = write!(s, " for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {}, ok = 1;", w.offset);
+    for k in (0..n).rev() {
+        let (dim, lo, size, st) = (w.dims[k], w.lo[k], w.size[k], w.strides[k]);
+        let _ = write!(
+            s,
+            " {{ int64_t c = r % {dim}; r /= {dim}; ok &= (c >= {lo}) & (c < {}); e += (c - {lo}) * {st}; }}",
+            lo + size as isize
+        );
+    }
+    let _ = write!(s, " if (ok) b[l] = {}; }} __builtin_memcpy(&v, b, sizeof v); }} v; }})", get("e"));
+    s
 }
 
 /// A load through a strided index (a GCC statement expression). The
@@ -489,31 +554,40 @@ fn spell(k: &Kernel, inst: &Inst, types: &[Option<DType>], sp: &Spell) -> String
 /// and turns divisions into multiplications.
 fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
     let (vt, _) = ctype(d);
-    let dn = d.name();
-    let lane = |e: &str| {
-        if d == DType::Bool {
-            format!("v[l] = {a_}{arg}[{e}] ? -1 : 0;")
-        } else {
-            format!("v[l] = {a_}{arg}[{e}];")
-        }
-    };
-    let mut s = format!("({{ {vt} v = {{0}}; int64_t q = i, e0 = {offset};");
+    let (dn, lt) = (d.name(), lane_type(d));
+    let get = |e: &str| if d == DType::Bool { format!("({a_}{arg}[{e}] ? -1 : 0)") } else { format!("{a_}{arg}[{e}]") };
+    let mut s = format!("({{ {vt} v; int64_t q = i, e0 = {offset};");
     for (&dim, &st) in dims.iter().zip(strides).rev() {
         let _ = write!(s, " e0 += (q % {dim}) * {st}; q /= {dim};");
     }
     let (last, ls) = (dims.last().copied().unwrap_or(1), strides.last().copied().unwrap_or(0));
+    // Lanes gathered one by one go through an array, not the vector: a
+    // vector written lane by lane lives on the stack for the whole loop.
     let fast = match ls {
         0 => format!("v = gk_splat_{dn}({a_}{arg}[e0]);"),
         1 => format!("v = gk_ld_{dn}({a_}{arg} + e0, GL);"),
-        _ => format!("for (int64_t l = 0; l < GL; l++) {{ {} }}", lane(&format!("e0 + l * {ls}"))),
+        _ => format!(
+            "{lt} b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = {}; __builtin_memcpy(&v, b, sizeof v);",
+            get(&format!("e0 + l * {ls}"))
+        ),
     };
     let _ = write!(s, " if (m == GL && (i % {last}) + GL <= {last}) {{ {fast} }} else {{");
-    let _ = write!(s, " for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {offset};");
+    let _ = write!(s, " {lt} b[GL] = {{0}}; for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {offset};");
     for (&dim, &st) in dims.iter().zip(strides).rev() {
         let _ = write!(s, " e += (r % {dim}) * {st}; r /= {dim};");
     }
-    let _ = write!(s, " {} }} }} v; }})", lane("e"));
+    let _ = write!(s, " b[l] = {}; }} __builtin_memcpy(&v, b, sizeof v); }} v; }})", get("e"));
     s
+}
+
+/// The C type of one lane of a dtype's vector (bool lanes are `int32_t`).
+fn lane_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::I32 | DType::Bool => "int32_t",
+        DType::I64 => "int64_t",
+    }
 }
 
 /// A store through a strided index (the mirror of [`strided_load`]): when
@@ -521,15 +595,16 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
 /// 1, one contiguous vector store; otherwise each lane computes its own
 /// address (the verifier checked that no two points share one).
 fn strided_store(arg: u32, value: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
-    let dn = d.name();
+    let (dn, lt) = (d.name(), lane_type(d));
     let lane = |e: &str| {
         if d == DType::Bool {
-            format!("a{arg}[{e}] = (uint8_t)(r{value}[l] & 1);")
+            format!("a{arg}[{e}] = (uint8_t)(b[l] & 1);")
         } else {
-            format!("a{arg}[{e}] = r{value}[l];")
+            format!("a{arg}[{e}] = b[l];")
         }
     };
-    let mut s = format!("{{ int64_t q = i, e0 = {offset};");
+    // Lanes read one by one come from an array (see `strided_load`).
+    let mut s = format!("{{ {lt} b[GL]; __builtin_memcpy(b, &r{value}, sizeof b); int64_t q = i, e0 = {offset};");
     for (&dim, &st) in dims.iter().zip(strides).rev() {
         let _ = write!(s, " e0 += (q % {dim}) * {st}; q /= {dim};");
     }
