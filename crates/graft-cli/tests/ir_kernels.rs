@@ -31,3 +31,32 @@ fn ir_kernels_lists_the_fused_kernel_after_the_graph() {
         assert!(k.contains(want), "missing {want:?} in {k}");
     }
 }
+
+#[test]
+fn ir_kernels_lists_compiled_loops_with_their_steps() {
+    // A loop body of a shift (slice + concatenate) and elementwise work:
+    // one compiled loop whose kernel reads the shift in place.
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("loop.graft");
+    std::fs::write(
+        &prog,
+        "def f(x: tensor[n, f64]) -> tensor[n, f64] = fori(3, fn (i, y) -> {\n  let m = size(y)\n  x * concat((ones((1,), dtype=\"f64\"), y[0:m - 1]), axis=0) + y\n}, x)\n",
+    )
+    .unwrap();
+    let out = Command::cargo_bin("graft")
+        .unwrap()
+        .arg("ir")
+        .arg(&prog)
+        .args(["--entry", "f", "--shapes", "x=f64[8]", "--kernels"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let at = s.find("\n# 1 compiled loop\n").unwrap_or_else(|| panic!("no compiled loop in {s}"));
+    let l = &s[at..];
+    for want in
+        ["# body @", "loop gl (1 consts, 2 carries, 0 xs, 0 ys)", "carry1'", "if inside [1] else", "if inside [7] else"]
+    {
+        assert!(l.contains(want), "missing {want:?} in {l}");
+    }
+}

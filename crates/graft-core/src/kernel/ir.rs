@@ -87,6 +87,58 @@ pub enum Index {
     },
 }
 
+impl Window {
+    /// The same window over the fewest dimensions: a dimension of size 1
+    /// that the box holds is dropped, and a dimension merges into the one
+    /// after it when the box spans that whole inner dimension and the
+    /// addresses continue across it (as for a slice or concatenation
+    /// along one axis of a row-major buffer). Backends read the coalesced
+    /// form: longer runs in the last dimension take their vector paths.
+    pub fn coalesced(&self) -> Window {
+        let mut w = Window { dims: vec![], lo: vec![], size: vec![], strides: vec![], offset: self.offset };
+        for k in 0..self.dims.len() {
+            let (d, lo, size, st) = (self.dims[k], self.lo[k], self.size[k], self.strides[k]);
+            if d == 1 && lo <= 0 && lo + size as isize > 0 && self.dims.len() > 1 {
+                w.offset -= lo * st; // coordinate 0, always inside
+                continue;
+            }
+            w.dims.push(d);
+            w.lo.push(lo);
+            w.size.push(size);
+            w.strides.push(st);
+        }
+        let mut k = w.dims.len();
+        while k >= 2 {
+            let (o, i) = (k - 2, k - 1);
+            let inner_full = w.lo[i] == 0 && w.size[i] == w.dims[i];
+            if inner_full && w.strides[o] == w.strides[i] * w.dims[i] as isize {
+                let d = w.dims[i];
+                w.dims[o] *= d;
+                w.lo[o] *= d as isize;
+                w.size[o] *= d;
+                w.strides[o] = w.strides[i];
+                for v in [&mut w.dims, &mut w.size] {
+                    v.remove(i);
+                }
+                w.lo.remove(i);
+                w.strides.remove(i);
+            }
+            k -= 1;
+        }
+        w
+    }
+}
+
+/// A strided index over the fewest dimensions (see [`Window::coalesced`]):
+/// `(dims, strides)` with size-1 dimensions dropped and contiguous
+/// neighbours merged.
+pub fn coalesce_strided(dims: &[usize], strides: &[isize], offset: isize) -> (Vec<usize>, Vec<isize>, isize) {
+    let w =
+        Window { dims: dims.to_vec(), lo: vec![0; dims.len()], size: dims.to_vec(), strides: strides.to_vec(), offset };
+    let c = w.coalesced();
+    (c.dims, c.strides, c.offset)
+}
+
 /// A literal, as the bits of its dtype (exact, printable, hashable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Lit {

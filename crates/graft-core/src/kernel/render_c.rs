@@ -491,6 +491,7 @@ fn spell(k: &Kernel, inst: &Inst, types: &[Option<DType>], sp: &Spell) -> String
 /// window (all inside with stride 1: one vector load; all outside: the
 /// fill). Otherwise each lane checks its own coordinates.
 fn window_load(a_: &str, arg: u32, d: DType, w: &super::ir::Window, fill: &str) -> String {
+    let w = &w.coalesced();
     let (vt, _) = ctype(d);
     let (dn, lt) = (d.name(), lane_type(d));
     let n = w.dims.len();
@@ -553,6 +554,8 @@ fn window_load(a_: &str, arg: u32, d: DType, w: &super::ir::Window, fill: &str) 
 /// address. All sizes are constants, so the compiler drops unused paths
 /// and turns divisions into multiplications.
 fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
+    let (dims, strides, offset) = super::ir::coalesce_strided(dims, strides, offset);
+    let (dims, strides) = (&dims[..], &strides[..]);
     let (vt, _) = ctype(d);
     let (dn, lt) = (d.name(), lane_type(d));
     let get = |e: &str| if d == DType::Bool { format!("({a_}{arg}[{e}] ? -1 : 0)") } else { format!("{a_}{arg}[{e}]") };
@@ -595,6 +598,8 @@ fn lane_type(d: DType) -> &'static str {
 /// 1, one contiguous vector store; otherwise each lane computes its own
 /// address (the verifier checked that no two points share one).
 fn strided_store(arg: u32, value: u32, d: DType, dims: &[usize], strides: &[isize], offset: isize) -> String {
+    let (dims, strides, offset) = super::ir::coalesce_strided(dims, strides, offset);
+    let (dims, strides) = (&dims[..], &strides[..]);
     let (dn, lt) = (d.name(), lane_type(d));
     let lane = |e: &str| {
         if d == DType::Bool {
