@@ -52,7 +52,8 @@ fn dims_of(t: &Type, out: &mut Vec<String>) {
     }
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance between two names (for "did you mean" hints).
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for i in 1..=a.len() {
