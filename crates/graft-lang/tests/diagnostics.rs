@@ -38,6 +38,28 @@ case!(unknown_name, "def f(x: f32) -> f32 = x + y\n");
 case!(unknown_name_suggestion, "def f(x: tensor[n, f32]) -> f32 = summ(x)\n");
 case!(unknown_function_in_call, "def f(x: f32) -> f32 = frobnicate(x)\n");
 case!(duplicate_def, "def f(x: f32) -> f32 = x\ndef f(x: f32) -> f32 = x * 2\n");
+case!(unbound_result_dim, "def main(x: tensor[n, f64]) -> tensor[k, f64] = x * 2.0\n");
+case!(unbound_result_dim_suggestion, "def f(x: tensor[batch, f32]) -> (tensor[batc, f32], f32) = (x, sum(x))\n");
+case!(unbound_result_dim_no_params, "def f() -> tensor[n, f32] = zeros((3,))\n");
+
+/// Every unbound dimension of a result type is reported, each at its own
+/// location; dimensions any parameter binds (and literal sizes) are fine.
+#[test]
+fn unbound_result_dims_are_all_reported_with_locations() {
+    let src = "def ok(x: tensor[n, f32], y: tensor[m, n, f32]) -> (tensor[m, f32], tensor[n, 2, f32]) = (y @ x, stack((x, x), axis=1))\n\
+               def bad(x: tensor[n, f32]) -> (tensor[k, n, f32], (f32, tensor[j, f32])) = x\n";
+    let ds = Module::from_source("case.graft", src).err().expect("`bad` names unbound dimensions");
+    let names: Vec<(&str, (u32, u32))> =
+        ds.iter().map(|d| (d.message.as_str(), diag::line_col(src, d.span.start))).collect();
+    assert_eq!(
+        names,
+        vec![
+            ("dimension `k` in the result type of `bad` is not bound by any parameter", (2, 39)),
+            ("dimension `j` in the result type of `bad` is not bound by any parameter", (2, 64)),
+        ]
+    );
+    assert!(ds.iter().all(|d| d.notes.iter().any(|n| n == "note: the parameters bind n")), "{ds:?}");
+}
 case!(unknown_attribute, "@fast\ndef f(x: f32) -> f32 = x\n");
 case!(grad_attr_unknown_param, "@grad(q)\ndef f(x: f32) -> f32 = x * x\n");
 case!(result_type_mismatch, "def f(x: tensor[n, f32]) -> f32 = x * 2\n");
