@@ -172,7 +172,7 @@ impl<'a> Entry<'a> {
                 .map_err(|e| self.at(p, format!("input `{name}`: cannot read {v}: {}", npy_msg(&e, v)), &[]));
         }
         if v.ends_with(".npz") {
-            return self.from_npz(p, v);
+            return self.npz_array(p, v);
         }
         let e = graft_lang::parse_expr(v).map_err(|_| {
             self.at(
@@ -270,7 +270,7 @@ impl<'a> Entry<'a> {
     }
 
     /// `NAME=PATH.npz`: the archive's array named `NAME`, or its only array.
-    fn from_npz(&self, p: &ast::Param, path: &str) -> Result<Tensor, Fail> {
+    fn npz_array(&self, p: &ast::Param, path: &str) -> Result<Tensor, Fail> {
         let name = &p.name.name;
         let arrays = graft_core::npy::load_npz(path)
             .map_err(|e| self.at(p, format!("input `{name}`: cannot read {path}: {}", npy_msg(&e, path)), &[]))?;
