@@ -121,3 +121,99 @@ fn run_missing_entry() {
     let src = "def f(x: f32) -> f32 = x\n";
     insta::assert_snapshot!(render_run(src, "main", &[]));
 }
+
+/// The messages that once suggested things that cannot help: tuple
+/// arithmetic suggested `cast(x, dtype)`, a run-time slice bound suggested
+/// `dynamic_slice`, which the language does not have.
+#[test]
+fn suggestions_for_tuple_arithmetic_and_run_time_slices_can_help() {
+    let errors = |src: &str| -> String {
+        let m = Module::from_source("case.graft", src).expect("parses");
+        m.check().expect_err("fails").iter().map(|d| diag::render(d, "case.graft", src)).collect()
+    };
+    let e = errors("def f(x: tensor[2, f32]) -> f32 = sum((1.0, 2.0) + x)\n");
+    assert!(e.contains("arithmetic applies to tensors, not tuples") && e.contains("`stack(t)`"), "{e}");
+    assert!(!e.contains("cast("), "{e}");
+    let e = errors("def f(x: tensor[2, f32], y: tensor[2, f64]) -> f32 = sum(x + y)\n");
+    assert!(e.contains("`cast(y, f32)`"), "{e}");
+    let e = errors("def f(x: tensor[8, f32], i: i32) -> tensor[2, f32] = x[i:i + 2]\n");
+    assert!(e.contains("slice bounds must be known while compiling"), "{e}");
+    assert!(!e.contains("dynamic_slice"), "{e}");
+}
+
+/// Every call written in backticks inside a string of the front end's and
+/// the CLI's sources (the suggestions of error messages: `cast(x, f32)`,
+/// `stack(t)`, `grad(f)`) names a builtin, a transform, a keyword, or a
+/// function the same snippet defines, so no message sends users to a
+/// function that does not exist.
+#[test]
+fn every_function_a_message_suggests_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("src"), root.join("../graft-cli/src")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("source dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    assert!(files.len() > 10, "{files:?}");
+    let keywords = ["fn", "let", "def", "if", "match", "while", "fori", "scan"];
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for f in &files {
+        let src = std::fs::read_to_string(f).expect("readable");
+        for line in src.lines() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            // Backticked snippets inside string literals on this line.
+            for (k, lit) in line.split('"').enumerate() {
+                if k % 2 == 0 {
+                    continue;
+                }
+                for (j, snippet) in lit.split('`').enumerate() {
+                    if j % 2 == 0 {
+                        continue;
+                    }
+                    let defined: Vec<&str> = snippet
+                        .split("def ")
+                        .skip(1)
+                        .filter_map(|r| r.split(|c: char| !(c.is_alphanumeric() || c == '_')).next())
+                        .collect();
+                    let bytes = snippet.as_bytes();
+                    let mut i = 0;
+                    while i < bytes.len() {
+                        if bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' {
+                            let start = i;
+                            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                                i += 1;
+                            }
+                            let name = &snippet[start..i];
+                            let called = snippet[i..].trim_start().starts_with('(');
+                            let after_dot = start > 0 && bytes[start - 1] == b'.';
+                            if called && !after_dot && !snippet[..start].ends_with('{') {
+                                checked += 1;
+                                let ok = graft_lang::lower::stdlib::is_builtin(name)
+                                    || graft_lang::ast::TransformKind::from_keyword(name).is_some()
+                                    || keywords.contains(&name)
+                                    || defined.contains(&name);
+                                if !ok {
+                                    bad.push(format!("{}: `{snippet}` suggests `{name}`", f.display()));
+                                }
+                            }
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 15, "only {checked} suggestions found: is the scan broken?");
+    assert!(bad.is_empty(), "suggestions naming nothing that exists:\n{}", bad.join("\n"));
+}
