@@ -48,7 +48,9 @@ case!(unbound_result_dim_no_params, "def f() -> tensor[n, f32] = zeros((3,))\n")
 fn unbound_result_dims_are_all_reported_with_locations() {
     let src = "def ok(x: tensor[n, f32], y: tensor[m, n, f32]) -> (tensor[m, f32], tensor[n, 2, f32]) = (y @ x, stack((x, x), axis=1))\n\
                def bad(x: tensor[n, f32]) -> (tensor[k, n, f32], (f32, tensor[j, f32])) = x\n";
-    let ds = Module::from_source("case.graft", src).err().expect("`bad` names unbound dimensions");
+    let Err(ds) = Module::from_source("case.graft", src) else {
+        panic!("`bad` names unbound dimensions");
+    };
     let names: Vec<(&str, (u32, u32))> =
         ds.iter().map(|d| (d.message.as_str(), diag::line_col(src, d.span.start))).collect();
     assert_eq!(
