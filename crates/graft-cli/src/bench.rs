@@ -112,7 +112,7 @@ fn measure(a: &BenchArgs) -> Result<Timings, Fail> {
     let m = load(&file)?;
     let parse_time = start.elapsed();
     // Reading inputs (a large .npy) is not compiling: it stays out of the figure.
-    let ins = inputs::gather(&m, a.entry, a.inputs, &[], a.seed)?;
+    let ins = inputs::gather(&m, a.entry, a.inputs, a.seed)?;
     let start = Instant::now();
     let types: Vec<_> = ins.iter().map(Tensor::ty).collect();
     let c = m.instantiate(a.entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;

@@ -1,12 +1,18 @@
 //! Turning `--input NAME=VALUE` and `--shapes NAME=TYPE` into the entry's
 //! arguments, checked against the declared parameter types (dtype and rank;
 //! dimension sizes are checked by instantiation). Nothing is cast: a number
-//! literal takes the declared dtype only where it fits exactly (an integer
-//! for any numeric type, a decimal for a float type).
+//! literal takes the declared dtype only where it is exactly a value of it
+//! (an integer in range for an integer type, or exactly representable in a
+//! float type; a decimal for a float type, finite there).
+//!
+//! Every error about an input is a diagnostic located at the parameter's
+//! declaration (`error[input]`, exit code 1); a `--input`/`--shapes` that is
+//! not of the form `NAME=...` is a usage error (exit code 2).
 
-use crate::Fail;
+use crate::{render_all, Fail};
 use graft_core::{DType, Tensor, TensorType};
 use graft_lang::ast::{self, ExprKind, TypeKind, UnOp};
+use graft_lang::diag::{Diagnostic, Stage};
 use graft_lang::Module;
 use std::collections::HashMap;
 
@@ -26,62 +32,311 @@ fn show_decl(ty: &ast::Type) -> String {
     graft_lang::lower::show_type(ty, &HashMap::new())
 }
 
-fn split(s: &str, what: &str) -> Result<(String, String), Fail> {
+fn split(s: &str, flag: &str, what: &str) -> Result<(String, String), Fail> {
     s.split_once('=')
         .map(|(a, b)| (a.trim().to_string(), b.trim().to_string()))
-        .ok_or_else(|| Fail(format!("error: `{s}` is not of the form NAME={what}")))
+        .filter(|(a, _)| !a.is_empty())
+        .ok_or_else(|| Fail::usage(format!("error: `{flag} {s}` is not of the form NAME={what}")))
+}
+
+/// The entry's definition and the module, for located errors.
+struct Entry<'a> {
+    m: &'a Module,
+    name: &'a str,
+    def: &'a ast::Def,
+}
+
+impl<'a> Entry<'a> {
+    fn new(m: &'a Module, name: &'a str) -> Result<Entry<'a>, Fail> {
+        let def = m.def(name).ok_or_else(|| no_entry(m, name))?;
+        Ok(Entry { m, name, def })
+    }
+
+    fn render(&self, d: Diagnostic) -> Fail {
+        render_all(&[d], self.m.file(), self.m.source())
+    }
+
+    /// An error about the input of parameter `p`, underlining its declaration.
+    fn at(&self, p: &ast::Param, message: String, notes: &[String]) -> Fail {
+        let mut d = Diagnostic::new(Stage::Input, p.span.clone(), message).with_label(format!(
+            "parameter `{}` declared here as {}",
+            p.name.name,
+            show_decl(&p.ty)
+        ));
+        for n in notes {
+            d = d.with_note(n.clone());
+        }
+        self.render(d)
+    }
+
+    /// `NAME` given with `flag`, which no parameter of the entry has.
+    fn unknown(&self, name: &str, flag: &str) -> Fail {
+        let params: Vec<&str> = self.def.params.iter().map(|p| p.name.name.as_str()).collect();
+        let mut d = Diagnostic::new(
+            Stage::Input,
+            self.def.name.span.clone(),
+            format!("`{flag} {name}=...`: `{}` has no parameter `{name}`", self.name),
+        )
+        .with_label(format!("`{}` is defined here", self.name));
+        d = d.with_note(if params.is_empty() {
+            format!("note: `{}` takes no parameters", self.name)
+        } else {
+            format!("note: its parameters are {}", params.join(", "))
+        });
+        let best = params
+            .iter()
+            .map(|c| (graft_lang::check::edit_distance(c, name), *c))
+            .filter(|(k, c)| *k <= 2 && *k < c.len().max(2))
+            .min();
+        if let Some((_, c)) = best {
+            d = d.with_note(format!("help: did you mean `{c}`?"));
+        }
+        self.render(d)
+    }
+
+    fn param(&self, name: &str) -> Option<&'a ast::Param> {
+        self.def.params.iter().find(|p| p.name.name == name)
+    }
+
+    /// `--input NAME=VALUE` pairs by parameter name: unknown names and
+    /// duplicates are errors.
+    fn assignments(&self, inputs: &[String]) -> Result<HashMap<String, String>, Fail> {
+        let mut given: HashMap<String, String> = HashMap::new();
+        for s in inputs {
+            let (n, v) = split(s, "--input", "VALUE")?;
+            let Some(p) = self.param(&n) else {
+                return Err(self.unknown(&n, "--input"));
+            };
+            if let Some(first) = given.get(&n) {
+                return Err(self.at(
+                    p,
+                    format!("input `{n}` is given twice"),
+                    &[format!("note: first `--input {n}={first}`, then `--input {n}={v}`")],
+                ));
+            }
+            given.insert(n, v);
+        }
+        Ok(given)
+    }
+
+    /// The tensor for parameter `p`: its `--input` value, or the `--seed`
+    /// default of an integer scalar named `seed`; `None` when neither exists.
+    fn value(
+        &self,
+        p: &ast::Param,
+        given: &HashMap<String, String>,
+        seed: Option<i64>,
+    ) -> Result<Option<Tensor>, Fail> {
+        let name = &p.name.name;
+        let Some((dt, rank)) = declared(&p.ty) else {
+            return Err(self.at(
+                p,
+                format!(
+                    "parameter `{name}` of `{}` has a tuple type, which cannot be given on the command line",
+                    self.name
+                ),
+                &[],
+            ));
+        };
+        let t = match given.get(name) {
+            Some(v) => self.input_tensor(p, v, dt)?,
+            None if name == "seed" && rank == 0 && dt.is_int() => {
+                let s = seed.unwrap_or(0);
+                match dt {
+                    DType::I64 => Tensor::scalar(s),
+                    _ => Tensor::scalar(i32::try_from(s).map_err(|_| {
+                        self.at(p, format!("--seed {s} is out of range for `{name}` ({dt})"), &[range_note(dt)])
+                    })?),
+                }
+            }
+            None => return Ok(None),
+        };
+        if t.dtype() != dt || t.rank() != rank {
+            return Err(self.at(
+                p,
+                format!(
+                    "input `{name}` must be {} (dtype {dt}, rank {rank}), but {} was given; inputs are never cast",
+                    show_decl(&p.ty),
+                    t.ty()
+                ),
+                &[],
+            ));
+        }
+        Ok(Some(t))
+    }
+
+    fn input_tensor(&self, p: &ast::Param, v: &str, dt: DType) -> Result<Tensor, Fail> {
+        let name = &p.name.name;
+        if v.ends_with(".npy") {
+            return graft_core::npy::load_npy(v)
+                .map_err(|e| self.at(p, format!("input `{name}`: cannot read {v}: {}", npy_msg(&e, v)), &[]));
+        }
+        if v.ends_with(".npz") {
+            return self.npz_array(p, v);
+        }
+        let e = graft_lang::parse_expr(v).map_err(|_| {
+            self.at(
+                p,
+                format!("input `{name}`: `{v}` is neither a .npy/.npz path nor a literal"),
+                &["help: give a number (`2`, `-0.5`, `1e-3`), an array like `[[1, 2], [3, 4]]`, or a path ending in .npy or .npz".into()],
+            )
+        })?;
+        let mut shape = Vec::new();
+        let mut data = Vec::new();
+        literal(&e, &mut shape, 0, &mut data).ok_or_else(|| {
+            self.at(p, format!("input `{name}`: `{v}` is not a number or a rectangular array of numbers"), &[])
+        })?;
+        let never = "note: inputs are never cast".to_string();
+        let bad = |what: String, notes: &[String]| self.at(p, format!("input `{name}`: {what}"), notes);
+        let storage = match dt {
+            DType::Bool => return Err(bad("bool inputs are given as .npy or .npz files".into(), &[])),
+            DType::I32 | DType::I64 => {
+                let mut out = Vec::with_capacity(data.len());
+                for x in &data {
+                    match *x {
+                        Num::Int(i) => out.push(i),
+                        Num::Float(f) => {
+                            return Err(bad(
+                                format!("`{}` is a float literal, but `{name}` is {dt}", show_float(f)),
+                                &[never],
+                            ))
+                        }
+                    }
+                }
+                if dt == DType::I32 {
+                    let mut v32 = Vec::with_capacity(out.len());
+                    for i in out {
+                        v32.push(i32::try_from(i).map_err(|_| {
+                            bad(format!("{i} is out of range for i32"), &[range_note(dt), never.clone()])
+                        })?);
+                    }
+                    graft_core::tensor::Storage::I32(v32)
+                } else {
+                    graft_core::tensor::Storage::I64(out)
+                }
+            }
+            DType::F64 => {
+                let mut out = Vec::with_capacity(data.len());
+                for x in &data {
+                    out.push(match *x {
+                        Num::Float(f) => f,
+                        Num::Int(i) => {
+                            let f = i as f64;
+                            if f as i128 != i as i128 {
+                                return Err(bad(format!("{i} is not exactly representable as f64"), &[
+                                    "note: f64 holds every integer up to 2^53 = 9007199254740992 exactly; inputs are never rounded".into(),
+                                ]));
+                            }
+                            f
+                        }
+                    });
+                }
+                graft_core::tensor::Storage::F64(out)
+            }
+            DType::F32 => {
+                let mut out = Vec::with_capacity(data.len());
+                for x in &data {
+                    out.push(match *x {
+                        Num::Float(f) => {
+                            let y = f as f32;
+                            if !y.is_finite() {
+                                return Err(bad(format!("{} overflows f32", show_float(f)), &[
+                                    format!("note: the largest f32 is {:e}", f32::MAX),
+                                    "help: declare the parameter f64".into(),
+                                ]));
+                            }
+                            if y == 0.0 && f != 0.0 {
+                                return Err(bad(format!("{} underflows to 0 in f32", show_float(f)), &[
+                                    format!("note: the smallest positive f32 is {:e}", f32::from_bits(1)),
+                                ]));
+                            }
+                            y
+                        }
+                        Num::Int(i) => {
+                            let y = i as f32;
+                            if y as i128 != i as i128 {
+                                return Err(bad(format!("{i} is not exactly representable as f32"), &[
+                                    "note: f32 holds every integer up to 2^24 = 16777216 exactly; inputs are never rounded".into(),
+                                ]));
+                            }
+                            y
+                        }
+                    });
+                }
+                graft_core::tensor::Storage::F32(out)
+            }
+        };
+        Tensor::from_storage(shape, storage).map_err(|e| bad(e.to_string(), &[]))
+    }
+
+    /// `NAME=PATH.npz`: the archive's array named `NAME`, or its only array.
+    fn npz_array(&self, p: &ast::Param, path: &str) -> Result<Tensor, Fail> {
+        let name = &p.name.name;
+        let arrays = graft_core::npy::load_npz(path)
+            .map_err(|e| self.at(p, format!("input `{name}`: cannot read {path}: {}", npy_msg(&e, path)), &[]))?;
+        let keys: Vec<String> = arrays.iter().map(|(k, _)| k.clone()).collect();
+        let mut arrays = arrays;
+        if let Some(i) = keys.iter().position(|k| k == name) {
+            return Ok(arrays.swap_remove(i).1);
+        }
+        if arrays.len() == 1 {
+            return Ok(arrays.swap_remove(0).1);
+        }
+        Err(self.at(
+            p,
+            format!("input `{name}`: {path} has no array named `{name}`"),
+            &[if keys.is_empty() {
+                "note: the archive holds no arrays".into()
+            } else {
+                format!("note: it holds {}; an archive of one array may use any name", keys.join(", "))
+            }],
+        ))
+    }
+}
+
+/// The text of an `.npy`/`.npz` error without the `npy: ` prefix and
+/// without the path (which the caller names).
+fn npy_msg(e: &graft_core::TensorError, path: &str) -> String {
+    match e {
+        graft_core::TensorError::Npy(m) => m.strip_prefix(&format!("{path}: ")).unwrap_or(m).to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn range_note(dt: DType) -> String {
+    match dt {
+        DType::I32 => format!("note: i32 holds {} to {}", i32::MIN, i32::MAX),
+        _ => format!("note: i64 holds {} to {}", i64::MIN, i64::MAX),
+    }
+}
+
+/// A float as written (Rust's shortest round-trip form, with an exponent
+/// for very large or small magnitudes).
+fn show_float(f: f64) -> String {
+    if f != 0.0 && (f.abs() >= 1e16 || f.abs() < 1e-5) {
+        format!("{f:e}")
+    } else {
+        format!("{f:?}")
+    }
 }
 
 /// One `Tensor` per entry parameter, in order.
-pub fn gather(
-    m: &Module,
-    entry: &str,
-    inputs: &[String],
-    _shapes: &[String],
-    seed: Option<i64>,
-) -> Result<Vec<Tensor>, Fail> {
-    let def = m.def(entry).ok_or_else(|| no_entry(m, entry))?;
-    let mut given: HashMap<String, String> = HashMap::new();
-    for s in inputs {
-        let (n, v) = split(s, "VALUE")?;
-        if !def.params.iter().any(|p| p.name.name == n) {
-            return Err(Fail(format!(
-                "error: `{entry}` has no parameter `{n}` (its parameters: {})",
-                def.params.iter().map(|p| p.name.name.as_str()).collect::<Vec<_>>().join(", ")
-            )));
-        }
-        if given.insert(n.clone(), v).is_some() {
-            return Err(Fail(format!("error: input `{n}` is given twice")));
-        }
-    }
+pub fn gather(m: &Module, entry: &str, inputs: &[String], seed: Option<i64>) -> Result<Vec<Tensor>, Fail> {
+    let e = Entry::new(m, entry)?;
+    let given = e.assignments(inputs)?;
     let mut out = Vec::new();
-    for p in &def.params {
-        let name = &p.name.name;
-        let Some((dt, rank)) = declared(&p.ty) else {
-            return Err(Fail(format!(
-                "error: parameter `{name}` of `{entry}` has a tuple type, which cannot be given on the command line"
-            )));
-        };
-        let t = match given.get(name) {
-            Some(v) => input_tensor(name, &p.ty, v, dt)?,
-            None if name == "seed" && rank == 0 && dt.is_int() => {
-                Tensor::from_fn(&TensorType::scalar(dt), |_| seed.unwrap_or(0) as f64)
-            }
+    for p in &e.def.params {
+        match e.value(p, &given, seed)? {
+            Some(t) => out.push(t),
             None => {
-                return Err(Fail(format!(
-                    "error: missing input for parameter `{name}` of `{entry}` (declared {}); pass --input {name}=...",
-                    show_decl(&p.ty)
-                )))
+                let name = &p.name.name;
+                return Err(e.at(
+                    p,
+                    format!("missing input for parameter `{name}` of `{entry}`"),
+                    &[format!("help: pass --input {name}=VALUE (a literal, or a path ending in .npy or .npz)")],
+                ));
             }
-        };
-        if t.dtype() != dt || t.rank() != rank {
-            return Err(Fail(format!(
-                "error: input `{name}` must be {} (dtype {dt}, rank {rank}), but {} was given; inputs are never cast",
-                show_decl(&p.ty),
-                t.ty()
-            )));
         }
-        out.push(t);
     }
     Ok(out)
 }
@@ -94,70 +349,51 @@ pub fn gather_types(
     shapes: &[String],
     seed: Option<i64>,
 ) -> Result<Vec<TensorType>, Fail> {
-    let def = m.def(entry).ok_or_else(|| no_entry(m, entry))?;
+    let e = Entry::new(m, entry)?;
     let mut from_shapes: HashMap<String, TensorType> = HashMap::new();
     for s in shapes {
-        let (n, t) = split(s, "TYPE")?;
-        from_shapes.insert(n, parse_type(&t)?);
+        let (n, t) = split(s, "--shapes", "TYPE")?;
+        let Some(p) = e.param(&n) else {
+            return Err(e.unknown(&n, "--shapes"));
+        };
+        let ty = parse_type(&t)?;
+        if from_shapes.insert(n.clone(), ty).is_some() {
+            return Err(e.at(p, format!("the type of `{n}` is given twice with --shapes"), &[]));
+        }
     }
-    let rest: Vec<String> = inputs.to_vec();
+    let given = e.assignments(inputs)?;
     let mut types = Vec::new();
-    let mut need_inputs = false;
-    for p in &def.params {
-        match from_shapes.get(&p.name.name) {
-            Some(t) => types.push(Some(t.clone())),
+    for p in &e.def.params {
+        let name = &p.name.name;
+        if let Some(t) = from_shapes.get(name) {
+            if given.contains_key(name) {
+                return Err(e.at(p, format!("`{name}` is given both with --shapes and with --input"), &[]));
+            }
+            types.push(t.clone());
+            continue;
+        }
+        match e.value(p, &given, seed)? {
+            Some(t) => types.push(t.ty()),
             None => {
-                types.push(None);
-                need_inputs = true;
+                return Err(e.at(
+                    p,
+                    format!("missing type for parameter `{name}` of `{entry}`"),
+                    &[format!("help: give it with --shapes {name}=TYPE or --input {name}=VALUE")],
+                ))
             }
         }
     }
-    if need_inputs {
-        // Values for the parameters without --shapes (all must be present).
-        let mut all = rest.clone();
-        for (p, t) in def.params.iter().zip(&types) {
-            if let Some(t) = t {
-                let _ = t;
-                all.push(format!("{}=__shape__", p.name.name));
-            }
-        }
-        let mut given: HashMap<String, String> = HashMap::new();
-        for s in &rest {
-            let (n, v) = split(s, "VALUE")?;
-            given.insert(n, v);
-        }
-        for (i, p) in def.params.iter().enumerate() {
-            if types[i].is_some() {
-                continue;
-            }
-            let name = &p.name.name;
-            let Some((dt, _)) = declared(&p.ty) else {
-                return Err(Fail(format!("error: parameter `{name}` has a tuple type")));
-            };
-            let t = match given.get(name) {
-                Some(v) => input_tensor(name, &p.ty, v, dt)?,
-                None if name == "seed" => Tensor::from_fn(&TensorType::scalar(dt), |_| seed.unwrap_or(0) as f64),
-                None => {
-                    return Err(Fail(format!(
-                        "error: give the type of parameter `{name}` (declared {}) with --shapes {name}=... or --input {name}=...",
-                        show_decl(&p.ty)
-                    )))
-                }
-            };
-            types[i] = Some(t.ty());
-        }
-    }
-    Ok(types.into_iter().flatten().collect())
+    Ok(types)
 }
 
 fn no_entry(m: &Module, entry: &str) -> Fail {
     let names: Vec<&str> = m.program().defs.iter().map(|d| d.name.name.as_str()).collect();
-    Fail(format!("error: {} has no function `{entry}` (it defines: {})", m.file(), names.join(", ")))
+    Fail::new(format!("error: {} has no function `{entry}` (it defines: {})", m.file(), names.join(", ")))
 }
 
 /// `tensor[3, 4, f32]`, `f32`, `f32[3,4]`.
 fn parse_type(s: &str) -> Result<TensorType, Fail> {
-    let bad = || Fail(format!("error: `{s}` is not a type like `tensor[3, 4, f32]`, `f32[3,4]` or `f32`"));
+    let bad = || Fail::usage(format!("error: `{s}` is not a type like `tensor[3, 4, f32]`, `f32[3,4]` or `f32`"));
     let s = s.trim();
     let (dt, dims): (&str, Vec<&str>) = if let Some(inner) = s.strip_prefix("tensor[").and_then(|r| r.strip_suffix(']'))
     {
@@ -175,49 +411,31 @@ fn parse_type(s: &str) -> Result<TensorType, Fail> {
     Ok(TensorType::new(dtype, shape))
 }
 
-fn input_tensor(name: &str, ty: &ast::Type, v: &str, dt: DType) -> Result<Tensor, Fail> {
-    if v.ends_with(".npy") {
-        return graft_core::npy::load_npy(v).map_err(|e| Fail(format!("error: input `{name}`: cannot read {v}: {e}")));
-    }
-    let e = graft_lang::parse_expr(v).map_err(|_| {
-        Fail(format!(
-            "error: input `{name}`: `{v}` is neither a .npy path nor a literal (a number or an array like [1, 2])"
-        ))
-    })?;
-    let mut shape = Vec::new();
-    let mut data = Vec::new();
-    let mut float = false;
-    literal(&e, &mut shape, 0, &mut data, &mut float).ok_or_else(|| {
-        Fail(format!("error: input `{name}`: `{v}` is not a number or a rectangular array of numbers"))
-    })?;
-    if float && !dt.is_float() {
-        return Err(Fail(format!(
-            "error: input `{name}` must be {} but `{v}` has a fractional part; inputs are never cast",
-            show_decl(ty)
-        )));
-    }
-    if dt == DType::Bool {
-        return Err(Fail(format!("error: input `{name}`: give bool inputs as .npy files")));
-    }
-    Ok(Tensor::from_fn(&TensorType::new(dt, shape), |i| data[i]))
+/// A number literal as written: integers stay exact.
+#[derive(Clone, Copy)]
+enum Num {
+    Int(i64),
+    Float(f64),
 }
 
-fn literal(e: &ast::Expr, shape: &mut Vec<usize>, depth: usize, data: &mut Vec<f64>, float: &mut bool) -> Option<()> {
+fn literal(e: &ast::Expr, shape: &mut Vec<usize>, depth: usize, data: &mut Vec<Num>) -> Option<()> {
     match &e.kind {
         ExprKind::Int(i) => {
             (shape.len() == depth).then_some(())?;
-            data.push(*i as f64);
+            data.push(Num::Int(*i));
         }
         ExprKind::Float(f) => {
             (shape.len() == depth).then_some(())?;
-            *float = true;
-            data.push(*f);
+            data.push(Num::Float(*f));
         }
         ExprKind::Unary { op: UnOp::Neg, operand } => {
             let n = data.len();
-            literal(operand, shape, depth, data, float)?;
+            literal(operand, shape, depth, data)?;
             for x in &mut data[n..] {
-                *x = -*x;
+                *x = match *x {
+                    Num::Int(i) => Num::Int(i.checked_neg()?),
+                    Num::Float(f) => Num::Float(-f),
+                };
             }
         }
         ExprKind::Array(items) => {
@@ -227,7 +445,7 @@ fn literal(e: &ast::Expr, shape: &mut Vec<usize>, depth: usize, data: &mut Vec<f
                 return None;
             }
             for it in items {
-                literal(it, shape, depth + 1, data, float)?;
+                literal(it, shape, depth + 1, data)?;
             }
         }
         _ => return None,

@@ -1,6 +1,6 @@
 //! `graft`: the command-line front end of the graft language.
 //!
-//! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=LITERAL]... [--out PATH.npz] [--seed N]`
+//! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=PATH.npz | NAME=LITERAL]... [--out PATH.npz] [--seed N]`
 //! - `graft check FILE`
 //! - `graft ast FILE`
 //! - `graft ir FILE --entry NAME (--input ... | --shapes NAME=TYPE ...) [--kernels]`
@@ -11,9 +11,11 @@
 //!   `{"compile_ms", "min_ms", "median_ms", "max_ms", "runs"}` on stdout)
 //!
 //! Exit codes: 0 success, 1 program error (a diagnostic is printed to
-//! stderr), 2 usage error (from clap). Inputs are never cast: an input whose
-//! dtype or rank differs from the declared type is an error naming the
-//! parameter, the declared type and what was given.
+//! stderr), 2 usage error (from clap, or a `--input`/`--shapes` that is not
+//! `NAME=...`). Inputs are never cast: an input whose dtype or rank differs
+//! from the declared type, an integer literal out of the dtype's range or a
+//! float literal that overflows it is an error naming the parameter and
+//! pointing at its declaration (`error[input]`, see `inputs.rs`).
 
 mod bench;
 mod inputs;
@@ -38,7 +40,8 @@ enum Cmd {
         /// The function to run.
         #[arg(long, default_value = "main")]
         entry: String,
-        /// `NAME=PATH.npy` or `NAME=LITERAL` (a number, or an array like `[1, 2]`).
+        /// `NAME=PATH.npy`, `NAME=PATH.npz` (its array NAME, or its only
+        /// array) or `NAME=LITERAL` (a number, or an array like `[1, 2]`).
         #[arg(long = "input", value_name = "NAME=VALUE")]
         inputs: Vec<String>,
         /// Write every result leaf, depth first, into an .npz under keys 0, 1, 2, ...
@@ -96,40 +99,56 @@ enum Cmd {
     Gradbench,
 }
 
-/// A failure: a rendered diagnostic or a plain message, both exit code 1.
-pub struct Fail(pub String);
+/// A failure: a rendered diagnostic or a plain message (exit code 1), or a
+/// malformed command line (exit code 2, like clap's own usage errors).
+pub struct Fail {
+    pub msg: String,
+    pub code: u8,
+}
+
+impl Fail {
+    /// A program or input error: exit code 1.
+    pub fn new(msg: impl Into<String>) -> Fail {
+        Fail { msg: msg.into(), code: 1 }
+    }
+
+    /// A command-line usage error: exit code 2.
+    pub fn usage(msg: impl Into<String>) -> Fail {
+        Fail { msg: msg.into(), code: 2 }
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Deeply nested programs recurse deeply while compiling: give them room.
     let handle = std::thread::Builder::new().stack_size(512 << 20).spawn(move || run_cmd(cli));
     let result = match handle {
-        Ok(h) => h.join().unwrap_or_else(|_| Err(Fail("internal error: the compiler crashed".into()))),
-        Err(e) => Err(Fail(format!("error: cannot start the compiler thread: {e}"))),
+        Ok(h) => h.join().unwrap_or_else(|_| Err(Fail::new("internal error: the compiler crashed"))),
+        Err(e) => Err(Fail::new(format!("error: cannot start the compiler thread: {e}"))),
     };
     match result {
         Ok(out) => {
             print!("{out}");
             ExitCode::SUCCESS
         }
-        Err(Fail(msg)) => {
+        Err(Fail { msg, code }) => {
             eprint!("{msg}");
             if !msg.ends_with('\n') {
                 eprintln!();
             }
-            ExitCode::from(1)
+            ExitCode::from(code)
         }
     }
 }
 
 fn read(file: &Path) -> Result<(String, String), Fail> {
     let name = file.display().to_string();
-    let src = std::fs::read_to_string(file).map_err(|e| Fail(format!("error: cannot read {name}: {e}")))?;
+    let src = std::fs::read_to_string(file).map_err(|e| Fail::new(format!("error: cannot read {name}: {e}")))?;
     Ok((name, src))
 }
 
 fn render_all(ds: &[diag::Diagnostic], file: &str, src: &str) -> Fail {
-    Fail(ds.iter().map(|d| diag::render(d, file, src)).collect::<Vec<_>>().join("\n"))
+    Fail::new(ds.iter().map(|d| diag::render(d, file, src)).collect::<Vec<_>>().join("\n"))
 }
 
 fn load(file: &Path) -> Result<Module, Fail> {
@@ -151,13 +170,13 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
         }
         Cmd::Run { file, entry, inputs, out, seed } => {
             let m = load(&file)?;
-            let ins = inputs::gather(&m, &entry, &inputs, &[], seed)?;
+            let ins = inputs::gather(&m, &entry, &inputs, seed)?;
             let res = m.run(&entry, &ins).map_err(|d| render_all(&[d], m.file(), m.source()))?;
             if let Some(path) = out {
                 let arrays: Vec<(String, graft_core::Tensor)> =
                     res.leaves().into_iter().enumerate().map(|(i, t)| (i.to_string(), t.clone())).collect();
                 graft_core::npy::save_npz(&path, &arrays)
-                    .map_err(|e| Fail(format!("error: cannot write {}: {e}", path.display())))?;
+                    .map_err(|e| Fail::new(format!("error: cannot write {}: {e}", path.display())))?;
             }
             Ok(show(&res))
         }
@@ -182,7 +201,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
                 );
                 Ok(String::new())
             }
-            Err(e) => Err(Fail(format!("error: graft gradbench: {e}"))),
+            Err(e) => Err(Fail::new(format!("error: graft gradbench: {e}"))),
         },
         Cmd::Ir { file, entry, inputs, shapes, seed, kernels } => {
             let m = load(&file)?;
@@ -205,7 +224,7 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
         ..graft_core::ExecOptions::from_env()
     };
     let exe = graft_core::Executable::with_options(func.clone(), opts)
-        .map_err(|e| Fail(format!("error: cannot plan the function: {e}")))?;
+        .map_err(|e| Fail::new(format!("error: cannot plan the function: {e}")))?;
     let ks = graft_core::kernel::kernels_of(&exe);
     let mut s = format!("\n# {} kernel{}\n", ks.len(), if ks.len() == 1 { "" } else { "s" });
     for k in ks {

@@ -277,3 +277,322 @@ fn side_by_side_programs_check() {
     ]));
     assert_eq!(o["runs"], 2);
 }
+
+// ---------------------------------------------------------------------------
+// Bad inputs: every error about a --input is a diagnostic located at the
+// parameter's declaration (exit 1); a malformed flag is a usage error (exit 2).
+
+const INPUTS_PROGRAM: &str = "\
+def ints(k: i32, big: i64) -> (i32, i64) = (k, big)
+
+def floats(d: f64, s: f32) -> (f64, f32) = (d, s)
+
+def vecs(x: tensor[n, f32], w: tensor[3, f64]) -> f32 = sum(x)
+
+def flags(b: bool) -> bool = b
+
+def pairs(p: (f32, f32)) -> (f32, f32) = p
+";
+
+/// Runs `graft` with `args` on `p.graft` (holding [`INPUTS_PROGRAM`]) in
+/// `dir`; returns the exit code, stdout and stderr.
+fn run_in(dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let prog = dir.join("p.graft");
+    std::fs::write(&prog, INPUTS_PROGRAM).unwrap();
+    let out = graft().current_dir(dir).args(args).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// Asserts a located input error: exit 1, nothing on stdout, the message,
+/// `p.graft:LINE:COL` and the declaration's source line.
+fn assert_located(dir: &std::path::Path, args: &[&str], message: &str, at: &str, line: &str) {
+    let (code, out, err) = run_in(dir, args);
+    assert_eq!(code, 1, "{args:?}: {err}");
+    assert!(out.is_empty(), "{args:?}: {out}");
+    assert!(err.contains(message), "{args:?}: want `{message}` in\n{err}");
+    assert!(err.contains(&format!("p.graft:{at}")), "{args:?}: want p.graft:{at} in\n{err}");
+    assert!(err.contains(line), "{args:?}: want the source line `{line}` in\n{err}");
+}
+
+const INTS: &str = "def ints(k: i32, big: i64) -> (i32, i64) = (k, big)";
+const FLOATS: &str = "def floats(d: f64, s: f32) -> (f64, f32) = (d, s)";
+const VECS: &str = "def vecs(x: tensor[n, f32], w: tensor[3, f64]) -> f32 = sum(x)";
+
+#[test]
+fn input_errors_point_at_the_parameter_declaration() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let w64 = d.join("w64.npy");
+    npy::save_npy(&w64, &Tensor::from_vec(vec![3], vec![1.0f64, 2.0, 3.0]).unwrap()).unwrap();
+    let x64 = d.join("x64.npy");
+    npy::save_npy(&x64, &Tensor::from_vec(vec![2], vec![1.0f64, 2.0]).unwrap()).unwrap();
+    std::fs::write(d.join("garbage.npy"), b"definitely not numpy").unwrap();
+    std::fs::write(d.join("garbage.npz"), b"definitely not a zip").unwrap();
+    let two = d.join("two.npz");
+    npy::save_npz(&two, &[("a".into(), Tensor::vec1(&[1.0f32])), ("b".into(), Tensor::vec1(&[2.0f32]))]).unwrap();
+    let w = format!("w={}", w64.display());
+    let run = |entry: &str, ins: &[String]| -> Vec<String> {
+        let mut v = vec!["run".to_string(), "p.graft".into(), "--entry".into(), entry.into()];
+        for i in ins {
+            v.push("--input".into());
+            v.push(i.clone());
+        }
+        v
+    };
+    let cases: Vec<(Vec<String>, &str, &str, &str)> = vec![
+        // Wrong dtype (from a file), wrong rank (a literal), wrong size.
+        (
+            run("vecs", &[format!("x={}", x64.display()), w.clone()]),
+            "input `x` must be tensor[n, f32] (dtype f32, rank 1), but f64[2] was given; inputs are never cast",
+            "5:10",
+            VECS,
+        ),
+        (
+            run("vecs", &["x=[[1.0]]".into(), w.clone()]),
+            "input `x` must be tensor[n, f32] (dtype f32, rank 1), but f32[1,1] was given",
+            "5:10",
+            VECS,
+        ),
+        (
+            run("vecs", &["x=[1.0]".into(), "w=[1.0, 2.0]".into()]),
+            "argument `w` of `vecs` must be tensor[3, f64], found f64[2]",
+            "5:29",
+            VECS,
+        ),
+        // Missing, unknown (with a suggestion), given twice.
+        (run("vecs", &["x=[1.0]".into()]), "missing input for parameter `w` of `vecs`", "5:29", VECS),
+        (run("vecs", &["xx=[1.0]".into()]), "`vecs` has no parameter `xx`", "5:5", VECS),
+        (run("vecs", &["x=[1.0]".into(), "x=[2.0]".into()]), "input `x` is given twice", "5:10", VECS),
+        // Unreadable and corrupt files.
+        (
+            run("vecs", &["x=nowhere.npy".into(), w.clone()]),
+            "input `x`: cannot read nowhere.npy: No such file",
+            "5:10",
+            VECS,
+        ),
+        (
+            run("vecs", &["x=garbage.npy".into(), w.clone()]),
+            "input `x`: cannot read garbage.npy: not an .npy file",
+            "5:10",
+            VECS,
+        ),
+        (run("vecs", &["x=garbage.npz".into(), w.clone()]), "input `x`: cannot read garbage.npz", "5:10", VECS),
+        (run("vecs", &[format!("x={}", two.display()), w.clone()]), "has no array named `x`", "5:10", VECS),
+        // Literals that do not parse or are not rectangular.
+        (
+            run("vecs", &["x=[1.0,".into(), w.clone()]),
+            "input `x`: `[1.0,` is neither a .npy/.npz path nor a literal",
+            "5:10",
+            VECS,
+        ),
+        (
+            run("vecs", &["x=[[1.0], [2.0, 3.0]]".into(), w.clone()]),
+            "is not a number or a rectangular array of numbers",
+            "5:10",
+            VECS,
+        ),
+        (
+            run("vecs", &["x=foo(1)".into(), w.clone()]),
+            "is not a number or a rectangular array of numbers",
+            "5:10",
+            VECS,
+        ),
+        // Types that cannot be given as literals.
+        (
+            run("flags", &["b=1".into()]),
+            "input `b`: bool inputs are given as .npy or .npz files",
+            "7:11",
+            "def flags(b: bool) -> bool = b",
+        ),
+        (
+            run("pairs", &["p=1".into()]),
+            "parameter `p` of `pairs` has a tuple type",
+            "9:11",
+            "def pairs(p: (f32, f32)) -> (f32, f32) = p",
+        ),
+    ];
+    for (args, message, at, line) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_located(d, &args, message, at, line);
+    }
+    // The unknown name gets a suggestion and the list of parameters.
+    let (_, _, err) = run_in(d, &["run", "p.graft", "--entry", "ints", "--input", "bog=1"]);
+    assert!(err.contains("did you mean `big`?") && err.contains("its parameters are k, big"), "{err}");
+    // `bench` and `ir` read inputs the same way.
+    assert_located(
+        d,
+        &["bench", "p.graft", "--entry", "ints", "--input", "k=1.5", "--input", "big=1"],
+        "`1.5` is a float literal, but `k` is i32",
+        "1:10",
+        INTS,
+    );
+    assert_located(
+        d,
+        &["ir", "p.graft", "--entry", "vecs", "--shapes", "x=f32[2]"],
+        "missing type for parameter `w` of `vecs`",
+        "5:29",
+        VECS,
+    );
+    assert_located(
+        d,
+        &["ir", "p.graft", "--entry", "vecs", "--shapes", "q=f32[2]"],
+        "`vecs` has no parameter `q`",
+        "5:5",
+        VECS,
+    );
+}
+
+#[test]
+fn malformed_input_flags_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["run", "p.graft", "--entry", "ints", "--input", "k"][..],
+        &["run", "p.graft", "--entry", "ints", "--input", "=3"],
+        &["ir", "p.graft", "--entry", "vecs", "--shapes", "x"],
+        &["ir", "p.graft", "--entry", "vecs", "--shapes", "x=f32[2"],
+        &["bench", "p.graft", "--entry", "ints", "--input", "k"],
+    ] {
+        let (code, out, err) = run_in(dir.path(), args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}");
+        assert!(err.contains("is not of the form NAME=") || err.contains("is not a type like"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn number_literal_inputs_are_never_cast() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ints = |k: &str, big: &str| {
+        run_in(
+            d,
+            &["run", "p.graft", "--entry", "ints", "--input", &format!("k={k}"), "--input", &format!("big={big}")],
+        )
+    };
+    let floats = |x: &str, s: &str| {
+        run_in(d, &["run", "p.graft", "--entry", "floats", "--input", &format!("d={x}"), "--input", &format!("s={s}")])
+    };
+    // In range: exact, also beyond 2^53 for i64.
+    assert_eq!(
+        ints("-2147483648", "9007199254740993"),
+        (0, "0: -2147483648\n1: 9007199254740993\n".into(), String::new())
+    );
+    assert_eq!(ints("2147483647", "-9223372036854775807").1, "0: 2147483647\n1: -9223372036854775807\n");
+    assert_eq!(floats("9007199254740992", "16777216").1, "0: 9.00719925e+15\n1: 16777216.\n");
+    assert_eq!(floats("0.1", "-2.5").1, "0: 0.1\n1: -2.5\n");
+    let cases: Vec<((i32, String, String), &str, &[&str], &str, &str)> = vec![
+        (
+            ints("2147483648", "0"),
+            "input `k`: 2147483648 is out of range for i32",
+            &["i32 holds -2147483648 to 2147483647"],
+            "1:10",
+            INTS,
+        ),
+        (ints("-2147483649", "0"), "input `k`: -2147483649 is out of range for i32", &["never cast"], "1:10", INTS),
+        (ints("[1, 2, 3000000000]", "0"), "input `k`: 3000000000 is out of range for i32", &[], "1:10", INTS),
+        (ints("2.0", "0"), "input `k`: `2.0` is a float literal, but `k` is i32", &["never cast"], "1:10", INTS),
+        (ints("1", "1e3"), "input `big`: `1000.0` is a float literal, but `big` is i64", &[], "1:18", INTS),
+        (
+            floats("9007199254740993", "1"),
+            "input `d`: 9007199254740993 is not exactly representable as f64",
+            &["2^53"],
+            "3:12",
+            FLOATS,
+        ),
+        (floats("1", "1e39"), "input `s`: 1e39 overflows f32", &["the largest f32 is 3.4028235e38"], "3:20", FLOATS),
+        (floats("1", "-1e39"), "input `s`: -1e39 overflows f32", &[], "3:20", FLOATS),
+        (floats("1", "1e-50"), "input `s`: 1e-50 underflows to 0 in f32", &[], "3:20", FLOATS),
+        (floats("1", "16777217"), "input `s`: 16777217 is not exactly representable as f32", &["2^24"], "3:20", FLOATS),
+    ];
+    for ((code, out, err), message, notes, at, line) in cases {
+        assert_eq!(code, 1, "{message}: {err}");
+        assert!(out.is_empty(), "{message}: {out}");
+        assert!(err.contains(message), "want `{message}` in\n{err}");
+        for n in notes {
+            assert!(err.contains(n), "want `{n}` in\n{err}");
+        }
+        assert!(err.contains(&format!("p.graft:{at}")) && err.contains(line), "{message}: {err}");
+    }
+    // A literal too large for any integer does not parse at all.
+    let (code, _, err) = ints("1", "9223372036854775808");
+    assert_eq!(code, 1);
+    assert!(err.contains("input `big`: `9223372036854775808` is neither"), "{err}");
+    // --seed fills an i32 `seed` only when it fits.
+    std::fs::write(d.join("s.graft"), "def main(seed: i32) -> i32 = seed\n").unwrap();
+    let out = graft().current_dir(d).args(["run", "s.graft", "--seed", "4294967296"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--seed 4294967296 is out of range for `seed` (i32)"));
+    assert_eq!(stdout(graft().current_dir(d).args(["run", "s.graft", "--seed=-7"])), "-7\n");
+}
+
+#[test]
+fn hostile_npy_and_npz_inputs_are_located_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let npy_file = |name: &str, header: &str, data: &[u8]| {
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+        bytes.extend_from_slice(&((header.len() + pad + 1) as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(b' ', pad));
+        bytes.push(b'\n');
+        bytes.extend_from_slice(data);
+        std::fs::write(d.join(name), bytes).unwrap();
+        format!("x={name}")
+    };
+    let h = |shape: &str| format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    let w = "w=[1.0, 2.0, 3.0]";
+    let cases = [
+        (npy_file("wrap.npy", &h("(4294967296, 4294967296)"), &[]), "more elements than this machine can address"),
+        (npy_file("short.npy", &h("(1048576, 1048576)"), &[]), "the data holds 0 bytes but the header"),
+        (npy_file("long.npy", &h("(1,)"), &[0; 5]), "the data holds 5 bytes but the header"),
+        (
+            npy_file("deep.npy", &h(&format!("{}1{}", "(".repeat(22), ")".repeat(22))), &[]),
+            "nests brackets more than 8 deep",
+        ),
+        (
+            npy_file("u2.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (1,), }", &[0, 0]),
+            "unsupported npy dtype `<u2`",
+        ),
+    ];
+    for (x, message) in &cases {
+        let t0 = std::time::Instant::now();
+        assert_located(d, &["run", "p.graft", "--entry", "vecs", "--input", x, "--input", w], message, "5:10", VECS);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "{x}: {:?}", t0.elapsed());
+    }
+    // A good file, and an .npz holding the array under the parameter's name
+    // or as its only array.
+    let good = npy_file("good.npy", &h("(2,)"), &[0, 0, 128, 63, 0, 0, 0, 64]);
+    let (code, out, err) = run_in(d, &["run", "p.graft", "--entry", "vecs", "--input", &good, "--input", w]);
+    assert_eq!((code, out.as_str()), (0, "3.\n"), "{err}");
+    npy::save_npz(
+        d.join("named.npz"),
+        &[("w".into(), Tensor::vec1(&[1.0f64; 3])), ("x".into(), Tensor::vec1(&[5.0f32]))],
+    )
+    .unwrap();
+    npy::save_npz(d.join("one.npz"), &[("anything".into(), Tensor::vec1(&[2.0f32, 2.0]))]).unwrap();
+    let (code, out, err) =
+        run_in(d, &["run", "p.graft", "--entry", "vecs", "--input", "x=named.npz", "--input", "w=named.npz"]);
+    assert_eq!((code, out.as_str()), (0, "5.\n"), "{err}");
+    let (code, out, err) = run_in(d, &["run", "p.graft", "--entry", "vecs", "--input", "x=one.npz", "--input", w]);
+    assert_eq!((code, out.as_str()), (0, "4.\n"), "{err}");
+}
+
+#[test]
+fn gradbench_refuses_hostile_sizes_and_keeps_serving() {
+    let input = "{\"id\": 0, \"kind\": \"define\", \"module\": \"llsq\"}\n\
+                 {\"id\": 1, \"kind\": \"evaluate\", \"module\": \"llsq\", \"function\": \"gradient\", \"input\": {\"x\": [1.0], \"n\": 1000000000000}}\n\
+                 {\"id\": 2, \"kind\": \"evaluate\", \"module\": \"llsq\", \"function\": \"primal\", \"input\": {\"x\": [1.0], \"n\": 3, \"min_runs\": 10000000000}}\n\
+                 {\"id\": 3, \"kind\": \"evaluate\", \"module\": \"llsq\", \"function\": \"primal\", \"input\": {\"x\": [1.0], \"n\": 3}}\n";
+    let s = stdout(graft().env("GRAFT_MAX_MEMORY", "1G").arg("gradbench").write_stdin(input));
+    let lines: Vec<serde_json::Value> = s.lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    assert_eq!(lines.len(), 4, "{s}");
+    assert_eq!(lines[1]["success"], false);
+    let e = lines[1]["error"].as_str().unwrap();
+    assert!(e.contains("input field `n` = 1000000000000 needs") && e.contains("memory limit of 1.0 GiB"), "{e}");
+    assert_eq!(lines[2]["error"], "run policy: `min_runs` must be at most 1000000, found 10000000000");
+    // t = -1, 0, 1, s = sign(t) and p(t) = 1: residuals -2, -1, 0, so 0.5 * 5.
+    assert_eq!(lines[3]["output"], serde_json::json!(2.5), "{s}");
+}

@@ -7,7 +7,7 @@
 //! than 1000 elements are summarised with `...` (3 edge items per axis).
 
 use crate::dtype::DType;
-use crate::tensor::Tensor;
+use crate::tensor::{Storage, Tensor};
 use std::fmt;
 
 const THRESHOLD: usize = 1000;
@@ -102,7 +102,12 @@ fn write_axis(
 fn element_formatter<'a>(t: &'a Tensor, shown: &[usize]) -> Box<dyn Fn(usize) -> String + 'a> {
     match t.dtype() {
         DType::Bool => Box::new(move |i| if t.storage().get_f64(i) != 0.0 { "True".into() } else { "False".into() }),
-        DType::I32 | DType::I64 => Box::new(move |i| format!("{}", t.storage().get_f64(i) as i64)),
+        // Integers print exactly (through f64 an i64 above 2^53 would round).
+        DType::I32 | DType::I64 => Box::new(move |i| match t.storage() {
+            Storage::I64(v) => v[i].to_string(),
+            Storage::I32(v) => v[i].to_string(),
+            other => format!("{}", other.get_f64(i) as i64),
+        }),
         DType::F32 | DType::F64 => {
             let single = t.dtype() == DType::F32;
             let vals: Vec<f64> = shown.iter().map(|&i| t.storage().get_f64(i)).filter(|v| v.is_finite()).collect();

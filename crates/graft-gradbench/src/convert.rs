@@ -103,7 +103,12 @@ fn collect<T: graft_core::Element>(
     leaf: &dyn Fn(&Value) -> Result<T, String>,
 ) -> Result<Tensor, GbError> {
     let shape = nested_shape(v);
-    let mut out = Vec::with_capacity(shape.iter().product());
+    // The shape follows first elements only, so its product may promise far
+    // more leaves than the JSON holds (or overflow; the walk then reports the
+    // list as ragged): reserve at most what a modest input holds and let the
+    // walk grow the vector with the leaves it finds.
+    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX);
+    let mut out = Vec::with_capacity(numel.min(1 << 16));
     flatten(field, v, &shape, &mut Vec::new(), &mut out, leaf)?;
     // The walk above pushed exactly product(shape) leaves.
     Tensor::from_vec(shape, out).map_err(|e| GbError::input(field, format!("internal error: {e}")))

@@ -42,6 +42,10 @@ pub enum GbError {
     /// that does not fit the module's output format.
     #[error("output: {0}")]
     Output(String),
+    /// The input's sizes would need more memory than the session's budget
+    /// (see [`crate::memory`]); nothing of that size was allocated.
+    #[error("{0}")]
+    Memory(String),
     /// A failure inside the backend (compiling or running the function).
     #[error("{0}")]
     Backend(String),

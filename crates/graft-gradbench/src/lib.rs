@@ -12,6 +12,7 @@
 //!   on a bad one (failures become `success: false` with an `error` string);
 //! - [`runs`]: the `min_runs` / `min_seconds` timing policy;
 //! - [`convert`]: nested JSON lists <-> [`graft_core::Tensor`], with shape checks;
+//! - [`memory`]: the memory budget that refuses inputs too large to run;
 //! - [`backend`]: the [`Backend`] trait a tool implements (decode, compile
 //!   once per shape, run, encode) and the per-shape [`ProgramCache`].
 //!
@@ -43,6 +44,7 @@ pub mod backend;
 pub mod convert;
 pub mod error;
 pub mod lang;
+pub mod memory;
 pub mod protocol;
 pub mod runs;
 pub mod server;

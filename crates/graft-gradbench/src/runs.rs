@@ -8,6 +8,10 @@
 //! including JSON work. Inputs without these fields (the `hello` eval sends a
 //! bare number) are run once.
 //!
+//! Both fields are bounded ([`MAX_MIN_RUNS`], [`MAX_MIN_SECONDS`]): a larger
+//! value is refused with `success: false` rather than keeping the tool busy
+//! for days (the session then goes on with the next message).
+//!
 //! Invariants: the function runs at least once (an output is always
 //! produced); each run counts at least 1 ns towards `min_seconds`, so the
 //! loop ends even on a clock too coarse to see a run.
@@ -18,6 +22,12 @@ use serde_json::Value;
 
 use crate::error::GbError;
 use crate::protocol::{json_kind, Timing};
+
+/// The largest `min_runs` accepted (as for `graft bench --runs`).
+pub const MAX_MIN_RUNS: u64 = 1_000_000;
+
+/// The largest `min_seconds` accepted: one hour.
+pub const MAX_MIN_SECONDS: f64 = 3600.0;
 
 /// How many times, and for how long, to run a function.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,11 +58,17 @@ impl Runs {
                     if v.is_number() { v.to_string() } else { json_kind(v).to_string() }
                 ))
             })?;
+            if runs.min_runs > MAX_MIN_RUNS {
+                return Err(GbError::Runs(format!("`min_runs` must be at most {MAX_MIN_RUNS}, found {v}")));
+            }
         }
         if let Some(v) = obj.get("min_seconds") {
             let s = v
                 .as_f64()
                 .ok_or_else(|| GbError::Runs(format!("`min_seconds` must be a number, found {}", json_kind(v))))?;
+            if s > MAX_MIN_SECONDS {
+                return Err(GbError::Runs(format!("`min_seconds` must be at most {MAX_MIN_SECONDS}, found {v}")));
+            }
             runs.min_time = Duration::try_from_secs_f64(s).map_err(|_| {
                 GbError::Runs(format!("`min_seconds` must be a finite non-negative number of seconds, found {v}"))
             })?;

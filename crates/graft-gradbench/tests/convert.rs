@@ -174,13 +174,18 @@ fn run_policy_is_read_from_the_input() {
     assert_eq!(Runs::from_input(&json!({"min_runs": 4})).unwrap(), Runs { min_runs: 4, min_time: Duration::ZERO });
     assert_eq!(Runs::from_input(&json!(1.5)).unwrap(), Runs::once());
     assert_eq!(Runs::from_input(&json!({"min_seconds": 2})).unwrap().min_time, Duration::from_secs(2));
+    // The bounds themselves are accepted.
+    let r = Runs::from_input(&json!({"min_runs": 1_000_000, "min_seconds": 3600})).unwrap();
+    assert_eq!((r.min_runs, r.min_time), (1_000_000, Duration::from_secs(3600)));
     for (bad, msg) in [
         (json!({"min_runs": 1.5}), "run policy: `min_runs` must be a non-negative integer, found 1.5"),
         (json!({"min_runs": null}), "run policy: `min_runs` must be a non-negative integer, found null"),
+        (json!({"min_seconds": 1e300}), "run policy: `min_seconds` must be at most 3600, found 1e+300"),
         (
-            json!({"min_seconds": 1e300}),
-            "run policy: `min_seconds` must be a finite non-negative number of seconds, found 1e+300",
+            json!({"min_seconds": -1}),
+            "run policy: `min_seconds` must be a finite non-negative number of seconds, found -1",
         ),
+        (json!({"min_runs": 1000001}), "run policy: `min_runs` must be at most 1000000, found 1000001"),
     ] {
         assert_eq!(Runs::from_input(&bad).unwrap_err().to_string(), msg);
     }

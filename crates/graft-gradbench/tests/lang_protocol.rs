@@ -137,3 +137,127 @@ fn bad_requests_fail_and_the_session_goes_on() {
     assert!(error_of(&rs[15]).contains("not finite"), "{}", rs[15]);
     assert_eq!(rs[16]["output"], json!(9.0));
 }
+
+/// Serves `lines` with a backend whose memory budget is `limit` bytes.
+fn session_with_limit(lines: &[String], limit: u64) -> Vec<Value> {
+    let mut server = Server::new(LangBackend::with_memory_limit(limit));
+    let mut input = lines.join("\n");
+    input.push('\n');
+    let mut out = Vec::new();
+    server.serve(input.as_bytes(), &mut out).expect("serving to memory cannot fail");
+    let text = String::from_utf8(out).expect("responses are UTF-8");
+    text.lines().map(|l| serde_json::from_str(l).expect("response is JSON")).collect()
+}
+
+/// A small `lse` evaluation that must still be answered after a refusal.
+fn lse_probe(id: usize) -> String {
+    format!(
+        r#"{{"id": {id}, "kind": "evaluate", "module": "lse", "function": "primal", "input": {{"x": [0.0, 0.0]}}}}"#
+    )
+}
+
+fn assert_probe(r: &Value, id: usize) {
+    assert_eq!(r["id"], id, "{r}");
+    assert_eq!(r["success"], true, "{r}");
+    assert!((r["output"].as_f64().expect("a number") - 2f64.ln()).abs() < 1e-12, "{r}");
+}
+
+#[test]
+fn inputs_too_large_for_memory_are_refused_and_the_session_goes_on() {
+    const GIB: u64 = 1 << 30;
+    // 200 000 points and 20 000 centroids in 2-d: a [200000, 20000] f64
+    // distance matrix is 32 GB.
+    let row = |i: usize| format!("[{}, {}]", i % 7, i % 11);
+    let points: Vec<String> = (0..200_000).map(row).collect();
+    let centroids: Vec<String> = (0..20_000).map(row).collect();
+    let kmeans = |id: usize, function: &str| {
+        format!(
+            r#"{{"id": {id}, "kind": "evaluate", "module": "kmeans", "function": "{function}", "input": {{"points": [{}], "centroids": [{}]}}}}"#,
+            points.join(","),
+            centroids.join(",")
+        )
+    };
+    let lines = vec![
+        r#"{"id": 0, "kind": "define", "module": "lse"}"#.to_string(),
+        r#"{"id": 1, "kind": "define", "module": "llsq"}"#.to_string(),
+        r#"{"id": 2, "kind": "define", "module": "ode"}"#.to_string(),
+        r#"{"id": 3, "kind": "define", "module": "kmeans"}"#.to_string(),
+        r#"{"id": 4, "kind": "evaluate", "module": "llsq", "function": "primal", "input": {"x": [1.0, 2.0], "n": 1000000000000}}"#.to_string(),
+        lse_probe(5),
+        r#"{"id": 6, "kind": "evaluate", "module": "ode", "function": "primal", "input": {"x": [1.0, 2.0], "s": 1000000000}}"#.to_string(),
+        lse_probe(7),
+        r#"{"id": 8, "kind": "evaluate", "module": "ode", "function": "gradient", "input": {"x": [1.0, 2.0], "s": 1000000000}}"#.to_string(),
+        lse_probe(9),
+        kmeans(10, "cost"),
+        lse_probe(11),
+        kmeans(12, "dir"),
+        lse_probe(13),
+        r#"{"id": 14, "kind": "evaluate", "module": "llsq", "function": "primal", "input": {"x": [1.0, 2.0], "n": 9223372036854775807}}"#.to_string(),
+        lse_probe(15),
+        // Sizes within the budget still run.
+        r#"{"id": 16, "kind": "evaluate", "module": "ode", "function": "primal", "input": {"x": [1.0, 2.0], "s": 10}}"#.to_string(),
+    ];
+    let rs = session_with_limit(&lines, 4 * GIB);
+    assert_eq!(rs.len(), lines.len());
+    for (i, r) in rs.iter().enumerate().take(4) {
+        assert_eq!(r["success"], true, "define {i}: {r}");
+    }
+    for (id, want) in [
+        (4, "input field `n` = 1000000000000 needs 7.3 TiB (8000000000000 bytes), over this tool's memory limit of 4.0 GiB"),
+        (6, "input field `s` = 1000000000 needs 7.5 GiB (8000000000 bytes), over this tool's memory limit of 4.0 GiB"),
+        (8, "input field `s` = 1000000000 needs 7.5 GiB"),
+        (10, "`kmeans.cost` at these sizes needs"),
+        (12, "`kmeans.dir` at these sizes needs"),
+        (14, "input field `n` = 9223372036854775807 needs more bytes than any machine has"),
+    ] {
+        let e = error_of(&rs[id]);
+        assert!(e.contains(want), "{id}: want `{want}` in `{e}`");
+        assert!(e.contains("GRAFT_MAX_MEMORY"), "{e}");
+        assert_probe(&rs[id + 1], id + 1);
+    }
+    // The kmeans estimate is at least the 32 GB distance matrix.
+    let e = error_of(&rs[10]);
+    let bytes: u64 = e.split('(').nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).expect(e);
+    assert!(bytes >= 200_000 * 20_000 * 8, "{e}");
+    assert_eq!(rs[16]["success"], true, "{}", rs[16]);
+}
+
+#[test]
+fn run_policies_are_bounded_and_the_session_goes_on() {
+    let eval = |id: usize, extra: &str| {
+        format!(
+            r#"{{"id": {id}, "kind": "evaluate", "module": "lse", "function": "primal", "input": {{"x": [0.0, 0.0]{extra}}}}}"#
+        )
+    };
+    let lines = vec![
+        r#"{"id": 0, "kind": "define", "module": "lse"}"#.to_string(),
+        eval(1, r#", "min_runs": 1000000000000000"#),
+        lse_probe(2),
+        eval(3, r#", "min_runs": 1e15"#),
+        lse_probe(4),
+        eval(5, r#", "min_seconds": 1000000"#),
+        lse_probe(6),
+        eval(7, r#", "min_seconds": 1e300"#),
+        lse_probe(8),
+        eval(9, r#", "min_runs": 1000001"#),
+        lse_probe(10),
+        eval(11, r#", "min_seconds": 3600.5"#),
+        lse_probe(12),
+        // The bounds themselves are accepted (checked on a cheap run count).
+        eval(13, r#", "min_runs": 3, "min_seconds": 0"#),
+    ];
+    let rs = session_with_limit(&lines, 1 << 30);
+    assert_eq!(rs.len(), lines.len());
+    for (id, want) in [
+        (1, "run policy: `min_runs` must be at most 1000000, found 1000000000000000"),
+        (3, "run policy: `min_runs` must be a non-negative integer, found 1000000000000000.0"),
+        (5, "run policy: `min_seconds` must be at most 3600, found 1000000"),
+        (7, "run policy: `min_seconds` must be at most 3600, found 1e+300"),
+        (9, "run policy: `min_runs` must be at most 1000000, found 1000001"),
+        (11, "run policy: `min_seconds` must be at most 3600, found 3600.5"),
+    ] {
+        assert_eq!(error_of(&rs[id]), want, "{id}");
+        assert_probe(&rs[id + 1], id + 1);
+    }
+    assert_eq!(rs[13]["timings"].as_array().map(Vec::len), Some(4), "{}", rs[13]);
+}

@@ -52,7 +52,8 @@ fn dims_of(t: &Type, out: &mut Vec<String>) {
     }
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance between two names (for "did you mean" hints).
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for i in 1..=a.len() {
@@ -96,6 +97,9 @@ impl<'a> R<'a> {
         for p in &d.params {
             dims_of(&p.ty, &mut scope);
         }
+        if let Some(ret) = &d.ret {
+            self.unbound_dims(d, ret, &scope);
+        }
         for p in &d.params {
             scope.push(p.name.name.clone());
         }
@@ -103,6 +107,57 @@ impl<'a> R<'a> {
             self.attr(d, a);
         }
         self.expr(&d.body, &mut scope);
+    }
+
+    /// Every dimension name of the result type `t` must be bound by a
+    /// parameter's type (`bound`): a result size nothing determines is an
+    /// error, not a size taken from whatever the body returns.
+    fn unbound_dims(&mut self, d: &Def, t: &Type, bound: &[String]) {
+        match &t.kind {
+            TypeKind::Scalar(_) => {}
+            TypeKind::Tuple(ts) => ts.iter().for_each(|t| self.unbound_dims(d, t, bound)),
+            TypeKind::Tensor { dims, .. } => {
+                for dim in dims {
+                    let Dim::Name(id) = dim else { continue };
+                    if bound.contains(&id.name) {
+                        continue;
+                    }
+                    let mut diag = Diagnostic::new(
+                        Stage::Resolve,
+                        id.span.clone(),
+                        format!(
+                            "dimension `{}` in the result type of `{}` is not bound by any parameter",
+                            id.name, d.name.name
+                        ),
+                    )
+                    .with_label("no parameter's type names this dimension");
+                    let best = bound
+                        .iter()
+                        .map(|c| (edit_distance(c, &id.name), c))
+                        .filter(|(k, c)| *k <= 2 && *k < c.len().max(2))
+                        .min();
+                    diag = diag.with_note(if bound.is_empty() {
+                        format!("note: the parameters of `{}` bind no dimension names", d.name.name)
+                    } else {
+                        let mut names: Vec<&str> = Vec::new();
+                        for b in bound {
+                            if !names.contains(&b.as_str()) {
+                                names.push(b);
+                            }
+                        }
+                        format!("note: the parameters bind {}", names.join(", "))
+                    });
+                    if let Some((_, c)) = best {
+                        diag = diag.with_note(format!("help: did you mean `{c}`?"));
+                    } else {
+                        diag = diag.with_note(
+                            "help: use a parameter's dimension name or a literal size, or leave out the result type",
+                        );
+                    }
+                    self.errs.push(diag);
+                }
+            }
+        }
     }
 
     fn attr(&mut self, d: &Def, a: &Attr) {

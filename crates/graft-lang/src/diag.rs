@@ -16,6 +16,9 @@ pub enum Stage {
     Type,
     Transform,
     Runtime,
+    /// An input given on the command line (`--input`), located at the
+    /// parameter it is for.
+    Input,
 }
 
 /// A secondary location with its own message ("first bound here").
@@ -100,6 +103,7 @@ pub fn render(d: &Diagnostic, file: &str, src: &str) -> String {
         Stage::Type => "type",
         Stage::Transform => "transform",
         Stage::Runtime => "runtime",
+        Stage::Input => "input",
     };
     let mut report = Report::build(ReportKind::Error, span_of(&d.span))
         .with_config(Config::default().with_color(false))

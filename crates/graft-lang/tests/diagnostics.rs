@@ -38,6 +38,30 @@ case!(unknown_name, "def f(x: f32) -> f32 = x + y\n");
 case!(unknown_name_suggestion, "def f(x: tensor[n, f32]) -> f32 = summ(x)\n");
 case!(unknown_function_in_call, "def f(x: f32) -> f32 = frobnicate(x)\n");
 case!(duplicate_def, "def f(x: f32) -> f32 = x\ndef f(x: f32) -> f32 = x * 2\n");
+case!(unbound_result_dim, "def main(x: tensor[n, f64]) -> tensor[k, f64] = x * 2.0\n");
+case!(unbound_result_dim_suggestion, "def f(x: tensor[batch, f32]) -> (tensor[batc, f32], f32) = (x, sum(x))\n");
+case!(unbound_result_dim_no_params, "def f() -> tensor[n, f32] = zeros((3,))\n");
+
+/// Every unbound dimension of a result type is reported, each at its own
+/// location; dimensions any parameter binds (and literal sizes) are fine.
+#[test]
+fn unbound_result_dims_are_all_reported_with_locations() {
+    let src = "def ok(x: tensor[n, f32], y: tensor[m, n, f32]) -> (tensor[m, f32], tensor[n, 2, f32]) = (y @ x, stack((x, x), axis=1))\n\
+               def bad(x: tensor[n, f32]) -> (tensor[k, n, f32], (f32, tensor[j, f32])) = x\n";
+    let Err(ds) = Module::from_source("case.graft", src) else {
+        panic!("`bad` names unbound dimensions");
+    };
+    let names: Vec<(&str, (u32, u32))> =
+        ds.iter().map(|d| (d.message.as_str(), diag::line_col(src, d.span.start))).collect();
+    assert_eq!(
+        names,
+        vec![
+            ("dimension `k` in the result type of `bad` is not bound by any parameter", (2, 39)),
+            ("dimension `j` in the result type of `bad` is not bound by any parameter", (2, 64)),
+        ]
+    );
+    assert!(ds.iter().all(|d| d.notes.iter().any(|n| n == "note: the parameters bind n")), "{ds:?}");
+}
 case!(unknown_attribute, "@fast\ndef f(x: f32) -> f32 = x\n");
 case!(grad_attr_unknown_param, "@grad(q)\ndef f(x: f32) -> f32 = x * x\n");
 case!(result_type_mismatch, "def f(x: tensor[n, f32]) -> f32 = x * 2\n");
@@ -98,4 +122,100 @@ fn run_input_rank_mismatch() {
 fn run_missing_entry() {
     let src = "def f(x: f32) -> f32 = x\n";
     insta::assert_snapshot!(render_run(src, "main", &[]));
+}
+
+/// The messages that once suggested things that cannot help: tuple
+/// arithmetic suggested `cast(x, dtype)`, a run-time slice bound suggested
+/// `dynamic_slice`, which the language does not have.
+#[test]
+fn suggestions_for_tuple_arithmetic_and_run_time_slices_can_help() {
+    let errors = |src: &str| -> String {
+        let m = Module::from_source("case.graft", src).expect("parses");
+        m.check().expect_err("fails").iter().map(|d| diag::render(d, "case.graft", src)).collect()
+    };
+    let e = errors("def f(x: tensor[2, f32]) -> f32 = sum((1.0, 2.0) + x)\n");
+    assert!(e.contains("arithmetic applies to tensors, not tuples") && e.contains("`stack(t)`"), "{e}");
+    assert!(!e.contains("cast("), "{e}");
+    let e = errors("def f(x: tensor[2, f32], y: tensor[2, f64]) -> f32 = sum(x + y)\n");
+    assert!(e.contains("`cast(y, f32)`"), "{e}");
+    let e = errors("def f(x: tensor[8, f32], i: i32) -> tensor[2, f32] = x[i:i + 2]\n");
+    assert!(e.contains("slice bounds must be known while compiling"), "{e}");
+    assert!(!e.contains("dynamic_slice"), "{e}");
+}
+
+/// Every call written in backticks inside a string of the front end's and
+/// the CLI's sources (the suggestions of error messages: `cast(x, f32)`,
+/// `stack(t)`, `grad(f)`) names a builtin, a transform, a keyword, or a
+/// function the same snippet defines, so no message sends users to a
+/// function that does not exist.
+#[test]
+fn every_function_a_message_suggests_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("src"), root.join("../graft-cli/src")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("source dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    assert!(files.len() > 10, "{files:?}");
+    let keywords = ["fn", "let", "def", "if", "match", "while", "fori", "scan"];
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for f in &files {
+        let src = std::fs::read_to_string(f).expect("readable");
+        for line in src.lines() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            // Backticked snippets inside string literals on this line.
+            for (k, lit) in line.split('"').enumerate() {
+                if k % 2 == 0 {
+                    continue;
+                }
+                for (j, snippet) in lit.split('`').enumerate() {
+                    if j % 2 == 0 {
+                        continue;
+                    }
+                    let defined: Vec<&str> = snippet
+                        .split("def ")
+                        .skip(1)
+                        .filter_map(|r| r.split(|c: char| !(c.is_alphanumeric() || c == '_')).next())
+                        .collect();
+                    let bytes = snippet.as_bytes();
+                    let mut i = 0;
+                    while i < bytes.len() {
+                        if bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' {
+                            let start = i;
+                            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                                i += 1;
+                            }
+                            let name = &snippet[start..i];
+                            let called = snippet[i..].trim_start().starts_with('(');
+                            let after_dot = start > 0 && bytes[start - 1] == b'.';
+                            if called && !after_dot && !snippet[..start].ends_with('{') {
+                                checked += 1;
+                                let ok = graft_lang::lower::stdlib::is_builtin(name)
+                                    || graft_lang::ast::TransformKind::from_keyword(name).is_some()
+                                    || keywords.contains(&name)
+                                    || defined.contains(&name);
+                                if !ok {
+                                    bad.push(format!("{}: `{snippet}` suggests `{name}`", f.display()));
+                                }
+                            }
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 15, "only {checked} suggestions found: is the scan broken?");
+    assert!(bad.is_empty(), "suggestions naming nothing that exists:\n{}", bad.join("\n"));
 }

@@ -107,3 +107,41 @@ fn bool_operands_are_a_type_error() {
     let e = m.run("f", &[a.clone(), a]).expect_err("bool % bool must fail");
     assert!(e.message.contains('%') && e.message.contains("numbers"), "{}", e.message);
 }
+
+/// A run-time index means what a literal one means: `v[-1]` is the last
+/// element either way. An index still out of range after adding the size
+/// is clamped (the rule of `dynamic_slice`, documented in docs/language.md).
+#[test]
+fn run_time_negative_indices_count_from_the_end_like_literal_ones() {
+    let m = module(
+        "def at(v: tensor[n, f32], i: i32) -> f32 = v[i]\n\
+         def lit(v: tensor[4, f32]) -> (f32, f32, f32, f32) = (v[-1], v[-2], v[-3], v[-4])\n\
+         def row(a: tensor[r, c, f32], i: i64) -> tensor[c, f32] = a[i]\n\
+         def col(a: tensor[r, c, f32], i: i32) -> tensor[r, f32] = a[:, i]\n\
+         def many(v: tensor[n, f32], idx: tensor[k, i32]) -> tensor[k, f32] = vmap(fn (i) -> v[i])(idx)\n\
+         def dat(v: tensor[n, f32], i: i32) -> tensor[n, f32] = grad(fn (w) -> w[i] * 3.0)(v)\n",
+    );
+    let v = Tensor::vec1(&[10.0f32, 11.0, 12.0, 13.0]);
+    let at = |i: i32| run(&m, "at", &[v.clone(), Tensor::scalar(i)]).leaves()[0].to_vec::<f32>().unwrap()[0];
+    let lit: Vec<f32> = run(&m, "lit", &[v.clone()]).leaves().iter().map(|t| t.to_vec::<f32>().unwrap()[0]).collect();
+    assert_eq!(lit, vec![13.0, 12.0, 11.0, 10.0]);
+    for i in -4..4 {
+        assert_eq!(at(i), 10.0 + i.rem_euclid(4) as f32, "v[{i}]");
+    }
+    for (i, want) in [(-1, 13.0), (-2, 12.0), (-3, 11.0), (-4, 10.0)] {
+        assert_eq!(at(i), want, "v[{i}] at run time");
+        assert_eq!(at(i), lit[(-i - 1) as usize], "v[{i}] at run time and as a literal");
+    }
+    // Out of range after wrapping: clamped.
+    assert_eq!((at(4), at(100), at(-5), at(i32::MIN)), (13.0, 13.0, 10.0, 10.0));
+    let a = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let row = run(&m, "row", &[a.clone(), Tensor::scalar(-1i64)]);
+    assert_eq!(row.leaves()[0].to_vec::<f32>().unwrap(), vec![4.0, 5.0, 6.0]);
+    let col = run(&m, "col", &[a, Tensor::scalar(-3i32)]);
+    assert_eq!(col.leaves()[0].to_vec::<f32>().unwrap(), vec![1.0, 4.0]);
+    // Batched indices (vmap) and the derivative follow the same rule.
+    let many = run(&m, "many", &[v.clone(), Tensor::vec1(&[-1i32, 0, -3, 2])]);
+    assert_eq!(many.leaves()[0].to_vec::<f32>().unwrap(), vec![13.0, 10.0, 11.0, 12.0]);
+    let dat = run(&m, "dat", &[v, Tensor::scalar(-1i32)]);
+    assert_eq!(dat.leaves()[0].to_vec::<f32>().unwrap(), vec![0.0, 0.0, 0.0, 3.0]);
+}

@@ -13,7 +13,7 @@
 use graft_core::Tensor;
 use serde_json::{json, Value};
 
-use super::{result, ModuleSpec};
+use super::{result, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::{to_json_flat, Dim, Dims, Input};
 use crate::error::GbError;
@@ -54,7 +54,7 @@ fn repeat(one: &Tensor, copies: usize) -> Result<Vec<f64>, GbError> {
     Ok(s.repeat(copies))
 }
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, _cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let mut dims = Dims::new();
     let inp = Input::new(input)?;
     let (n, m, p) = (count(&inp, "n")?, count(&inp, "m")?, count(&inp, "p")?);

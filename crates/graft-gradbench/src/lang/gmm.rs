@@ -4,7 +4,7 @@
 use graft_core::Tensor;
 use serde_json::{Map, Value};
 
-use super::{agree, encode_first, result, scalar, ModuleSpec};
+use super::{agree, encode_first, result, scalar, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::{to_json, Dim, Dims, Input};
 use crate::error::GbError;
@@ -17,7 +17,7 @@ pub(super) const SPEC: ModuleSpec = ModuleSpec {
     encode,
 };
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, _cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let mut dims = Dims::new();
     let inp = Input::new(input)?;
     let alpha = inp.f64_tensor("alpha", &mut dims, &[Dim::Var("k")])?;

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{encode_first, ModuleSpec};
+use super::{encode_first, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::f64_tensor;
 use crate::error::GbError;
@@ -15,7 +15,7 @@ pub(super) const SPEC: ModuleSpec = ModuleSpec {
     encode: encode_first,
 };
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, _cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let x = f64_tensor("input", input)?;
     if x.rank() != 0 {
         return Err(GbError::input("input", format!("expected a number, found shape {:?}", x.shape())));

@@ -15,7 +15,7 @@
 use graft_core::Tensor;
 use serde_json::Value;
 
-use super::{encode_first, scalar, size_carrier, ModuleSpec};
+use super::{encode_first, scalar, size_carrier, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::{Dim, Dims, Input};
 use crate::error::GbError;
@@ -44,7 +44,7 @@ fn in_range(field: &str, t: &Tensor, bound: usize) -> Result<(), GbError> {
     }
 }
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let mut dims = Dims::new();
     let inp = Input::new(input)?;
     let theta = inp.f64_tensor("theta", &mut dims, &[Dim::Fixed(26)])?;
@@ -101,7 +101,7 @@ fn decode(input: &Value) -> Result<TensorArgs, GbError> {
         Tensor::from_vec(vec![n, 2], vec![0.0f64; 2 * n])
             .map_err(|e| GbError::input("us", format!("internal error: {e}")))?
     };
-    let variant = size_carrier("us", usize::from(complicated), 0)?;
+    let variant = size_carrier(cx, "us", usize::from(complicated), 0)?;
     let mirrored = scalar("data.model.is_mirrored", if mirrored { 1.0 } else { 0.0 })?;
     Ok(TensorArgs {
         tensors: vec![

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{encode_first, size_carrier, ModuleSpec};
+use super::{encode_first, size_carrier, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::{Dim, Dims, Input};
 use crate::error::GbError;
@@ -16,10 +16,10 @@ pub(super) const SPEC: ModuleSpec = ModuleSpec {
     encode: encode_first,
 };
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let mut dims = Dims::new();
     let inp = Input::new(input)?;
     let x = inp.f64_tensor("x", &mut dims, &[Dim::Var("m")])?;
     let n = inp.usize("n")?;
-    Ok(TensorArgs { tensors: vec![x, size_carrier("n", n, 2)?], statics: vec![n as i64] })
+    Ok(TensorArgs { tensors: vec![x, size_carrier(cx, "n", n, 2)?], statics: vec![n as i64] })
 }

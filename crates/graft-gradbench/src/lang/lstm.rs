@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::{encode_first, ModuleSpec};
+use super::{encode_first, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::{Dim, Dims, Input};
 use crate::error::GbError;
@@ -22,7 +22,7 @@ pub(super) const SPEC: ModuleSpec = ModuleSpec {
     encode: encode_first,
 };
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, _cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let mut dims = Dims::new();
     let inp = Input::new(input)?;
     let sequence = inp.f64_tensor("sequence", &mut dims, &[Dim::Var("c"), Dim::Var("b")])?;

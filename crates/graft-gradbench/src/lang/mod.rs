@@ -40,6 +40,7 @@ use serde_json::Value;
 use crate::backend::{Backend, ProgramCache, TensorArgs};
 use crate::convert::{scalar_json, to_json, Dims, Input};
 use crate::error::GbError;
+use crate::memory;
 
 /// One GradBench module served by this backend: its graft program, the
 /// GradBench functions it answers, and how its JSON input and output map to
@@ -52,7 +53,7 @@ pub(crate) struct ModuleSpec {
     /// The entry defs served (GradBench function names).
     pub functions: &'static [&'static str],
     /// JSON input -> the entry's arguments in parameter order.
-    pub decode: fn(&Value) -> Result<TensorArgs, GbError>,
+    pub decode: fn(&Value, &DecodeCx) -> Result<TensorArgs, GbError>,
     /// The entry's results -> the JSON output GradBench's golden tool prints.
     pub encode: fn(function: &str, args: &TensorArgs, output: Vec<Tensor>) -> Result<Value, GbError>,
 }
@@ -81,6 +82,12 @@ pub fn module_names() -> impl Iterator<Item = &'static str> {
     SPECS.iter().map(|s| s.name)
 }
 
+/// What decoding may need besides the input: the memory budget that
+/// structural carriers are checked against before they are allocated.
+pub(crate) struct DecodeCx {
+    pub memory_limit: u64,
+}
+
 /// An entry instantiated and planned at one set of argument types.
 #[derive(Debug)]
 pub struct LangProgram {
@@ -88,17 +95,36 @@ pub struct LangProgram {
 }
 
 /// Serves the modules in [`SPECS`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LangBackend {
     modules: HashMap<String, Module>,
     /// Compiled entries by argument types (public so tests can check reuse).
     pub cache: ProgramCache<LangProgram>,
+    /// Inputs needing more bytes than this are refused (see [`crate::memory`]).
+    memory_limit: u64,
+}
+
+impl Default for LangBackend {
+    fn default() -> Self {
+        LangBackend::with_memory_limit(memory::default_limit())
+    }
 }
 
 impl LangBackend {
-    /// A backend with no module defined yet.
+    /// A backend with no module defined yet and the default memory budget
+    /// ([`memory::default_limit`]).
     pub fn new() -> LangBackend {
         LangBackend::default()
+    }
+
+    /// A backend refusing inputs that would need more than `bytes`.
+    pub fn with_memory_limit(bytes: u64) -> LangBackend {
+        LangBackend { modules: HashMap::new(), cache: ProgramCache::new(), memory_limit: bytes }
+    }
+
+    /// The memory budget in bytes.
+    pub fn memory_limit(&self) -> u64 {
+        self.memory_limit
     }
 }
 
@@ -133,7 +159,7 @@ impl Backend for LangBackend {
         if !spec.functions.contains(&function) {
             return Err(GbError::UnknownFunction { module: module.into(), function: function.into() });
         }
-        (spec.decode)(input)
+        (spec.decode)(input, &DecodeCx { memory_limit: self.memory_limit })
     }
 
     fn compile(&mut self, module: &str, function: &str, args: &TensorArgs) -> Result<Arc<LangProgram>, GbError> {
@@ -142,6 +168,8 @@ impl Backend for LangBackend {
         self.cache.get_or_build(key, || {
             let types: Vec<TensorType> = args.tensors.iter().map(Tensor::ty).collect();
             let c = m.instantiate(function, &types).map_err(|d| diag_err(module, d))?;
+            let need = memory::estimated_peak_bytes(&c.func);
+            memory::check(&format!("`{module}.{function}` at these sizes"), need, self.memory_limit)?;
             let exe = exec::plan_cached(&c.func).map_err(|e| GbError::Backend(e.to_string()))?;
             Ok(LangProgram { exe })
         })
@@ -177,11 +205,14 @@ pub(crate) fn encode_first(_function: &str, _args: &TensorArgs, output: Vec<Tens
     }
 }
 
-/// A zero-filled f64 vector whose length carries a structural integer.
-pub(crate) fn size_carrier(field: &str, n: usize, min: usize) -> Result<Tensor, GbError> {
+/// A zero-filled f64 vector whose length carries a structural integer,
+/// checked against the memory budget before it is allocated.
+pub(crate) fn size_carrier(cx: &DecodeCx, field: &str, n: usize, min: usize) -> Result<Tensor, GbError> {
     if n < min {
         return Err(GbError::input(field, format!("must be at least {min}, found {n}")));
     }
+    let bytes = (n as u64).saturating_mul(8);
+    memory::check(&format!("input field `{field}` = {n}"), bytes, cx.memory_limit)?;
     Tensor::from_vec(vec![n], vec![0.0f64; n]).map_err(|e| GbError::input(field, format!("internal error: {e}")))
 }
 

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{encode_first, size_carrier, ModuleSpec};
+use super::{encode_first, size_carrier, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::{Dim, Dims, Input};
 use crate::error::GbError;
@@ -15,7 +15,7 @@ pub(super) const SPEC: ModuleSpec = ModuleSpec {
     encode: encode_first,
 };
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let mut dims = Dims::new();
     let inp = Input::new(input)?;
     let x = inp.f64_tensor("x", &mut dims, &[Dim::Var("n")])?;
@@ -23,5 +23,5 @@ fn decode(input: &Value) -> Result<TensorArgs, GbError> {
         return Err(GbError::input("x", "must not be empty"));
     }
     let s = inp.usize("s")?;
-    Ok(TensorArgs { tensors: vec![x, size_carrier("s", s, 1)?], statics: vec![s as i64] })
+    Ok(TensorArgs { tensors: vec![x, size_carrier(cx, "s", s, 1)?], statics: vec![s as i64] })
 }

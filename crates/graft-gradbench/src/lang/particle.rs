@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{encode_first, scalar, ModuleSpec};
+use super::{encode_first, scalar, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::Input;
 use crate::error::GbError;
@@ -16,7 +16,7 @@ pub(super) const SPEC: ModuleSpec = ModuleSpec {
     encode: encode_first,
 };
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, _cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let w = Input::new(input)?.f64("w")?;
     Ok(TensorArgs { tensors: vec![scalar("w", w)?], statics: vec![] })
 }

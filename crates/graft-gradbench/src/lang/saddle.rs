@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{encode_first, ModuleSpec};
+use super::{encode_first, DecodeCx, ModuleSpec};
 use crate::backend::TensorArgs;
 use crate::convert::{Dim, Dims, Input};
 use crate::error::GbError;
@@ -16,7 +16,7 @@ pub(super) const SPEC: ModuleSpec = ModuleSpec {
     encode: encode_first,
 };
 
-fn decode(input: &Value) -> Result<TensorArgs, GbError> {
+fn decode(input: &Value, _cx: &DecodeCx) -> Result<TensorArgs, GbError> {
     let mut dims = Dims::new();
     let start = Input::new(input)?.f64_tensor("start", &mut dims, &[Dim::Fixed(2)])?;
     Ok(TensorArgs { tensors: vec![start], statics: vec![] })

@@ -479,6 +479,21 @@ impl Lower<'_> {
         }
         let (x, y) = self.unify(&l, &r, span).map_err(|d| {
             let (lt, rt) = (self.describe_operand(&l), self.describe_operand(&r));
+            let tensor_like = |v: &Val| matches!(v, Val::T(_) | Val::Const(_) | Val::Array { .. } | Val::Dim(..));
+            let help = if matches!(l, Val::Tuple(_)) || matches!(r, Val::Tuple(_)) {
+                "help: arithmetic applies to tensors, not tuples: take an element (`t.0`) or make one tensor with `stack(t)`".to_string()
+            } else if !tensor_like(&l) || !tensor_like(&r) {
+                format!("help: `{}` applies to numbers and tensors only", op.symbol())
+            } else {
+                match (&l, &r) {
+                    (Val::T(a), Val::T(_)) => {
+                        let x = self.import(*a);
+                        let dt = self.ty(x).dtype;
+                        format!("help: convert one side to the other's dtype, e.g. `cast(y, {dt})`; tensors are never cast implicitly")
+                    }
+                    _ => "help: convert the tensor with `cast(x, dtype)` (e.g. `cast(x, f32)`), or write the literal as the tensor's dtype needs (`2.0` for a float, `2` for an integer)".to_string(),
+                }
+            };
             Diagnostic::new(
                 Stage::Type,
                 span.clone(),
@@ -487,7 +502,7 @@ impl Lower<'_> {
             .with_secondary(ls.clone(), lt)
             .with_secondary(rs.clone(), rt)
             .with_note(format!("note: {}", d.message))
-            .with_note("help: convert one side with `cast(x, dtype)`")
+            .with_note(help)
         })?;
         let (tx, ty) = (self.ty(x), self.ty(y));
         if op == BinOp::MatMul {
@@ -726,6 +741,18 @@ impl Lower<'_> {
                                     format!("an index must be an integer scalar, found {it}"),
                                 ));
                             }
+                            // A negative index counts from the end, as a
+                            // literal one does: `i + n` where `i < 0`. An index
+                            // still out of range after that is clamped
+                            // (`dynamic_slice`'s rule).
+                            let zero = self.const_tensor(&[], &[0.0], it.dtype, span)?;
+                            let size = self.const_tensor(&[], &[n as f64], it.dtype, span)?;
+                            let r = self.b().lt(i, zero);
+                            let neg = self.ir(r, span)?;
+                            let r = self.b().add(i, size);
+                            let wrapped = self.ir(r, span)?;
+                            let r = self.b().select(neg, wrapped, i);
+                            let i = self.ir(r, span)?;
                             let shape = self.ty(x).shape;
                             let mut starts = Vec::new();
                             for a in 0..shape.len() {
@@ -755,7 +782,7 @@ impl Lower<'_> {
                                         &e.span,
                                         format!("slice bounds must be known while compiling, found {}", v.describe()),
                                     )
-                                    .with_note("help: use `dynamic_slice(x, starts, sizes)` for run-time offsets")
+                                    .with_note("help: index with a run-time integer (`x[i]`) for one element, or slice with sizes known while compiling")
                                 })
                             }
                         }
