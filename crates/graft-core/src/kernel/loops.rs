@@ -28,7 +28,7 @@
 //! on the same values.
 
 use super::ir::{Arg, Index, Inst, Kernel, Lit, Reg};
-use super::lower::{eqn_kernels, group_kernel, EqnLowering};
+use super::lower::{eqn_kernels, group_kernel, row_strides, EqnLowering};
 use super::native::{NativeFn, Slot};
 use crate::dtype::DType;
 use crate::error::ExecError;
@@ -208,15 +208,6 @@ impl View {
             _ => None,
         }
     }
-}
-
-/// Row-major strides of a shape.
-fn row_strides(shape: &[usize]) -> Vec<isize> {
-    let mut row = vec![1isize; shape.len()];
-    for k in (0..shape.len().saturating_sub(1)).rev() {
-        row[k] = row[k + 1] * shape[k + 1] as isize;
-    }
-    row
 }
 
 struct Builder<'a> {

@@ -143,7 +143,7 @@ pub(crate) enum EqnLowering {
 }
 
 /// Row-major strides of a shape.
-fn row_strides(shape: &[usize]) -> Vec<isize> {
+pub(crate) fn row_strides(shape: &[usize]) -> Vec<isize> {
     let mut row = vec![1isize; shape.len()];
     for k in (0..shape.len().saturating_sub(1)).rev() {
         row[k] = row[k + 1] * shape[k + 1] as isize;

@@ -560,9 +560,7 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
     let (dn, lt) = (d.name(), lane_type(d));
     let get = |e: &str| if d == DType::Bool { format!("({a_}{arg}[{e}] ? -1 : 0)") } else { format!("{a_}{arg}[{e}]") };
     let mut s = format!("({{ {vt} v; int64_t q = i, e0 = {offset};");
-    for (&dim, &st) in dims.iter().zip(strides).rev() {
-        let _ = write!(s, " e0 += (q % {dim}) * {st}; q /= {dim};");
-    }
+    address(&mut s, "q", "e0", dims, strides);
     let (last, ls) = (dims.last().copied().unwrap_or(1), strides.last().copied().unwrap_or(0));
     // Lanes gathered one by one go through an array, not the vector: a
     // vector written lane by lane lives on the stack for the whole loop.
@@ -576,11 +574,17 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
     };
     let _ = write!(s, " if (m == GL && (i % {last}) + GL <= {last}) {{ {fast} }} else {{");
     let _ = write!(s, " {lt} b[GL] = {{0}}; for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {offset};");
-    for (&dim, &st) in dims.iter().zip(strides).rev() {
-        let _ = write!(s, " e += (r % {dim}) * {st}; r /= {dim};");
-    }
+    address(&mut s, "r", "e", dims, strides);
     let _ = write!(s, " b[l] = {}; }} __builtin_memcpy(&v, b, sizeof v); }} v; }})", get("e"));
     s
+}
+
+/// Appends C that adds the address of point `var` (decomposed row-major
+/// over `dims`, consuming `var`) to `acc`.
+fn address(s: &mut String, var: &str, acc: &str, dims: &[usize], strides: &[isize]) {
+    for (&dim, &st) in dims.iter().zip(strides).rev() {
+        let _ = write!(s, " {acc} += ({var} % {dim}) * {st}; {var} /= {dim};");
+    }
 }
 
 /// The C type of one lane of a dtype's vector (bool lanes are `int32_t`).
@@ -610,9 +614,7 @@ fn strided_store(arg: u32, value: u32, d: DType, dims: &[usize], strides: &[isiz
     };
     // Lanes read one by one come from an array (see `strided_load`).
     let mut s = format!("{{ {lt} b[GL]; __builtin_memcpy(b, &r{value}, sizeof b); int64_t q = i, e0 = {offset};");
-    for (&dim, &st) in dims.iter().zip(strides).rev() {
-        let _ = write!(s, " e0 += (q % {dim}) * {st}; q /= {dim};");
-    }
+    address(&mut s, "q", "e0", dims, strides);
     let (last, ls) = (dims.last().copied().unwrap_or(1), strides.last().copied().unwrap_or(0));
     let fast = match ls {
         1 => format!("gk_st_{dn}(a{arg} + e0, r{value}, GL);"),
@@ -620,9 +622,7 @@ fn strided_store(arg: u32, value: u32, d: DType, dims: &[usize], strides: &[isiz
     };
     let _ = write!(s, " if (m == GL && (i % {last}) + GL <= {last}) {{ {fast} }} else {{");
     let _ = write!(s, " for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {offset};");
-    for (&dim, &st) in dims.iter().zip(strides).rev() {
-        let _ = write!(s, " e += (r % {dim}) * {st}; r /= {dim};");
-    }
+    address(&mut s, "r", "e", dims, strides);
     let _ = write!(s, " {} }} }} }}", lane("e"));
     s
 }
