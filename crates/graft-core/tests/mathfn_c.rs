@@ -460,7 +460,8 @@ fn compile(dir: &Path, src: &str, gl: usize, native: bool) -> Result<std::path::
     if native {
         cmd.arg("-march=native");
     }
-    cmd.arg("-o").arg(&exe).arg(&c);
+    // -lm: fmaf/fma on a CPU without FMA instructions (the baseline build).
+    cmd.arg("-o").arg(&exe).arg(&c).arg("-lm");
     let out = cmd.output().map_err(|e| format!("running cc: {e}"))?;
     if !out.status.success() {
         return Err(format!("cc failed for {tag}:\n{}", String::from_utf8_lossy(&out.stderr)));

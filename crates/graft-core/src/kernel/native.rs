@@ -142,6 +142,10 @@ fn compiler() -> String {
 /// results must be bitwise those of the interpreter.
 pub const FLAGS: &[&str] = &["-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-march=native", "-w"];
 
+/// Libraries, after the source: libm for `fma`/`fmaf`, which the prelude
+/// calls only on a CPU without FMA instructions.
+pub const LIBS: &[&str] = &["-lm"];
+
 /// The compiler's identity (first line of `--version`), probed once per
 /// compiler command.
 fn compiler_id(cc: &str) -> Result<String, NativeError> {
@@ -236,7 +240,7 @@ impl Toolchain {
     /// looks up each named kernel.
     pub fn compile(&self, source: &str, names: &[String]) -> Result<Vec<NativeFn>, NativeError> {
         let id = compiler_id(&self.cc)?;
-        let flags = FLAGS.join(" ");
+        let flags = format!("{} {}", FLAGS.join(" "), LIBS.join(" "));
         let key = hash_hex(&[source.as_bytes(), id.as_bytes(), flags.as_bytes(), features().as_bytes()]);
         let loaded_key = format!("{key}@{}", self.cache.display());
         let cached =
@@ -311,6 +315,7 @@ fn build_in(cc: &str, dir: &Path, key: &str, source: &str) -> Result<libloading:
         .arg("-o")
         .arg(&tmp_lib)
         .arg(&c_path)
+        .args(LIBS)
         .output()
         .map_err(|e| NativeError::NoCompiler(format!("{cc}: {e}")));
     if std::env::var_os("GRAFT_KEEP_SOURCE").is_some_and(|v| !v.is_empty() && v != "0") {

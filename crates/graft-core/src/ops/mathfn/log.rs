@@ -25,9 +25,10 @@ use super::exp_f64;
 
 /// Bits of `sqrt(1/2)`: the lower end of the reduced mantissa range.
 const SQRT_HALF_BITS: u64 = 0x3fe6_a09e_667f_3bcd;
-/// fdlibm's split of ln 2 (`LN2_HI` has its low 32 bits zero).
-const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+/// fdlibm's split of ln 2 (`LN2_HI` has its low 32 bits zero, so `n * LN2_HI`
+/// is exact for the exponents `n` of `log` and `exp`).
+pub(super) const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
+pub(super) const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
 /// `2^-54`: below this `log1p(x)` and `expm1(x)` round to `x`.
 const TINY: f64 = 5.551_115_123_125_783e-17;
 
@@ -101,16 +102,8 @@ pub fn log1p_f64(x: f64) -> f64 {
 /// `e^x - 1` of one f64.
 #[inline(always)]
 pub fn expm1_f64(x: f64) -> f64 {
-    const LOG2E: f64 = std::f64::consts::LOG2_E;
-    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
-    let xc = x.max(-40.0).min(710.0);
-    let t = xc * LOG2E + MAGIC;
-    let n = (t.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
-    let nf = t - MAGIC;
-    let hi = xc - nf * LN2_HI;
-    let r = hi - nf * LN2_LO;
-    let q = super::exp_tail_f64(r);
-    let em = r + q;
+    let (n, r) = super::exp_reduce_f64(x.max(-40.0).min(710.0));
+    let em = super::expm1_reduced_f64(r);
     let n1 = ((n + 2048) as u64 >> 1) as i64 - 1024;
     let n2 = n - n1;
     let s1 = f64::from_bits(((n1 + 1023) as u64) << 52);
