@@ -159,6 +159,22 @@ fn dot_general_rules() {
     }
 }
 
+/// Both gradients of a plain matmul come out of their GEMM in the operand's
+/// layout: the transpose rule orders the operands so that no `transpose`
+/// follows (a 784x512 weight gradient would otherwise be copied once more).
+#[test]
+fn matmul_gradients_need_no_transpose() {
+    for (x, w) in [([8, 5], [5, 3]), ([1, 7], [7, 1])] {
+        let f = func(&[f64t(&x), f64t(&w)], |b, p| {
+            let y = b.dot_general(p[0], p[1], &[1], &[0], &[], &[])?;
+            Ok(vec![b.reduce(ReduceKind::Sum, y, &[0, 1])?])
+        });
+        let g = grad(&f, &Wrt::All).unwrap();
+        assert_eq!(g.count_prim("dot_general"), 2, "{x:?} @ {w:?}:\n{g}");
+        assert_eq!(g.count_prim("transpose"), 0, "{x:?} @ {w:?}:\n{g}");
+    }
+}
+
 #[test]
 fn index_op_rules() {
     let idx_ty = TensorType::new(DType::I32, vec![4, 1]);

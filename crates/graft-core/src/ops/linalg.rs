@@ -596,7 +596,8 @@ impl Builder {
 
 // dot_general is bilinear: the JVP is the sum of the two one-sided products
 // and the transpose in one operand is another dot_general with the
-// cotangent, followed by a transpose back into that operand's layout.
+// cotangent (with the operands in the order that yields the operand's
+// layout directly where one does, else followed by a transpose back).
 impl crate::ad::Diff for DotGeneral {
     fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let (x, y) = (cx.primals[0], cx.primals[1]);
@@ -643,20 +644,40 @@ impl crate::ad::Diff for DotGeneral {
             idx.sort_by_key(|&k| other[k]);
             idx.into_iter().map(|k| own[k]).collect()
         };
+        let is_identity = |src: &[usize]| src.iter().enumerate().all(|(i, &a)| i == a);
+        // Two ways to form each cotangent: `ct . other` (the cotangent's free
+        // axes first) or `other . ct` (the other operand's first). They hold
+        // the same products; the one whose result is already in the
+        // operand's layout is taken, so that the common cases (both
+        // gradients of a matmul) need no transpose after the GEMM.
         if lx {
             let y = cx.primal("dot_general", 1)?;
+            let mut ct_first = self.lhs_batch.clone();
+            ct_first.extend(&lf);
+            ct_first.extend(paired(&self.lhs_contract, &self.rhs_contract));
+            let mut y_first = self.lhs_batch.clone();
+            y_first.extend(paired(&self.lhs_contract, &self.rhs_contract));
+            y_first.extend(&lf);
+            if !is_identity(&ct_first) && is_identity(&y_first) {
+                let res = b.dot_general(y, ct, &rf, &rf_ct, &self.rhs_batch, &batch_ct)?;
+                return Ok(vec![Some(res), None]);
+            }
             let res = b.dot_general(ct, y, &rf_ct, &rf, &batch_ct, &self.rhs_batch)?;
-            let mut src = self.lhs_batch.clone();
-            src.extend(&lf);
-            src.extend(paired(&self.lhs_contract, &self.rhs_contract));
-            Ok(vec![Some(back(b, res, src)?), None])
+            Ok(vec![Some(back(b, res, ct_first)?), None])
         } else {
             let x = cx.primal("dot_general", 0)?;
+            let mut ct_first = self.rhs_batch.clone();
+            ct_first.extend(&rf);
+            ct_first.extend(paired(&self.rhs_contract, &self.lhs_contract));
+            let mut x_first = self.rhs_batch.clone();
+            x_first.extend(paired(&self.rhs_contract, &self.lhs_contract));
+            x_first.extend(&rf);
+            if !is_identity(&ct_first) && is_identity(&x_first) {
+                let res = b.dot_general(x, ct, &lf, &lf_ct, &self.lhs_batch, &batch_ct)?;
+                return Ok(vec![None, Some(res)]);
+            }
             let res = b.dot_general(ct, x, &lf_ct, &lf, &batch_ct, &self.lhs_batch)?;
-            let mut src = self.rhs_batch.clone();
-            src.extend(&rf);
-            src.extend(paired(&self.rhs_contract, &self.lhs_contract));
-            Ok(vec![None, Some(back(b, res, src)?)])
+            Ok(vec![None, Some(back(b, res, ct_first)?)])
         }
     }
 }
