@@ -309,7 +309,7 @@ fn log_family_f32() {
     xs.extend(around32(0.0, 1e-3));
     xs.extend(EDGE32);
     check32b("expm1 f32", &xs, expm1_f32_slice, f32_ref(f64::exp_m1), 1);
-    check32b("logistic f32", &xs, logistic_f32_slice, f32_ref(logistic_ref), 1);
+    check32b("logistic f32", &xs, logistic_f32_slice, f32_ref(logistic_ref), 2);
 }
 
 #[test]

@@ -551,8 +551,16 @@ G_INL vf64 g_expm1_f64(vf64 x) {
 G_INL vf64 g_logistic_f64(vf64 x) {
     vf64 e = g_exp_f64(-g__abs64(x));
     vf64 d = 1.0 + e;
-    vf64 y = g__self64(x < 0.0, e / d, 1.0 / d);
+    vf64 y = g__self64(x < 0.0, e, g__f64(1.0)) / d;
     return g__self64(g__isnan64(x), x, y);
+}
+
+/* Mirrors ops/mathfn logistic_f32: natively in f32, on g_exp_f32. */
+G_INL vf32 g_logistic_f32(vf32 x) {
+    vf32 e = g_exp_f32(-g__abs32(x));
+    vf32 d = 1.0f + e;
+    vf32 y = g__self32(x < 0.0f, e, g__f32(1.0f)) / d;
+    return g__self32(g__isnan32(x), x, y);
 }
 
 /* ------------------------------------------------ sin, cos, tan (mathfn/trig.rs) */
@@ -674,7 +682,6 @@ G_INL vf32 g_erf_f32(vf32 x) {
 G_VIA_F64(log)
 G_VIA_F64(log1p)
 G_VIA_F64(expm1)
-G_VIA_F64(logistic)
 G_VIA_F64(sin)
 G_VIA_F64(cos)
 G_VIA_F64(tan)
