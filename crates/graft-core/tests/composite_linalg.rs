@@ -75,6 +75,31 @@ fn einsum_explicit_specs() {
     check_einsum("ij,jk->", "ij,jk->", &[&[2, 3], &[3, 4]]);
     // Case-sensitive letters.
     check_einsum("aA,Ab->ab", "aA,Ab->ab", &[&[2, 3], &[3, 2]]);
+    // A leading output letter free in one operand becomes a batch letter
+    // (the other operand broadcast along it) instead of a transpose after.
+    check_einsum("bi,gij->gbj", "bi,gij->gbj", &[&[3, 4], &[2, 4, 5]]);
+    check_einsum("gij,bi->gbj", "gij,bi->gbj", &[&[2, 4, 5], &[3, 4]]);
+    check_einsum("bi,gij->bgj", "bi,gij->bgj", &[&[3, 4], &[2, 4, 5]]);
+    check_einsum("ai,gaij->gaj", "ai,gaij->gaj", &[&[3, 4], &[2, 3, 4, 5]]);
+    check_einsum("ij,jk->ki", "ij,jk->ki", &[&[2, 3], &[3, 4]]);
+}
+
+/// The stacked-gates product of an LSTM, `"bi,gij->gbj"`, is one batched
+/// `dot_general` over `g` (the small `x` broadcast along it) with no
+/// transpose; where broadcasting would copy more than the transpose (a wide
+/// `x` against narrow gates) the transpose stays.
+#[test]
+fn einsum_takes_leading_output_letters_as_batch() {
+    let prims = |spec: &str, shapes: &[&[usize]]| {
+        let mut b = Builder::new("f");
+        let ps: Vec<_> = shapes.iter().map(|s| b.param(TensorType::new(DType::F32, s.to_vec()))).collect();
+        let y = linalg::einsum(&mut b, spec, &ps).unwrap();
+        let f = b.finish(&[y]).unwrap();
+        (f.count_prim("dot_general"), f.count_prim("transpose"), f.count_prim("broadcast_in_dim"))
+    };
+    assert_eq!(prims("bi,gij->gbj", &[&[16, 128], &[4, 128, 128]]), (1, 0, 1));
+    assert_eq!(prims("bi,gij->bgj", &[&[16, 128], &[4, 128, 128]]), (1, 0, 0));
+    assert_eq!(prims("bi,gij->gbj", &[&[16, 256], &[4, 256, 8]]), (1, 1, 0));
 }
 
 #[test]

@@ -169,7 +169,10 @@ fn parse_term(spec: &str, term: &str) -> Result<Term, IrError> {
 /// diagonals (`iota == iota` mask, `select`, `reduce_sum`), and sum the
 /// letters that no other operand or the output uses; then contract left to
 /// right with `dot_general` (batch = letters shared and still needed,
-/// contract = shared and no longer needed), and transpose to the output.
+/// contract = shared and no longer needed), and transpose to the output;
+/// the last product may take leading output letters as batch letters too,
+/// broadcasting the operand that lacks them, when that makes the transpose
+/// unnecessary and costs no more (see `batch_lead`).
 pub fn einsum(b: &mut Builder, spec: &str, operands: &[Value]) -> Result<Value, IrError> {
     let (lhs, rhs) = match spec.split_once("->") {
         Some((l, r)) => {
@@ -350,17 +353,39 @@ pub fn einsum(b: &mut Builder, spec: &str, operands: &[Value]) -> Result<Value, 
             acc_ls = acc_ls.into_iter().enumerate().filter(|(k, _)| !dead.contains(k)).map(|(_, l)| l).collect();
         }
         let shared: Vec<Label> = acc_ls.iter().copied().filter(|l| y_ls.contains(l)).collect();
-        let batch: Vec<Label> = shared.iter().copied().filter(|l| needed_after(l)).collect();
+        let mut batch: Vec<Label> = shared.iter().copied().filter(|l| needed_after(l)).collect();
         let contract: Vec<Label> = shared.iter().copied().filter(|l| !needed_after(l)).collect();
+        let (mut y, mut y_ls) = (*y, y_ls.clone());
+        if i + 1 == rest.len() {
+            if let Some(lead) = batch_lead(&output, &acc_ls, &y_ls, &batch, &contract, &sizes) {
+                let widen = |b: &mut Builder, x: Value, ls: &mut Vec<Label>| -> Result<Value, IrError> {
+                    let missing: Vec<Label> = lead.iter().copied().filter(|l| !ls.contains(l)).collect();
+                    if missing.is_empty() {
+                        return Ok(x);
+                    }
+                    let mut shape: Shape = missing.iter().map(|l| sizes[l]).collect();
+                    shape.extend(b.ty(x)?.shape.iter().copied());
+                    let dims: Vec<usize> = (missing.len()..shape.len()).collect();
+                    let mut new_ls = missing;
+                    new_ls.append(ls);
+                    *ls = new_ls;
+                    b.broadcast_in_dim(x, &shape, &dims)
+                };
+                acc = widen(b, acc, &mut acc_ls)?;
+                y = widen(b, y, &mut y_ls)?;
+                batch = lead;
+            }
+        }
+        let y_ls = &y_ls;
         let pos = |ls: &[Label], l: &Label| ls.iter().position(|m| m == l).expect("internal error: label present");
         let lc: Vec<usize> = contract.iter().map(|l| pos(&acc_ls, l)).collect();
         let rc: Vec<usize> = contract.iter().map(|l| pos(y_ls, l)).collect();
         let lb: Vec<usize> = batch.iter().map(|l| pos(&acc_ls, l)).collect();
         let rb: Vec<usize> = batch.iter().map(|l| pos(y_ls, l)).collect();
-        acc = b.dot_general(acc, *y, &lc, &rc, &lb, &rb)?;
+        acc = b.dot_general(acc, y, &lc, &rc, &lb, &rb)?;
         let mut new_ls = batch.clone();
-        new_ls.extend(acc_ls.iter().copied().filter(|l| !shared.contains(l)));
-        new_ls.extend(y_ls.iter().copied().filter(|l| !shared.contains(l)));
+        new_ls.extend(acc_ls.iter().copied().filter(|l| !batch.contains(l) && !contract.contains(l)));
+        new_ls.extend(y_ls.iter().copied().filter(|l| !batch.contains(l) && !contract.contains(l)));
         acc_ls = new_ls;
     }
 
@@ -375,6 +400,61 @@ pub fn einsum(b: &mut Builder, spec: &str, operands: &[Value]) -> Result<Value, 
         .map(|l| acc_ls.iter().position(|m| m == l).expect("internal error: output label present"))
         .collect();
     transpose_to(b, acc, &perm)
+}
+
+/// For the last product of an einsum whose `dot_general` result (batch,
+/// then `acc`'s free labels, then `y`'s) is not in the output's order: the
+/// shortest leading run of output labels that, taken as batch labels (the
+/// operand lacking one is broadcast along it), leaves the remaining free
+/// labels in output order, so that no transpose follows the product. `None`
+/// when no transpose is needed, when no such run exists, or when the
+/// broadcasts would copy more elements than the transpose they replace.
+///
+/// Why: in `"bi,gij->gbj"` (an LSTM's stacked gates) the plain product is
+/// `[b, g, j]` and needs a transpose, its weight operand is read with a
+/// layout GEMM cannot take in place (`g` and `j` are not adjacent), and its
+/// gradient comes out as `[g, j, i]`, transposed again; with `g` as a batch
+/// label (`x` broadcast to `[g, b, i]`) each gate is a plain GEMM on a
+/// contiguous weight and the gradients come out in place.
+fn batch_lead(
+    output: &[Label],
+    acc_ls: &[Label],
+    y_ls: &[Label],
+    batch: &[Label],
+    contract: &[Label],
+    sizes: &BTreeMap<Label, usize>,
+) -> Option<Vec<Label>> {
+    let free = |ls: &[Label], skip: &[Label]| -> Vec<Label> {
+        ls.iter().copied().filter(|l| !skip.contains(l) && !contract.contains(l)).collect()
+    };
+    let mut plain = batch.to_vec();
+    plain.extend(free(acc_ls, batch));
+    plain.extend(free(y_ls, batch));
+    if plain == output {
+        return None;
+    }
+    let elems = |ls: &[Label]| ls.iter().map(|l| sizes[l]).product::<usize>();
+    for p in 1..=output.len() {
+        let lead = &output[..p];
+        if !batch.iter().all(|l| lead.contains(l)) {
+            continue;
+        }
+        let mut rest = free(acc_ls, lead);
+        rest.extend(free(y_ls, lead));
+        if rest != output[p..] {
+            continue;
+        }
+        let widened = |ls: &[Label]| {
+            let missing: Vec<Label> = lead.iter().copied().filter(|l| !ls.contains(l)).collect();
+            if missing.is_empty() {
+                0
+            } else {
+                elems(ls) * elems(&missing)
+            }
+        };
+        return (widened(acc_ls) + widened(y_ls) <= elems(output)).then(|| lead.to_vec());
+    }
+    None
 }
 
 fn first_repeat(ls: &[Label]) -> Option<(usize, usize)> {
