@@ -238,6 +238,14 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
             s.push_str(&format!("\n# body @{body}\n{p}"));
         }
     }
+    let whiles = graft_core::kernel::while_programs(func, opts);
+    if !whiles.is_empty() {
+        let n = whiles.len();
+        s.push_str(&format!("\n# {n} compiled while loop{}\n", if n == 1 { "" } else { "s" }));
+        for (body, p) in whiles {
+            s.push_str(&format!("\n# body @{body}\n{p}"));
+        }
+    }
     Ok(s)
 }
 

@@ -312,3 +312,80 @@ fn the_verifier_rejects_bad_strided_stores_and_windows() {
     assert!(verify(&reads(window(-2, 3))).is_ok(), "only the part of the box with points is read");
     assert!(verify(&reads(window(0, 4))).unwrap_err().msg.contains("window reaches"));
 }
+
+/// A while loop over `(consts: a f64[n], limit i32[]; carry: x f64[n],
+/// y f64[n], i i32[])`: `while i < limit && !(x[0] > 1e3)` the body swaps
+/// and mixes the vector carries (`x, y <- y * a + x, tanh(x)`), counts,
+/// and the predicate reads a carry element and a const.
+fn mixing_while(n: usize) -> Func {
+    let tys = || [t64(&[n]), TensorType::scalar(DType::I32), t64(&[n]), t64(&[n]), TensorType::scalar(DType::I32)];
+    let mut c = Builder::new("cond");
+    let ps: Vec<Value> = tys().into_iter().map(|t| c.param(t)).collect();
+    let more = c.compare(Compare::Lt, ps[4], ps[1]).unwrap();
+    let x0 = c.slice(ps[2], &[0], &[1], &[1]).unwrap();
+    let x0 = c.reshape(x0, &[]).unwrap();
+    let big = c.scalar(1e3, DType::F64).unwrap();
+    let small = c.compare(Compare::Le, x0, big).unwrap();
+    let go = c.and(more, small).unwrap();
+    let cond = c.finish(&[go]).unwrap();
+
+    let mut b = Builder::new("mix");
+    let ps: Vec<Value> = tys().into_iter().map(|t| b.param(t)).collect();
+    let ya = b.mul(ps[3], ps[0]).unwrap();
+    let nx = b.add(ya, ps[2]).unwrap();
+    let ny = b.tanh(ps[2]).unwrap();
+    let one = b.scalar(1.0, DType::I32).unwrap();
+    let ni = b.add(ps[4], one).unwrap();
+    let body = b.finish(&[nx, ny, ni]).unwrap();
+
+    let mut f = Builder::new("mixing");
+    let ps: Vec<Value> = tys().into_iter().map(|t| f.param(t)).collect();
+    let out = f.while_loop(Arc::new(cond), Arc::new(body), &ps[..2], &ps[2..]).unwrap();
+    f.finish(&out).unwrap()
+}
+
+#[test]
+fn while_loops_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for (n, limit) in [(5, 0), (5, 1), (40, 7), (3, 1000)] {
+        let f = mixing_while(n);
+        let mut ins = inputs(&f, 5);
+        ins[0] = Tensor::from_fn(&t64(&[n]), |i| 0.5 + i as f64 * 0.25);
+        ins[1] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| limit as f64);
+        ins[2] = Tensor::from_fn(&t64(&[n]), |i| 0.1 * i as f64);
+        ins[4] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| 0.0);
+        assert_eq!(compare(&f, &ins), 1, "n = {n}, limit = {limit}: the loop did not run compiled");
+    }
+}
+
+#[test]
+fn forward_mode_through_a_while_loop_runs_compiled() {
+    if skip() {
+        return;
+    }
+    // while_jvp runs the augmented loop (carry and tangent) through the
+    // same compiled path.
+    let f = mixing_while(6);
+    let jf = graft_core::ad::jvp_func(&f).unwrap();
+    let mut ins = inputs(&jf, 9);
+    for (k, &p) in jf.params.iter().enumerate() {
+        if jf.ty(p).dtype == DType::I32 {
+            ins[k] = Tensor::from_fn(jf.ty(p), |_| if k == 1 { 9.0 } else { 0.0 });
+        } else if k < 5 {
+            ins[k] = Tensor::from_fn(jf.ty(p), |i| 0.25 + 0.125 * i as f64);
+        }
+    }
+    assert!(compare(&jf, &ins) >= 1, "no loop ran compiled:\n{jf}");
+}
+
+#[test]
+fn a_while_loop_is_listed_as_a_program() {
+    let f = mixing_while(4);
+    let progs = graft_core::kernel::while_programs(&f, opts(CompileMode::Off));
+    assert_eq!(progs.len(), 1);
+    let text = progs[0].1.to_string();
+    assert!(text.starts_with("while gw:"), "{text}");
+    assert!(text.contains("# cond") && text.contains("# body") && text.contains("ys0[t]"), "{text}");
+}

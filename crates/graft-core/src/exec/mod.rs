@@ -23,7 +23,7 @@ pub mod fuse;
 
 use crate::error::ExecError;
 use crate::ir::{verify, Func, Value};
-use crate::kernel::loops::NativeLoop;
+use crate::kernel::loops::{NativeLoop, NativeWhile};
 use crate::kernel::CompileMode;
 use crate::ops::Op;
 use crate::tensor::Tensor;
@@ -101,7 +101,14 @@ pub struct Executable {
     /// Compiled loops of this function as a scan body, per (consts,
     /// carries, reverse); `None` when the body has no compiled form.
     loops: Mutex<Vec<(LoopKey, Option<Arc<NativeLoop>>)>>,
+    /// Compiled while loops with this function as the body, per (cond,
+    /// consts, carries); `None` when the loop has no compiled form.
+    whiles: Mutex<Vec<(WhileKey, Option<Arc<NativeWhile>>)>>,
 }
+
+/// A compiled while loop's `cond` (held, so that the pointer compared
+/// stays this function's) and operand split.
+type WhileKey = (Arc<Func>, usize, usize);
 
 /// What a compiled loop depends on besides its body: the scan's operand
 /// split and direction.
@@ -133,6 +140,7 @@ impl Executable {
             kinds,
             options,
             loops: Mutex::new(Vec::new()),
+            whiles: Mutex::new(Vec::new()),
         })
     }
 
@@ -168,6 +176,54 @@ impl Executable {
             }
         };
         entry.filter(|l| l.ready().is_some())
+    }
+
+    /// This function as the body of a while loop with condition `cond`
+    /// (planned as `cond_exe`), `n_consts` consts and `n_carry` carries, as
+    /// a while program (see [`crate::kernel::loops`]), if every step of
+    /// both has a kernel form.
+    pub fn while_program(
+        &self,
+        cond_exe: &Executable,
+        n_consts: usize,
+        n_carry: usize,
+    ) -> Option<crate::kernel::loops::WhileProgram> {
+        crate::kernel::loops::build_while(
+            (&cond_exe.func, &cond_exe.plan),
+            (&self.func, &self.plan),
+            n_consts,
+            n_carry,
+            "gw",
+        )
+    }
+
+    /// This function as a while loop's body, compiled whole with `cond`
+    /// (see [`Executable::while_program`]): planned and handed to the
+    /// compiler on the first request, returned once its native code is
+    /// ready; `None` before, without a compiled form, or with compilation off.
+    pub(crate) fn native_while(
+        &self,
+        cond: &Arc<Func>,
+        cond_exe: &Executable,
+        n_consts: usize,
+        n_carry: usize,
+    ) -> Option<Arc<NativeWhile>> {
+        if self.options.compile == CompileMode::Off {
+            return None;
+        }
+        let mut whiles = self.whiles.lock().unwrap_or_else(|e| e.into_inner());
+        let found = whiles.iter().find(|((c, k, n), _)| Arc::ptr_eq(c, cond) && (*k, *n) == (n_consts, n_carry));
+        let entry = match found {
+            Some((_, w)) => w.clone(),
+            None => {
+                let w = self
+                    .while_program(cond_exe, n_consts, n_carry)
+                    .map(|p| NativeWhile::start(p, self.options.compile));
+                whiles.push(((cond.clone(), n_consts, n_carry), w.clone()));
+                w
+            }
+        };
+        entry.filter(|w| w.ready().is_some())
     }
 
     /// Number of fused groups in the plan and the equations they hold.

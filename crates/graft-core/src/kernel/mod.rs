@@ -148,6 +148,35 @@ pub fn loop_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, l
     out
 }
 
+/// The compiled forms of a function's `while` loops (including loops nested
+/// in other loops' bodies), as `graft ir --kernels` shows them: for each
+/// `while` whose `cond` and body have compiled forms, the body's name and
+/// the program. Planned with `options` (compilation itself is not started).
+pub fn while_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, loops::WhileProgram)> {
+    let options = crate::ExecOptions { compile: CompileMode::Off, ..options };
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo: Vec<Arc<Func>> = vec![Arc::new(func.clone())];
+    while let Some(f) = todo.pop() {
+        for eqn in &f.eqns {
+            if let crate::ops::Prim::While(w) = &eqn.prim {
+                let lp = &w.lp;
+                let nk = lp.body.outputs.len();
+                let key = (Arc::as_ptr(&lp.cond) as usize, Arc::as_ptr(&lp.body) as usize, lp.n_consts);
+                if seen.insert(key) {
+                    let exes = crate::Executable::with_options(lp.cond.clone(), options)
+                        .and_then(|c| Ok((c, crate::Executable::with_options(lp.body.clone(), options)?)));
+                    if let Some(p) = exes.ok().and_then(|(c, b)| b.while_program(&c, lp.n_consts, nk)) {
+                        out.push((lp.body.name.clone(), p));
+                    }
+                }
+            }
+            todo.extend(crate::ops::Op::subfuncs(&eqn.prim));
+        }
+    }
+    out
+}
+
 /// The kernels an executable's fused groups lower to (for `graft ir
 /// --kernels` and tests), in plan order.
 pub fn kernels_of(exe: &crate::exec::Executable) -> Vec<Kernel> {

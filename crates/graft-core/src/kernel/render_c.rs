@@ -17,7 +17,7 @@
 //! in and out of memory with `memcpy` (no alignment assumed).
 
 use super::ir::{body_types, Access, Index, Inner, Inst, Kernel, Lit, Reduction};
-use super::loops::{Loc, LoopProgram};
+use super::loops::{Loc, LoopProgram, WhileProgram};
 use crate::dtype::DType;
 use crate::ops::reduce::ReduceKind;
 use crate::ops::Op;
@@ -172,6 +172,83 @@ pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
     let _ = writeln!(s, "  }}");
     for j in 0..nk {
         let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, bytes(p.outputs[j]));
+    }
+    let _ = writeln!(s, "}}");
+    s
+}
+
+/// A while loop's native function (see `loops::whiles`): `cond`'s calls,
+/// a test of the predicate, the body's calls, the carry swap, until the
+/// predicate is false.
+///
+/// Arguments (`run_program`'s order): consts (`nc`), initial carries
+/// (`nk`), final carries (`nk`), the two carry sets (`2 nk`, interleaved),
+/// the body's scratch, `cond`'s scratch, the body's statics, `cond`'s
+/// statics. `start` and `end` are unused.
+pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
+    let (c, b) = (&w.cond, &w.body);
+    let mut kernels = b.kernels.clone();
+    kernels.extend(c.kernels.iter().cloned());
+    let mut s = render_unit(&kernels, lanes);
+    let (nc, nk) = (b.n_consts, b.n_carry);
+    let bytes = |(d, n): (DType, usize)| n * d.size_bytes();
+    let out0 = nc + nk;
+    let pp0 = out0 + nk;
+    let bsc0 = pp0 + 2 * nk;
+    let csc0 = bsc0 + b.scratch.len();
+    let bst0 = csc0 + c.scratch.len();
+    let cst0 = bst0 + b.statics.len();
+    // `Xs` never occurs (neither program has `xs`) and `Ys(0)` only in
+    // `cond` (its predicate, kept in `pred`); `loops::whiles::build`
+    // checks both.
+    let ptr = |l: &Loc, in_cond: bool| match *l {
+        Loc::Const(j) => format!("(char *)args[{j}]"),
+        Loc::CarryIn(j) => format!("cin[{j}]"),
+        Loc::Scratch(j) => format!("(char *)args[{}]", if in_cond { csc0 } else { bsc0 } + j),
+        Loc::Static(j) => format!("(char *)args[{}]", if in_cond { cst0 } else { bst0 } + j),
+        Loc::CarryOut(j) => format!("cout[{j}]"),
+        Loc::Xs(_) | Loc::Ys(_) => "(char *)pred".to_string(),
+    };
+    let calls = |s: &mut String, p: &LoopProgram, in_cond: bool| {
+        for call in &p.calls {
+            let k = &p.kernels[call.kernel];
+            let args: Vec<String> = call.args.iter().map(|l| format!("(void *)({})", ptr(l, in_cond))).collect();
+            let _ =
+                writeln!(s, "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}", args.join(", "), k.name, k.extent);
+        }
+    };
+    let _ = writeln!(
+        s,
+        "
+void {}(int64_t start, int64_t end, void *const *args) {{",
+        w.name
+    );
+    let _ = writeln!(s, "  (void)start; (void)end;");
+    let _ = writeln!(s, "  char *cin[{0}], *cout[{0}], *sw;", nk.max(1));
+    let _ = writeln!(s, "  uint8_t pred[64] __attribute__((aligned(64))) = {{0}};");
+    let _ = writeln!(s, "  (void)sw; (void)cin; (void)cout; (void)pred;");
+    for j in 0..nk {
+        let n = bytes(b.params[nc + j]);
+        let _ =
+            writeln!(s, "  cin[{j}] = (char *)args[{}]; cout[{j}] = (char *)args[{}];", pp0 + 2 * j, pp0 + 2 * j + 1);
+        let _ = writeln!(s, "  __builtin_memcpy(cin[{j}], args[{}], {n});", nc + j);
+    }
+    let _ = writeln!(s, "  for (;;) {{");
+    calls(&mut s, c, true);
+    let _ = writeln!(s, "    if (!*(const uint8_t *)({})) break;", ptr(&c.out_loc[0], true));
+    calls(&mut s, b, false);
+    for j in 0..nk {
+        let l = b.out_loc[j];
+        if l != Loc::CarryOut(j) {
+            let _ = writeln!(s, "    __builtin_memcpy(cout[{j}], {}, {});", ptr(&l, false), bytes(b.outputs[j]));
+        }
+    }
+    for j in 0..nk {
+        let _ = writeln!(s, "    sw = cin[{j}]; cin[{j}] = cout[{j}]; cout[{j}] = sw;");
+    }
+    let _ = writeln!(s, "  }}");
+    for j in 0..nk {
+        let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, bytes(b.outputs[j]));
     }
     let _ = writeln!(s, "}}");
     s

@@ -72,6 +72,13 @@ fn args<'a>(consts: &[&'a Tensor], carry: &'a [Tensor]) -> Vec<&'a Tensor> {
 /// Runs `lp` from `init`; returns the final carry.
 pub(super) fn run_loop(lp: &Loop, consts: &[&Tensor], init: Vec<Tensor>) -> Result<Vec<Tensor>, ExecError> {
     let p = Plans::new(lp)?;
+    // Compiled whole when `cond` and body have kernel forms and the code is
+    // ready (bitwise the same carries, see `kernel::loops::whiles`).
+    if let Some(nw) = p.body.native_while(&lp.cond, &p.cond, lp.n_consts, init.len()) {
+        if let Some(f) = nw.ready() {
+            return nw.run(f, consts, &init);
+        }
+    }
     let mut carry = init;
     while p.test(consts, &carry, bytes(&carry))? {
         let next = p.step(consts, &carry, bytes(&carry))?;

@@ -1,5 +1,6 @@
 //! Loops compiled whole: a `scan` whose body runs entirely as kernels
-//! becomes one native function with the loop inside.
+//! becomes one native function with the loop inside; so does a `while`
+//! whose `cond` and body both do (`whiles.rs`).
 //!
 //! The executor runs a loop body as a nested plan, once per step: every
 //! step pays the plan's dispatch, buffer pool and kernel-call overhead for
@@ -39,6 +40,11 @@ use crate::tensor::Tensor;
 use crate::types::TensorType;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+mod whiles;
+pub(crate) use whiles::build as build_while;
+pub(crate) use whiles::NativeWhile;
+pub use whiles::WhileProgram;
 
 /// Where a value of the body lives while the compiled loop runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,6 +87,9 @@ pub struct LoopProgram {
     pub n_consts: usize,
     /// See `n_consts`.
     pub n_carry: usize,
+    /// How many outputs are carries: `n_carry` for a loop body, 0 for a
+    /// while loop's `cond` (its one output, the predicate, is `Ys(0)`).
+    pub carry_outs: usize,
     /// See `n_consts`.
     pub n_xs: usize,
     /// See `n_consts`.
@@ -106,9 +115,24 @@ const STATIC_MAX_BYTES: usize = 16 << 20;
 /// The program of a scan body (`nc` consts, `nk` carries) planned as
 /// `plan`, or `None` when some step has no kernel form.
 pub(crate) fn build(func: &Func, plan: &Plan, nc: usize, nk: usize, reverse: bool, name: &str) -> Option<LoopProgram> {
+    build_program(func, plan, nc, nk, nk, reverse, name)
+}
+
+/// [`build`] for a function whose first `carry_outs` outputs are carries
+/// (a scan or while body: all `nk`; a while loop's `cond`: none, its one
+/// output is `Ys(0)`).
+fn build_program(
+    func: &Func,
+    plan: &Plan,
+    nc: usize,
+    nk: usize,
+    carry_outs: usize,
+    reverse: bool,
+    name: &str,
+) -> Option<LoopProgram> {
     let np = func.params.len();
     let nx = np.checked_sub(nc + nk)?;
-    let ny = func.outputs.len().checked_sub(nk)?;
+    let ny = func.outputs.len().checked_sub(carry_outs)?;
     let mut b = Builder {
         func,
         kernels: Vec::new(),
@@ -176,7 +200,7 @@ pub(crate) fn build(func: &Func, plan: &Plan, nc: usize, nk: usize, reverse: boo
         i += 1;
     }
     b.forward();
-    b.finish(fixed, nc, nk, nx, ny, reverse, name)
+    b.finish(fixed, nc, nk, carry_outs, nx, ny, reverse, name)
 }
 
 /// A value that only moves other values' elements (a slice, broadcast,
@@ -391,6 +415,7 @@ impl Builder<'_> {
         mut loc: HashMap<Value, Loc>,
         nc: usize,
         nk: usize,
+        carry_outs: usize,
         nx: usize,
         ny: usize,
         reverse: bool,
@@ -417,7 +442,7 @@ impl Builder<'_> {
         let outs: Vec<Value> = func.outputs.iter().map(|&v| self.root(v)).collect();
         for (j, &v) in outs.iter().enumerate() {
             if first_write.contains_key(&v) && !loc.contains_key(&v) {
-                loc.insert(v, if j < nk { Loc::CarryOut(j) } else { Loc::Ys(j - nk) });
+                loc.insert(v, if j < carry_outs { Loc::CarryOut(j) } else { Loc::Ys(j - carry_outs) });
             }
         }
         // Everything read must be defined by now or by an earlier call.
@@ -479,6 +504,7 @@ impl Builder<'_> {
             calls,
             n_consts: nc,
             n_carry: nk,
+            carry_outs,
             n_xs: nx,
             n_ys: ny,
             reverse,
@@ -698,7 +724,7 @@ impl std::fmt::Display for LoopProgram {
         for c in &self.calls {
             writeln!(f, "  {}({})", self.kernels[c.kernel].name, list(&c.args))?;
         }
-        let outs: Vec<Loc> = (0..self.n_carry).map(Loc::CarryOut).chain((0..self.n_ys).map(Loc::Ys)).collect();
+        let outs: Vec<Loc> = (0..self.carry_outs).map(Loc::CarryOut).chain((0..self.n_ys).map(Loc::Ys)).collect();
         for (o, l) in outs.iter().zip(&self.out_loc) {
             if o != l {
                 writeln!(f, "  {o} = {l}")?;
