@@ -183,8 +183,9 @@ pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
 ///
 /// Arguments (`run_program`'s order): consts (`nc`), initial carries
 /// (`nk`), final carries (`nk`), the two carry sets (`2 nk`, interleaved),
-/// the body's scratch, `cond`'s scratch, the body's statics, `cond`'s
-/// statics. `start` and `end` are unused.
+/// the body's scratch, `cond`'s scratch, the trip count (one `int64_t`
+/// written at the end), the body's statics, `cond`'s statics. `start` and
+/// `end` are unused.
 pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
     let (c, b) = (&w.cond, &w.body);
     let mut kernels = b.kernels.clone();
@@ -196,7 +197,8 @@ pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
     let pp0 = out0 + nk;
     let bsc0 = pp0 + 2 * nk;
     let csc0 = bsc0 + b.scratch.len();
-    let bst0 = csc0 + c.scratch.len();
+    let trips = csc0 + c.scratch.len();
+    let bst0 = trips + 1;
     let cst0 = bst0 + b.statics.len();
     // `Xs` never occurs (neither program has `xs`) and `Ys(0)` only in
     // `cond` (its predicate, kept in `pred`); `loops::whiles::build`
@@ -226,6 +228,7 @@ void {}(int64_t start, int64_t end, void *const *args) {{",
     let _ = writeln!(s, "  (void)start; (void)end;");
     let _ = writeln!(s, "  char *cin[{0}], *cout[{0}], *sw;", nk.max(1));
     let _ = writeln!(s, "  uint8_t pred[64] __attribute__((aligned(64))) = {{0}};");
+    let _ = writeln!(s, "  int64_t trips = 0;");
     let _ = writeln!(s, "  (void)sw; (void)cin; (void)cout; (void)pred;");
     for j in 0..nk {
         let n = bytes(b.params[nc + j]);
@@ -246,10 +249,12 @@ void {}(int64_t start, int64_t end, void *const *args) {{",
     for j in 0..nk {
         let _ = writeln!(s, "    sw = cin[{j}]; cin[{j}] = cout[{j}]; cout[{j}] = sw;");
     }
+    let _ = writeln!(s, "    trips++;");
     let _ = writeln!(s, "  }}");
     for j in 0..nk {
         let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, bytes(b.outputs[j]));
     }
+    let _ = writeln!(s, "  *(int64_t *)args[{trips}] = trips;");
     let _ = writeln!(s, "}}");
     s
 }

@@ -101,18 +101,24 @@ impl NativeWhile {
         self.slot.get()
     }
 
-    /// Runs the loop from `init` with `consts`; returns the final carry.
-    pub(crate) fn run(&self, f: &NativeFn, consts: &[&Tensor], init: &[Tensor]) -> Result<Vec<Tensor>, ExecError> {
+    /// Runs the loop from `init` with `consts`; returns the final carry and
+    /// the number of trips.
+    pub(crate) fn run(
+        &self,
+        f: &NativeFn,
+        consts: &[&Tensor],
+        init: &[&Tensor],
+    ) -> Result<(Vec<Tensor>, usize), ExecError> {
         let b = &self.program.body;
         let (nc, nk) = (b.n_consts, b.n_carry);
         let fits = |t: &Tensor, (d, n): (DType, usize)| t.dtype() == d && t.numel() == n;
         let ok = consts.len() == nc
             && init.len() == nk
-            && consts.iter().copied().chain(init).zip(&b.params).all(|(t, &p)| fits(t, p));
+            && consts.iter().chain(init).zip(&b.params).all(|(t, &p)| fits(t, p));
         if !ok {
             return Err(ExecError::kernel("while", "internal error: operands do not match the compiled loop"));
         }
-        let ins: Vec<&Tensor> = consts.iter().copied().chain(init).collect();
+        let ins: Vec<&Tensor> = consts.iter().chain(init).copied().collect();
         let mut outs: Vec<Tensor> =
             init.iter().map(|t| Tensor::zeros(&TensorType { dtype: t.dtype(), shape: t.shape().to_vec() })).collect();
         let mut work = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(|| {
@@ -120,14 +126,16 @@ impl NativeWhile {
             carry
                 .chain(b.scratch.iter().copied())
                 .chain(self.program.cond.scratch.iter().copied())
+                .chain([(DType::I64, 1)])
                 .map(|(dtype, n)| Tensor::zeros(&TensorType { dtype, shape: vec![n] }))
                 .collect()
         });
         let held: usize = work.iter().chain(&outs).map(Tensor::size_bytes).sum();
         crate::kernel::native::run_program(f, 0, &ins, &mut outs, &mut work, &self.statics);
         crate::exec::note_nested_peak(held);
+        let trips = work.last().and_then(|t| t.as_slice::<i64>().ok()).and_then(|s| s.first().copied()).unwrap_or(0);
         self.spare.lock().unwrap_or_else(|e| e.into_inner()).push(work);
         super::NATIVE_RUNS.with(|c| c.set(c.get() + 1));
-        Ok(outs)
+        Ok((outs, trips.max(0) as usize))
     }
 }

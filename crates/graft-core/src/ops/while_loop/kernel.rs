@@ -76,7 +76,8 @@ pub(super) fn run_loop(lp: &Loop, consts: &[&Tensor], init: Vec<Tensor>) -> Resu
     // ready (bitwise the same carries, see `kernel::loops::whiles`).
     if let Some(nw) = p.body.native_while(&lp.cond, &p.cond, lp.n_consts, init.len()) {
         if let Some(f) = nw.ready() {
-            return nw.run(f, consts, &init);
+            let init: Vec<&Tensor> = init.iter().collect();
+            return Ok(nw.run(f, consts, &init)?.0);
         }
     }
     let mut carry = init;
@@ -130,6 +131,11 @@ pub(super) fn hvp(lp: &Loop, aug: &Loop, aug_back: &Arc<Func>, ins: &[&Tensor]) 
 pub(super) fn vjp(lp: &Loop, back: &Arc<Func>, x: &[&Tensor], seed: Vec<Tensor>) -> Result<Vec<Tensor>, ExecError> {
     let (k, c0) = x.split_at(lp.n_consts);
     let p = Plans::new(lp)?;
+    if lp.remat == Remat::Off {
+        if let Some(state) = compiled_vjp(lp, back, &p, k, c0, &seed)? {
+            return Ok(state);
+        }
+    }
     let bk = plan_cached(back)?;
     let init = || c0.iter().map(|t| (*t).clone()).collect::<Vec<Tensor>>();
     let stride = match lp.remat {
@@ -196,4 +202,96 @@ pub(super) fn vjp(lp: &Loop, back: &Arc<Func>, x: &[&Tensor], seed: Vec<Tensor>)
         }
     }
     Ok(state)
+}
+
+/// The two functions a compiled `while_vjp` runs as scans, derived from a
+/// loop's body and its backward step (see [`compiled_vjp`]).
+struct Sweeps {
+    body: Arc<Func>,
+    back: Arc<Func>,
+    /// `(k, c) -> (body(k, c), c)`: the body, also returning the carry it
+    /// read (the `ys` of a scan stack the carries).
+    record: Arc<Func>,
+    /// `(k, state, c) -> back(k, c, state)`: the backward step with its
+    /// parameters in a scan body's order (consts, carry, x).
+    back_scan: Arc<Func>,
+}
+
+/// Derived functions are built once per (body, back) pair and kept, so that
+/// their plans and compiled loops (cached by function) are found again.
+static SWEEPS: std::sync::Mutex<Vec<Arc<Sweeps>>> = std::sync::Mutex::new(Vec::new());
+
+fn sweeps(lp: &Loop, back: &Arc<Func>) -> Arc<Sweeps> {
+    let mut all = SWEEPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = all.iter().find(|s| Arc::ptr_eq(&s.body, &lp.body) && Arc::ptr_eq(&s.back, back)) {
+        return s.clone();
+    }
+    let (nc, nk) = (lp.n_consts, lp.body.outputs.len());
+    let mut record = (*lp.body).clone();
+    record.name = format!("{}_record", lp.body.name);
+    record.outputs.extend_from_slice(&lp.body.params[nc..nc + nk]);
+    let mut back_scan = (**back).clone();
+    back_scan.name = format!("{}_scan", back.name);
+    let bp = &back.params;
+    back_scan.params = bp[..nc].iter().chain(&bp[nc + nk..]).chain(&bp[nc..nc + nk]).copied().collect();
+    let s = Arc::new(Sweeps {
+        body: lp.body.clone(),
+        back: back.clone(),
+        record: Arc::new(record),
+        back_scan: Arc::new(back_scan),
+    });
+    all.push(s.clone());
+    s
+}
+
+/// `while_vjp` with both sweeps compiled (loops without rematerialisation,
+/// once the native code of all three loops is ready; `None` otherwise):
+/// the compiled while loop counts the trips `n`; a compiled scan of length
+/// `n` over the body records the carries `c_0 .. c_{n-1}` as its stacked
+/// `ys`; a compiled reverse scan over them runs the backward step, its
+/// carry the state `(const cotangents, carry cotangent)`. The same steps in
+/// the same order as the interpreted sweeps, so the same bits.
+fn compiled_vjp(
+    lp: &Loop,
+    back: &Arc<Func>,
+    p: &Plans,
+    k: &[&Tensor],
+    c0: &[&Tensor],
+    seed: &[Tensor],
+) -> Result<Option<Vec<Tensor>>, ExecError> {
+    let (nc, nk) = (lp.n_consts, c0.len());
+    let sw = sweeps(lp, back);
+    let (rec, bk) = (plan_cached(&sw.record)?, plan_cached(&sw.back_scan)?);
+    let nstate = sw.back_scan.outputs.len();
+    // Ask for all three first, so that they compile side by side.
+    let (nw, rl, bl) = (
+        p.body.native_while(&lp.cond, &p.cond, nc, nk),
+        rec.native_loop(nc, nk, false),
+        bk.native_loop(nc, nstate, true),
+    );
+    let (Some(nw), Some(rl), Some(bl)) = (nw, rl, bl) else { return Ok(None) };
+    let (Some(fw), Some(fr), Some(fb)) = (nw.ready(), rl.ready(), bl.ready()) else { return Ok(None) };
+    let (_, n) = nw.run(fw, k, c0)?;
+    // Forward sweep: the carries, stacked.
+    let stacked = |t: &Tensor| {
+        let mut shape = vec![n];
+        shape.extend_from_slice(t.shape());
+        crate::types::TensorType { dtype: t.dtype(), shape }
+    };
+    let mut outs: Vec<Tensor> = c0.iter().map(|t| Tensor::zeros(&t.ty())).collect();
+    outs.extend(c0.iter().map(|t| Tensor::zeros(&stacked(t))));
+    let stack_bytes: usize = outs[nk..].iter().map(Tensor::size_bytes).sum();
+    let ins: Vec<&Tensor> = k.iter().chain(c0).copied().collect();
+    rl.run(fr, n, &ins, &mut outs)?;
+    let saved = outs.split_off(nk);
+    drop(outs);
+    // Backward sweep.
+    let (nfk, _) = lp.n_float();
+    let mut state: Vec<Tensor> = lp.float_x_types()[..nfk].iter().map(Tensor::zeros).collect();
+    state.extend(seed.iter().cloned());
+    let mut fin: Vec<Tensor> = state.iter().map(|t| Tensor::zeros(&t.ty())).collect();
+    let ins: Vec<&Tensor> = k.iter().copied().chain(&state).chain(&saved).collect();
+    bl.run(fb, n, &ins, &mut fin)?;
+    note_nested_peak(stack_bytes + bytes(&state) + bytes(&fin));
+    Ok(Some(fin))
 }
