@@ -417,3 +417,50 @@ fn reverse_mode_through_a_while_loop_runs_both_sweeps_compiled() {
         );
     }
 }
+
+/// A loop body with full reductions of its vector carry (`sum` and `max`
+/// of all elements, broadcast back): a one-row row kernel inside the
+/// compiled loop, combining in the interpreter's pairwise order (lengths
+/// around the 16-lane and 256-element leaf boundaries, NaN, infinities and
+/// signed zeros in the data).
+fn reducing_scan(n: usize) -> Func {
+    let mut body = Builder::new("reducing");
+    let y = body.param(t64(&[n]));
+    let x = body.param(t64(&[n]));
+    let p = body.mul(y, x).unwrap();
+    let s = body.reduce_sum(p, &[0]).unwrap();
+    let m = body.reduce_max(x, &[0]).unwrap();
+    let sm = body.sub(s, m).unwrap();
+    let sb = body.broadcast_in_dim(sm, &[n], &[]).unwrap();
+    let half = body.scalar(0.5, DType::F64).unwrap();
+    let half = body.broadcast_in_dim(half, &[n], &[]).unwrap();
+    let yh = body.mul(y, half).unwrap();
+    let next = body.add(yh, sb).unwrap();
+    let body = body.finish(&[next, s]).unwrap();
+    let mut b = Builder::new("reducing_loop");
+    let y0 = b.param(t64(&[n]));
+    let xs = b.param(t64(&[4, n]));
+    let out = b.scan(Arc::new(body), &[], &[y0], &[xs], ScanOpts::new(4)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn full_reductions_in_a_loop_body_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for n in [2, 15, 16, 17, 300, 1000] {
+        let f = reducing_scan(n);
+        for seed in [1, 2] {
+            let mut ins = inputs(&f, seed);
+            if seed == 2 {
+                // Finite data: the sums stay finite and the order shows.
+                ins = ins
+                    .iter()
+                    .map(|t| Tensor::from_fn(&t.ty(), |i| ((i * 7919) % 1000) as f64 / 37.0 - 13.0))
+                    .collect();
+            }
+            assert_eq!(compare(&f, &ins), 1, "n = {n}, seed {seed}: the loop did not run compiled");
+        }
+    }
+}

@@ -14,8 +14,8 @@
 //!   region's external inputs (strided loads);
 //! - a broadcast of a row value along its row (`[rows] -> [rows, len]`);
 //! - a reduction of a full value over its trailing `len` elements (in the
-//!   row form of `ops::reduce`: coalesced to `[rows, len]`, `rows >= 2`),
-//!   floating-point only.
+//!   row form of `ops::reduce`: coalesced to `[rows, len]`, `rows >= 2`, or
+//!   a full reduction of a small value), floating-point only.
 //!
 //! Lowering keeps the full values as an expression graph and inlines the
 //! part each reduction needs into the reduction's inner body (recompute,
@@ -78,7 +78,11 @@ fn row_form(func: &Func, e: usize) -> Option<(usize, usize)> {
             rows *= d;
         }
     }
-    (rows >= 2 && len >= 2).then_some((rows, len))
+    // One row (a full reduction) only where the interpreter would not split
+    // it across threads either: a region runs its rows in parallel, never
+    // one row's reduction.
+    let one_row = rows == 1 && len < crate::ops::kernel::PAR_MIN;
+    ((rows >= 2 || one_row) && len >= 2).then_some((rows, len))
 }
 
 /// The equations of a step, in schedule order.
