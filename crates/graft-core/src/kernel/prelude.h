@@ -518,6 +518,26 @@ G_INL vf64 g_log_f64(vf64 x) {
     return g__self64(g__isnan64(x), x, y);
 }
 
+/* Mirrors ops/mathfn log_f32: fdlibm's logf, natively in f32. */
+G_INL vf32 g_log_f32(vf32 x) {
+    vi32 sub = x < 1.17549435e-38f;
+    vf32 xs = g__self32(sub, x * 33554432.0f, x);
+    vu32 u = (vu32)xs + (0x3f800000u - 0x3f3504f3u);
+    vi32 k = (vi32)(u >> 23) - 127 - (sub & 25);
+    vf32 f = (vf32)((u & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
+    vf32 kf = __builtin_convertvector(k, vf32);
+    vf32 s = f / (2.0f + f);
+    vf32 z = s * s;
+    vf32 w = z * z;
+    vf32 r = z * (6.6666662693e-1f + w * 2.8498786688e-1f) + w * (4.0000972152e-1f + w * 2.4279078841e-1f);
+    vf32 hfsq = 0.5f * f * f;
+    vf32 y = kf * 6.9313812256e-1f - ((hfsq - (s * (hfsq + r) + kf * 9.0580006145e-6f)) - f);
+    y = g__self32(x == __builtin_inff(), x, y);
+    y = g__self32(x == 0.0f, g__f32(-__builtin_inff()), y);
+    y = g__self32(x < 0.0f, g__f32(__builtin_nanf("")), y);
+    return g__self32(g__isnan32(x), x, y);
+}
+
 G_INL vf64 g_log1p_f64(vf64 x) {
     vf64 u = 1.0 + x;
     vf64 c = g__self64(g__abs64(x) < 1.0, x - (u - 1.0), 1.0 - (u - x));
@@ -679,7 +699,6 @@ G_INL vf32 g_erf_f32(vf32 x) {
         vf32 y = __builtin_convertvector(g_##op##_f64(__builtin_convertvector(x, vf64)), vf32); \
         return g__self32(g__isnan32(x), x, y);                                     \
     }
-G_VIA_F64(log)
 G_VIA_F64(log1p)
 G_VIA_F64(expm1)
 G_VIA_F64(sin)

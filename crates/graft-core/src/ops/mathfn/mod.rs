@@ -18,7 +18,7 @@
 //! |---|---|---|---|
 //! | exp | 2 (1 measured) | 2 (1) | native f32 algorithm |
 //! | tanh | 6 (5) | 2 | f32: one rational, no exp (see [`tanh_f32`]); checked on every f32 in `[0.25, 9.1]` |
-//! | log | 1 (0) | 1 | |
+//! | log | 1 (1) | 1 | f32: native (fdlibm's `logf`) |
 //! | log1p | 1 (0) | 2 (1) | |
 //! | expm1 | 1 (0) | 2 | |
 //! | logistic | 2 (2) | 3 (2) | f32: native, on the f32 `exp` |
@@ -26,7 +26,7 @@
 //! | tan | 1 (0) | 3 (2) | for `\|x\| <= 2^28`; NaN beyond |
 //! | erf | 1 (0) | 20 (16) | f64: absolute error < 2e-15 where erf is near ±1 |
 //!
-//! The f32 versions of log, log1p, expm1, sin, cos, tan and erf
+//! The f32 versions of log1p, expm1, sin, cos, tan and erf
 //! evaluate the f64 algorithm on the widened input and round once (f32
 //! subnormals are normal in f64; double rounding makes the bound 1 ulp
 //! rather than 0.5).
@@ -249,7 +249,7 @@ mod log;
 mod trig;
 
 pub use erf::{erf_f32, erf_f32_slice, erf_f64, erf_f64_slice};
-pub use log::{expm1_f64, log1p_f64, log_f64, logistic_f32, logistic_f64};
+pub use log::{expm1_f64, log1p_f64, log_f32, log_f64, logistic_f32, logistic_f64};
 pub use trig::{cos_f64, sin_f64, tan_f64, TRIG_LIMIT};
 
 macro_rules! via_f64 {
@@ -268,7 +268,6 @@ macro_rules! via_f64 {
 }
 
 via_f64! {
-    log_f32 => log_f64,
     log1p_f32 => log1p_f64,
     expm1_f32 => expm1_f64,
     sin_f32 => sin_f64,
