@@ -464,3 +464,65 @@ fn full_reductions_in_a_loop_body_run_compiled_and_bitwise() {
         }
     }
 }
+
+/// A while body that branches: a three-way `switch` on the trip counter
+/// (clamped below 0 and above 2, as the interpreter clamps) and a two-way
+/// `cond` on data (`x[0] > 0`). If-converted for the compiled loop
+/// (`opt::if_convert`): every branch runs, `select` keeps the taken one.
+fn branching_while(n: usize) -> Func {
+    let tys = || [TensorType::scalar(DType::I32), t64(&[n]), TensorType::scalar(DType::I32)];
+    let branch = |name: &str, op: &dyn Fn(&mut Builder, Value) -> Value| {
+        let mut b = Builder::new(name);
+        let x = b.param(t64(&[n]));
+        let y = op(&mut b, x);
+        Arc::new(b.finish(&[y]).unwrap())
+    };
+    let double = branch("double", &|b, x| b.add(x, x).unwrap());
+    let dec = branch("dec", &|b, x| {
+        let one = b.scalar(1.0, DType::F64).unwrap();
+        let one = b.broadcast_in_dim(one, &[n], &[]).unwrap();
+        b.sub(x, one).unwrap()
+    });
+    let squash = branch("squash", &|b, x| b.tanh(x).unwrap());
+    let neg = branch("neg", &|b, x| b.neg(x).unwrap());
+
+    let mut c = Builder::new("cond");
+    let ps: Vec<Value> = tys().into_iter().map(|t| c.param(t)).collect();
+    let go = c.compare(Compare::Lt, ps[2], ps[0]).unwrap();
+    let cond = c.finish(&[go]).unwrap();
+
+    let mut b = Builder::new("branching");
+    let ps: Vec<Value> = tys().into_iter().map(|t| b.param(t)).collect();
+    let one = b.scalar(1.0, DType::I32).unwrap();
+    let idx = b.sub(ps[2], one).unwrap();
+    let y = b.switch(idx, &[double, dec, squash], &[ps[1]]).unwrap()[0];
+    let y0 = b.slice(y, &[0], &[1], &[1]).unwrap();
+    let y0 = b.reshape(y0, &[]).unwrap();
+    let zero = b.scalar(0.0, DType::F64).unwrap();
+    let pos = b.compare(Compare::Gt, y0, zero).unwrap();
+    let pos = b.convert(pos, DType::I32).unwrap();
+    let ident = branch("ident", &|_, x| x);
+    let y = b.switch(pos, &[neg, ident], &[y]).unwrap()[0];
+    let ni = b.add(ps[2], one).unwrap();
+    let body = b.finish(&[y, ni]).unwrap();
+
+    let mut f = Builder::new("branching_loop");
+    let ps: Vec<Value> = tys().into_iter().map(|t| f.param(t)).collect();
+    let out = f.while_loop(Arc::new(cond), Arc::new(body), &ps[..1], &ps[1..]).unwrap();
+    f.finish(&out).unwrap()
+}
+
+#[test]
+fn branching_while_bodies_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for (n, limit) in [(4, 6), (17, 2), (3, -1)] {
+        let f = branching_while(n);
+        let mut ins = inputs(&f, 21);
+        ins[0] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| limit as f64);
+        ins[2] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| -1.0);
+        assert_eq!(compare(&f, &ins), 1, "n = {n}, limit = {limit}: the loop did not run compiled");
+        assert!(graft_core::opt::if_convert(&f).is_none(), "the top level has no cond");
+    }
+}

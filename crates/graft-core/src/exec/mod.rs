@@ -152,7 +152,17 @@ impl Executable {
         n_carry: usize,
         reverse: bool,
     ) -> Option<crate::kernel::loops::LoopProgram> {
-        crate::kernel::loops::build(&self.func, &self.plan, n_consts, n_carry, reverse, "gl")
+        let conv = self.if_converted();
+        let e = conv.as_ref().unwrap_or(self);
+        crate::kernel::loops::build(&e.func, &e.plan, n_consts, n_carry, reverse, "gl")
+    }
+
+    /// This function with its `cond`s if-converted (`opt::if_convert`) and
+    /// planned again, when it has any: a compiled loop has no form for a
+    /// branch, so its body runs every branch and selects.
+    fn if_converted(&self) -> Option<Executable> {
+        let g = crate::opt::if_convert(&self.func)?;
+        Executable::with_options(g, ExecOptions { compile: CompileMode::Off, ..self.options }).ok()
     }
 
     /// This function as the body of a scan with `n_consts` consts and
@@ -188,13 +198,9 @@ impl Executable {
         n_consts: usize,
         n_carry: usize,
     ) -> Option<crate::kernel::loops::WhileProgram> {
-        crate::kernel::loops::build_while(
-            (&cond_exe.func, &cond_exe.plan),
-            (&self.func, &self.plan),
-            n_consts,
-            n_carry,
-            "gw",
-        )
+        let (cc, bc) = (cond_exe.if_converted(), self.if_converted());
+        let (c, b) = (cc.as_ref().unwrap_or(cond_exe), bc.as_ref().unwrap_or(self));
+        crate::kernel::loops::build_while((&c.func, &c.plan), (&b.func, &b.plan), n_consts, n_carry, "gw")
     }
 
     /// This function as a while loop's body, compiled whole with `cond`

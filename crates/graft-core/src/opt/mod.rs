@@ -5,11 +5,13 @@
 mod algebra;
 mod cse;
 mod dce;
+mod ifconv;
 mod noop;
 
 pub use algebra::fold_identities;
 pub use cse::cse;
 pub use dce::dce;
+pub use ifconv::if_convert;
 pub use noop::remove_noops;
 
 use crate::ir::Func;
