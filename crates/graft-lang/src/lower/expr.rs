@@ -205,8 +205,7 @@ impl Lower<'_> {
 
     /// Calls a function value.
     pub fn call_fn(&mut self, f: &FnVal, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
-        self.enter(span)?;
-        let r = self.call_fn_inner(f, args, span);
+        let r = self.enter(span).and_then(|()| self.call_fn_inner(f, args, span));
         self.leave();
         r
     }
