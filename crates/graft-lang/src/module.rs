@@ -205,6 +205,13 @@ impl Module {
     pub fn run(&self, entry: &str, inputs: &[Tensor]) -> Result<Output, Diagnostic> {
         let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
         let c = self.instantiate(entry, &types)?;
+        self.run_compiled(entry, &c, inputs)
+    }
+
+    /// Plans and runs `c`, an instance of `entry` from [`Module::instantiate`]
+    /// at the inputs' types (so a caller can inspect the graph, e.g. check
+    /// its memory estimate, before anything runs).
+    pub fn run_compiled(&self, entry: &str, c: &Compiled, inputs: &[Tensor]) -> Result<Output, Diagnostic> {
         let span = self.def(entry).map_or(0..0, |d| d.name.span.clone());
         let exe =
             exec::plan_cached(&c.func).map_err(|e| Diagnostic::new(Stage::Runtime, span.clone(), e.to_string()))?;
