@@ -700,3 +700,54 @@ fn check_and_run_agree_on_call_depth() {
         assert!(err.contains("this call is too deep"), "{cmd}: {err}");
     }
 }
+
+/// Every example's `main` gives bitwise-identical results at 1 and 2
+/// threads and when run again (issue 14, item 6): each run's `--out` arrays
+/// are compared as .npy bytes (dtype, shape and every bit of the data, so
+/// NaN payloads and signed zeros count), and the printed text too.
+#[test]
+fn examples_are_bitwise_deterministic_across_threads_and_runs() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(examples())
+        .expect("examples/ exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "graft"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "only {} examples", files.len());
+    let dir = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for path in &files {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let mut first: Option<(String, Vec<(String, Vec<u8>)>)> = None;
+        for threads in ["1", "2"] {
+            for rep in 0..2 {
+                let out = dir.path().join(format!("{name}-{threads}-{rep}.npz"));
+                let printed =
+                    stdout(graft().env("RAYON_NUM_THREADS", threads).arg("run").arg(path).arg("--out").arg(&out));
+                let arrays: Vec<(String, Vec<u8>)> = npy::load_npz(&out)
+                    .expect("--out is a readable .npz")
+                    .into_iter()
+                    .map(|(k, t)| {
+                        let mut bytes = Vec::new();
+                        npy::write_npy(&mut bytes, &t).unwrap();
+                        (k, bytes)
+                    })
+                    .collect();
+                assert!(!arrays.is_empty(), "{name}: no results");
+                match &first {
+                    None => first = Some((printed, arrays)),
+                    Some((p0, a0)) => {
+                        assert_eq!(&printed, p0, "{name}: printed results differ at {threads} threads, run {rep}");
+                        assert_eq!(a0.len(), arrays.len(), "{name}");
+                        for ((k0, b0), (k, b)) in a0.iter().zip(&arrays) {
+                            assert_eq!(k0, k, "{name}");
+                            assert!(b0 == b, "{name}: result {k} differs bitwise at {threads} threads, run {rep}");
+                        }
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 3 * files.len());
+}
