@@ -138,7 +138,7 @@ impl Module {
                     None => types.push(Tree::Tuple(Vec::new())),
                 }
             }
-            if let Err(mut d) = self.instantiate_trees(&def.name.name, &types, false) {
+            if let Err(mut d) = self.instantiate_trees(&def.name.name, &types, true) {
                 if !names.is_empty() {
                     let sizes: Vec<String> = names.iter().map(|n| format!("{n}={}", size(n))).collect();
                     d = d.with_note(format!(
@@ -162,12 +162,14 @@ impl Module {
     /// The entry `entry` lowered at these parameter types (one per parameter).
     pub fn instantiate(&self, entry: &str, args: &[TensorType]) -> Result<Compiled, Diagnostic> {
         let trees: Vec<Tree> = args.iter().cloned().map(Tree::Leaf).collect();
-        self.instantiate_trees(entry, &trees, true)
+        self.instantiate_trees(entry, &trees, false)
     }
 
-    /// `simplify`: run `opt::simplify` on the result (`check` only wants
-    /// the errors, and simplifying was half its time).
-    fn instantiate_trees(&self, entry: &str, args: &[Tree], simplify: bool) -> Result<Compiled, Diagnostic> {
+    /// `checking`: for [`Module::check`], at placeholder sizes: no
+    /// `opt::simplify` (check only wants the errors, and simplifying was half
+    /// its time), and a compile-time `if` whose branch fails falls back to
+    /// the other one (real sizes may select it).
+    fn instantiate_trees(&self, entry: &str, args: &[Tree], checking: bool) -> Result<Compiled, Diagnostic> {
         let Some(&idx) = self.prog.defs.get(entry) else {
             let span = 0..0;
             let mut d = Diagnostic::new(Stage::Resolve, span, format!("there is no function named `{entry}`"));
@@ -187,6 +189,7 @@ impl Module {
             ));
         }
         let mut l = Lower::new(&self.prog);
+        l.placeholder_sizes = checking;
         let spans: Vec<Span> =
             (0..args.len()).map(|i| def.params.get(i).map_or(def.name.span.clone(), |p| p.span.clone())).collect();
         let st = l.standalone(entry, args, &def.span, |l, vals| {
@@ -197,7 +200,7 @@ impl Module {
         if !st.captures.is_empty() {
             return Err(Diagnostic::new(Stage::Type, def.span.clone(), "internal error: an entry captured a value"));
         }
-        let func = if simplify { opt::simplify(&st.func) } else { st.func };
+        let func = if checking { st.func } else { opt::simplify(&st.func) };
         Ok(Compiled { func: Arc::new(func), out: st.out })
     }
 

@@ -483,3 +483,63 @@ fn vmap_argument_axis_out_of_range_is_still_an_error() {
     assert!(text.contains("cannot batch along axis 1") && text.contains("rank 1"), "{text}");
     assert!(text.contains("t.graft:2:"), "{text}");
 }
+
+/// Known defects from issue 14, item 8: a tuple of literals given to
+/// `stack`/`concat` stays a static array whose dtype comes from its
+/// context (it was an f32 tensor, so `x * stack((10.0, 0.0))` failed next
+/// to an f64 `x`), and a compile-time `if` on sizes passes `check` when the
+/// branch the placeholder sizes select fails but the other one checks.
+#[test]
+fn literal_stacks_take_their_context_dtype() {
+    let src = "def a(x: tensor[3, f64]) -> tensor[3, f64] = x * stack((10.0, 0.0, 1.0))\n\
+               def b() -> tensor[2, f64] = stack((10.0, 0.0))\n\
+               def c() -> tensor[2, 3, i64] = stack(([1, 2, 3], [4, 5, 6]))\n\
+               def d() -> tensor[3, 2, f64] = stack(([1, 2, 3], [4, 5, 6]), axis=-1)\n\
+               def e() -> tensor[2, 3, f64] = concat(([[1.0], [2.0]], [[3.0, 4.0], [5.0, 6.0]]), axis=1)\n\
+               def f() -> tensor[3, f32] = stack((1.0, 2, 3))\n\
+               def g(x: f64) -> tensor[2, f64] = stack((x, 0.0))\n\
+               def h() -> f32 = sum(stack((1.0, 2.0)))\n";
+    let m = module(src);
+    m.check().unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", src)).collect::<String>()));
+    assert_eq!(v64(&run(src, "a", &[t64(&[3], &[1.0, 2.0, 3.0])])), vec![10.0, 0.0, 3.0]);
+    let b = run(src, "b", &[]);
+    assert_eq!(b.tensor().unwrap().dtype(), graft_core::DType::F64);
+    assert_eq!(v64(&b), vec![10.0, 0.0]);
+    let c = run(src, "c", &[]);
+    assert_eq!(c.tensor().unwrap().to_vec::<i64>().unwrap(), vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(v64(&run(src, "d", &[])), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    assert_eq!(v64(&run(src, "e", &[])), vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
+    assert_eq!(run(src, "f", &[]).tensor().unwrap().dtype(), graft_core::DType::F32);
+    assert_eq!(v64(&run(src, "g", &[Tensor::scalar(2.5f64)])), vec![2.5, 0.0]);
+    assert_eq!(v64(&run(src, "h", &[])), vec![3.0]);
+    // Shapes that do not stack are still an error naming `stack`.
+    let bad = "def s() -> tensor[2, f64] = stack(([1.0, 2.0], [3.0]))\n";
+    let d = module(bad).run("s", &[]).unwrap_err();
+    assert!(d.message.contains("stack") || d.message.contains("concatenate"), "{}", d.message);
+}
+
+#[test]
+fn compile_time_if_on_sizes_checks_through_the_branch_real_sizes_take() {
+    let src = "def s(a: tensor[n, f64], b: tensor[m, f64]) -> tensor[m, f64] = if size(a) == 0 then b else a + b\n";
+    let m = module(src);
+    m.check().unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", src)).collect::<String>()));
+    // Both branches run at the sizes that select them ...
+    assert_eq!(v64(&run(src, "s", &[t64(&[0], &[]), t64(&[2], &[1.0, 2.0])])), vec![1.0, 2.0]);
+    assert_eq!(v64(&run(src, "s", &[t64(&[2], &[1.0, 2.0]), t64(&[2], &[3.0, 4.0])])), vec![4.0, 6.0]);
+    // ... and `run` still reports the failing branch where it is taken.
+    let d = m.run("s", &[t64(&[2], &[1.0, 2.0]), t64(&[3], &[1.0, 2.0, 3.0])]).unwrap_err();
+    assert!(d.message.contains("broadcast"), "{}", d.message);
+    // A run after `check` does not reuse what check lowered through the
+    // other branch (check's fallback instances are not cached).
+    let m = module(src);
+    m.check().unwrap();
+    assert!(m.run("s", &[t64(&[11], &[1.0; 11]), t64(&[13], &[1.0; 13])]).is_err());
+    // When both branches fail, or the condition is a literal, check fails.
+    for bad in [
+        "def u(a: tensor[n, f64], b: tensor[m, f64]) -> tensor[m, f64] = if size(a) == 0 then a + b else a * b\n",
+        "def t(a: tensor[n, f64], b: tensor[m, f64]) -> tensor[m, f64] = if true then a + b else b\n",
+    ] {
+        let ds = module(bad).check().unwrap_err();
+        assert!(ds[0].message.contains("broadcast"), "{bad}: {}", ds[0].message);
+    }
+}

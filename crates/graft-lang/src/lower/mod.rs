@@ -157,6 +157,12 @@ pub struct Lower<'p> {
     depth: usize,
     /// The deepest `depth` reached (see [`Inst::height`]).
     peak: usize,
+    /// Lowering for `Module::check`, at placeholder sizes: a compile-time
+    /// `if` whose branch fails falls back to its other branch.
+    pub placeholder_sizes: bool,
+    /// How many such fallbacks happened; an instance lowered with one is
+    /// not cached (it is not what those sizes run).
+    pub branch_fallbacks: usize,
     loc: Option<Arc<SrcLoc>>,
 }
 
@@ -171,7 +177,16 @@ pub struct Standalone {
 
 impl<'p> Lower<'p> {
     pub fn new(p: &'p Prog) -> Lower<'p> {
-        Lower { p, frames: Vec::new(), active: Vec::new(), depth: 0, peak: 0, loc: None }
+        Lower {
+            p,
+            frames: Vec::new(),
+            active: Vec::new(),
+            depth: 0,
+            peak: 0,
+            placeholder_sizes: false,
+            branch_fallbacks: 0,
+            loc: None,
+        }
     }
 
     // ----- diagnostics and locations -----
@@ -641,7 +656,7 @@ impl<'p> Lower<'p> {
                 .with_secondary(def.name.span.clone(), "defined here")
                 .with_note("help: write loops with `scan`, `fori` or `while`"));
         }
-        let (depth0, peak0) = (self.depth, self.peak);
+        let (depth0, peak0, fallbacks0) = (self.depth, self.peak, self.branch_fallbacks);
         self.peak = depth0;
         if let Err(e) = self.enter(span) {
             self.leave();
@@ -689,7 +704,9 @@ impl<'p> Lower<'p> {
             return Err(self.err(Stage::Type, span, "internal error: a def captured an outer value"));
         }
         let inst = Rc::new(Inst { func: Arc::new(st.func), out: st.out, height });
-        self.p.cache.borrow_mut().insert(key, inst.clone());
+        if self.branch_fallbacks == fallbacks0 {
+            self.p.cache.borrow_mut().insert(key, inst.clone());
+        }
         Ok(inst)
     }
 }
