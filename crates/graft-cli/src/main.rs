@@ -10,6 +10,12 @@
 //!   compile time and min/median/max run time (`--json`: one object
 //!   `{"compile_ms", "min_ms", "median_ms", "max_ms", "runs"}` on stdout)
 //!
+//! `graft run` also takes `--max-memory BYTES` (default `GRAFT_MAX_MEMORY`,
+//! else half of physical memory: a plan whose estimated peak is larger is
+//! refused before it runs) and `--timeout SECONDS` (a watchdog thread ends
+//! the process with exit code 1 and a message when the time is up; see
+//! `watchdog.rs`).
+//!
 //! Exit codes: 0 success, 1 program error (a diagnostic is printed to
 //! stderr), 2 usage error (from clap, or a `--input`/`--shapes` that is not
 //! `NAME=...`). Inputs are never cast: an input whose dtype or rank differs
@@ -19,6 +25,7 @@
 
 mod bench;
 mod inputs;
+mod watchdog;
 
 use clap::{Parser, Subcommand};
 use graft_lang::{diag, Module, Output};
@@ -50,6 +57,15 @@ enum Cmd {
         /// Value of an integer parameter named `seed` when no --input gives it.
         #[arg(long)]
         seed: Option<i64>,
+        /// Refuse to run when the plan's estimated peak memory exceeds this
+        /// many bytes (suffixes K, M, G, T: powers of 1024). Default:
+        /// GRAFT_MAX_MEMORY, else half of physical memory.
+        #[arg(long, value_name = "BYTES")]
+        max_memory: Option<String>,
+        /// Stop with an error (exit code 1) when compiling and running take
+        /// longer than this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
     },
     /// Parse and type-check only.
     Check { file: PathBuf },
@@ -168,10 +184,39 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             m.check().map_err(|ds| render_all(&ds, m.file(), m.source()))?;
             Ok(format!("{}: ok ({} definitions)\n", m.file(), m.program().defs.len()))
         }
-        Cmd::Run { file, entry, inputs, out, seed } => {
+        Cmd::Run { file, entry, inputs, out, seed, max_memory, timeout } => {
+            let limit = match max_memory {
+                Some(s) => graft_core::memory::parse_bytes(&s).ok_or_else(|| {
+                    Fail::usage(format!(
+                        "error: --max-memory {s}: expected a byte count such as 1073741824, 512M or 4G"
+                    ))
+                })?,
+                None => graft_core::memory::default_limit(),
+            };
+            let phase = timeout.map(watchdog::start).transpose()?;
             let m = load(&file)?;
             let ins = inputs::gather(&m, &entry, &inputs, seed)?;
-            let res = m.run(&entry, &ins).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            let types: Vec<graft_core::TensorType> = ins.iter().map(graft_core::Tensor::ty).collect();
+            let c = m.instantiate(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            let need = graft_core::memory::estimated_peak_bytes(&c.func);
+            let what = format!("`{entry}` at these input sizes");
+            if let Some(msg) = graft_core::memory::over_limit(&what, need, limit, "the memory limit") {
+                let span = m.def(&entry).map_or(0..0, |d| d.name.span.clone());
+                let d = diag::Diagnostic::new(diag::Stage::Runtime, span, msg)
+                    .with_label("not run")
+                    .with_note("note: the estimate is the peak of live tensors when every value is materialised")
+                    .with_note(
+                        "help: raise the limit with --max-memory BYTES or GRAFT_MAX_MEMORY, or use smaller inputs",
+                    );
+                return Err(render_all(&[d], m.file(), m.source()));
+            }
+            if let Some(p) = &phase {
+                p.set(watchdog::RUNNING);
+            }
+            let res = m.run_compiled(&entry, &c, &ins).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            if let Some(p) = &phase {
+                p.set(watchdog::WRITING);
+            }
             if let Some(path) = out {
                 let arrays: Vec<(String, graft_core::Tensor)> =
                     res.leaves().into_iter().enumerate().map(|(i, t)| (i.to_string(), t.clone())).collect();

@@ -596,3 +596,158 @@ fn gradbench_refuses_hostile_sizes_and_keeps_serving() {
     // t = -1, 0, 1, s = sign(t) and p(t) = 1: residuals -2, -1, 0, so 0.5 * 5.
     assert_eq!(lines[3]["output"], serde_json::json!(2.5), "{s}");
 }
+
+/// Programs whose sizes need more memory than there is, or that run too
+/// long: errors with exit code 1, never an abort.
+const LIMITS_PROGRAM: &str = "\
+def main() -> f32 = sum(zeros((100000, 100000, 100000)))
+def small(x: tensor[n, f64]) -> f64 = sum(x * 2.0)
+def spin() -> i32 = while(fn (i) -> i < 2000000000, fn (i) -> i + 1, 0)
+def empty() -> tensor[0, 4294967296, f32] = zeros((0, 4294967296))
+def wide() -> f32 = sum(zeros((4294967296, 4294967296, 4294967296)))
+";
+
+fn run_limits(envs: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("l.graft");
+    std::fs::write(&prog, LIMITS_PROGRAM).unwrap();
+    let mut c = graft();
+    c.arg("run").arg(&prog).args(args);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let out = c.output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation of"), "{args:?}: {stderr}");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+#[test]
+fn max_memory_refuses_a_plan_before_it_allocates() {
+    // The default limit (half of physical memory) refuses 4e15 bytes.
+    let (code, out, err) = run_limits(&[], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("`main` at these input sizes needs 3638.0 TiB"), "{err}");
+    assert!(err.contains("over the memory limit of") && err.contains("l.graft:1:5"), "{err}");
+    assert!(err.contains("--max-memory"), "{err}");
+    // --max-memory and GRAFT_MAX_MEMORY set the limit; the flag wins.
+    let small = ["--entry", "small", "--input", "x=[1.0, 2.0]"];
+    let (code, _, err) = run_limits(&[], &[&small[..], &["--max-memory", "40"]].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`small` at these input sizes needs 48 bytes, over the memory limit of 40 bytes"), "{err}");
+    let (code, _, err) = run_limits(&[("GRAFT_MAX_MEMORY", "40")], &small);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("over the memory limit of 40 bytes"), "{err}");
+    let (code, out, err) = run_limits(&[("GRAFT_MAX_MEMORY", "40")], &[&small[..], &["--max-memory", "1K"]].concat());
+    assert_eq!((code, out.as_str()), (0, "6.\n"), "{err}");
+    // A malformed limit is a usage error.
+    let (code, _, err) = run_limits(&[], &[&small[..], &["--max-memory", "10Q"]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-memory 10Q"), "{err}");
+}
+
+#[test]
+fn tensors_too_large_for_memory_are_errors_not_aborts() {
+    // Past the memory check (a huge limit), the allocation itself fails
+    // cleanly: 4e15 bytes is more than any address space holds.
+    let (code, out, err) = run_limits(&[("GRAFT_MAX_MEMORY", "100000T")], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("cannot allocate 3638.0 TiB (4000000000000000 bytes)"), "{err}");
+    assert!(err.contains("f32[100000,100000,100000]") && err.contains("out of memory"), "{err}");
+    // An element count that overflows is a type error at the call.
+    let (code, _, err) = run_limits(&[], &["--entry", "wide"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("fits in usize") && err.contains("l.graft:5:"), "{err}");
+    // A legal empty tensor with a huge dimension prints like NumPy's.
+    let (code, out, err) = run_limits(&[], &["--entry", "empty"]);
+    assert_eq!((code, out.as_str()), (0, "[]\n"), "{err}");
+}
+
+#[test]
+fn timeout_stops_a_run_with_an_error() {
+    let start = std::time::Instant::now();
+    let (code, out, err) = run_limits(&[], &["--entry", "spin", "--timeout", "0.5"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("stopped after --timeout 0.5 s while running"), "{err}");
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+    let small = ["--entry", "small", "--input", "x=[1.0, 2.0]"];
+    let (code, out, err) = run_limits(&[], &[&small[..], &["--timeout", "600"]].concat());
+    assert_eq!((code, out.as_str()), (0, "6.\n"), "{err}");
+    for bad in ["0", "-1", "nan", "inf"] {
+        let (code, _, err) = run_limits(&[], &[&small[..], &["--timeout", bad]].concat());
+        assert_eq!(code, 2, "--timeout {bad}: {err}");
+    }
+}
+
+#[test]
+fn check_and_run_agree_on_call_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("deep.graft");
+    let mut src = String::from("def f0(x: f64) -> f64 = x\n");
+    for i in 1..1000 {
+        src.push_str(&format!("def f{i}(x: f64) -> f64 = f{}(x) + 1.0\n", i - 1));
+    }
+    src.push_str("def main() -> f64 = f999(1.0)\n");
+    std::fs::write(&prog, &src).unwrap();
+    for cmd in ["check", "run"] {
+        let out = graft().arg(cmd).arg(&prog).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
+        assert!(err.contains("calls nest more than 200 deep") && err.contains("deep.graft:"), "{cmd}: {err}");
+        assert!(err.contains("this call is too deep"), "{cmd}: {err}");
+    }
+}
+
+/// Every example's `main` gives bitwise-identical results at 1 and 2
+/// threads and when run again (issue 14, item 6): each run's `--out` arrays
+/// are compared as .npy bytes (dtype, shape and every bit of the data, so
+/// NaN payloads and signed zeros count), and the printed text too.
+#[test]
+fn examples_are_bitwise_deterministic_across_threads_and_runs() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(examples())
+        .expect("examples/ exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "graft"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "only {} examples", files.len());
+    let dir = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for path in &files {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let mut first: Option<(String, Vec<(String, Vec<u8>)>)> = None;
+        for threads in ["1", "2"] {
+            for rep in 0..2 {
+                let out = dir.path().join(format!("{name}-{threads}-{rep}.npz"));
+                let printed =
+                    stdout(graft().env("RAYON_NUM_THREADS", threads).arg("run").arg(path).arg("--out").arg(&out));
+                let arrays: Vec<(String, Vec<u8>)> = npy::load_npz(&out)
+                    .expect("--out is a readable .npz")
+                    .into_iter()
+                    .map(|(k, t)| {
+                        let mut bytes = Vec::new();
+                        npy::write_npy(&mut bytes, &t).unwrap();
+                        (k, bytes)
+                    })
+                    .collect();
+                assert!(!arrays.is_empty(), "{name}: no results");
+                match &first {
+                    None => first = Some((printed, arrays)),
+                    Some((p0, a0)) => {
+                        assert_eq!(&printed, p0, "{name}: printed results differ at {threads} threads, run {rep}");
+                        assert_eq!(a0.len(), arrays.len(), "{name}");
+                        for ((k0, b0), (k, b)) in a0.iter().zip(&arrays) {
+                            assert_eq!(k0, k, "{name}");
+                            assert!(b0 == b, "{name}: result {k} differs bitwise at {threads} threads, run {rep}");
+                        }
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 3 * files.len());
+}

@@ -4,7 +4,8 @@
 //! points (`[1.  2.5 3. ]`), or scientific when the magnitudes call for it
 //! (any |x| >= 1e8, or a nonzero |x| < 1e-4, as NumPy decides). Up to 8
 //! significant fractional digits, trailing zeros trimmed. Tensors with more
-//! than 1000 elements are summarised with `...` (3 edge items per axis).
+//! than 1000 elements are summarised with `...` (3 edge items per axis). An
+//! empty tensor prints `[]`, whatever its shape.
 
 use crate::dtype::DType;
 use crate::tensor::{Storage, Tensor};
@@ -22,8 +23,13 @@ impl fmt::Display for Tensor {
 
 /// Formats a tensor the way NumPy's `str()` does.
 pub fn format_tensor(t: &Tensor) -> String {
-    let summarise = t.numel() > THRESHOLD;
     let shape = t.shape();
+    if t.numel() == 0 && !shape.is_empty() {
+        // As NumPy prints any empty array, whatever its other dimensions
+        // (walking a dimension of 2^32 beside a 0 would never end).
+        return "[]".to_string();
+    }
+    let summarise = t.numel() > THRESHOLD;
     // Indices (flat) of the elements that will be shown, to size the columns.
     let shown = shown_indices(shape, summarise);
     let fmt_el = element_formatter(t, &shown);

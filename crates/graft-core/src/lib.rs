@@ -15,6 +15,7 @@ pub mod format;
 pub mod ir;
 pub mod jac;
 pub mod kernel;
+pub mod memory;
 pub mod npy;
 pub mod ops;
 pub mod opt;

@@ -62,6 +62,24 @@ impl Storage {
         }
     }
 
+    /// [`Storage::zeros`] that reports failure instead of aborting the
+    /// process: the byte count is checked for overflow, and a buffer of at
+    /// least [`PROBE_BYTES`] is first reserved with `try_reserve_exact` (and
+    /// released) before the zeroed allocation, which keeps `calloc`'s
+    /// untouched pages. `Err` holds the bytes that were asked for
+    /// (`u64::MAX` when the count overflows).
+    pub fn try_zeros(dtype: DType, n: usize) -> Result<Storage, u64> {
+        let bytes = n
+            .checked_mul(dtype.size_bytes())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| (n as u64).saturating_mul(dtype.size_bytes() as u64))?;
+        if bytes >= PROBE_BYTES {
+            let mut probe: Vec<u8> = Vec::new();
+            probe.try_reserve_exact(bytes).map_err(|_| bytes as u64)?;
+        }
+        Ok(Storage::zeros(dtype, n))
+    }
+
     /// Element `i` converted to f64 (bool as 0/1). For tests and printing, not hot paths.
     pub fn get_f64(&self, i: usize) -> f64 {
         match self {
@@ -162,9 +180,30 @@ pub enum TensorError {
     /// A scalar was asked of a tensor with more than one element.
     #[error("expected a tensor with one element, found shape {0:?}")]
     NotScalar(Shape),
+    /// A tensor's memory could not be allocated.
+    #[error("cannot allocate {} for a tensor of type {ty}: {}", show_need(*bytes), if *bytes == u64::MAX { "its size overflows" } else { "out of memory" })]
+    Alloc {
+        /// The tensor's type.
+        ty: TensorType,
+        /// Bytes asked for (`u64::MAX`: more than a `u64` counts).
+        bytes: u64,
+    },
     /// Reading or writing `.npy`/`.npz` failed.
     #[error("npy: {0}")]
     Npy(String),
+}
+
+/// Allocations of at least this many bytes are reserved fallibly first
+/// ([`Storage::try_zeros`]); smaller ones cannot fail short of the machine
+/// having no memory at all.
+pub const PROBE_BYTES: usize = 1 << 16;
+
+fn show_need(bytes: u64) -> String {
+    if bytes == u64::MAX {
+        "more bytes than a machine can address".to_string()
+    } else {
+        format!("{} ({bytes} bytes)", crate::memory::show_bytes(bytes))
+    }
 }
 
 /// A host tensor: row-major contiguous data with a static shape.
@@ -203,6 +242,19 @@ impl Tensor {
     /// Zeros of a type.
     pub fn zeros(ty: &TensorType) -> Tensor {
         Tensor { shape: ty.shape.clone(), data: Storage::zeros(ty.dtype, ty.numel()) }
+    }
+
+    /// Zeros of a type, or [`TensorError::Alloc`] when the memory cannot be
+    /// had (the element count overflows, or the allocator refuses), where
+    /// [`Tensor::zeros`] would abort the process. For sizes that come from
+    /// input.
+    pub fn try_zeros(ty: &TensorType) -> Result<Tensor, TensorError> {
+        let n = ty.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let data = n
+            .ok_or(u64::MAX)
+            .and_then(|n| Storage::try_zeros(ty.dtype, n))
+            .map_err(|bytes| TensorError::Alloc { ty: ty.clone(), bytes })?;
+        Ok(Tensor { shape: ty.shape.clone(), data })
     }
 
     /// A tensor filled with one value (converted to the dtype).

@@ -10,14 +10,51 @@ use crate::ast::*;
 use crate::diag::{Diagnostic, Stage};
 use std::collections::HashMap;
 
+/// The names in scope, in binding order (for "did you mean"), with a count
+/// per name so a lookup is O(1): a linear search made checking a block of
+/// thousands of `let`s quadratic.
+#[derive(Default)]
+struct Scope {
+    names: Vec<String>,
+    count: HashMap<String, u32>,
+}
+
+impl Scope {
+    fn push(&mut self, name: String) {
+        *self.count.entry(name.clone()).or_default() += 1;
+        self.names.push(name);
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.count.contains_key(name)
+    }
+
+    fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    fn truncate(&mut self, n: usize) {
+        for name in self.names.drain(n.min(self.names.len())..) {
+            if let Some(c) = self.count.get_mut(&name) {
+                *c -= 1;
+                if *c == 0 {
+                    self.count.remove(&name);
+                }
+            }
+        }
+    }
+}
+
 struct R<'a> {
     defs: HashMap<&'a str, &'a Def>,
     errs: Vec<Diagnostic>,
+    /// Unknown names past [`crate::diag::MAX_ERRORS`], counted only.
+    dropped: usize,
 }
 
 /// Checks names and attributes; `Err` holds every problem found.
 pub fn resolve(p: &Program) -> Result<(), Vec<Diagnostic>> {
-    let mut r = R { defs: HashMap::new(), errs: Vec::new() };
+    let mut r = R { defs: HashMap::new(), errs: Vec::new(), dropped: 0 };
     for d in &p.defs {
         if let Some(prev) = r.defs.get(d.name.name.as_str()) {
             r.errs.push(
@@ -34,7 +71,7 @@ pub fn resolve(p: &Program) -> Result<(), Vec<Diagnostic>> {
     if r.errs.is_empty() {
         Ok(())
     } else {
-        Err(r.errs)
+        Err(crate::diag::cap(r.errs, r.dropped))
     }
 }
 
@@ -75,6 +112,11 @@ impl<'a> R<'a> {
     }
 
     fn unknown(&mut self, id: &Ident, scope: &[String]) {
+        if self.errs.len() >= crate::diag::MAX_ERRORS {
+            // Not shown: skip the search for a suggestion.
+            self.dropped += 1;
+            return;
+        }
         let mut d = Diagnostic::new(Stage::Resolve, id.span.clone(), format!("unknown name `{}`", id.name))
             .with_label("not defined here");
         let mut cands: Vec<String> = scope.to_vec();
@@ -93,12 +135,16 @@ impl<'a> R<'a> {
     }
 
     fn def(&mut self, d: &'a Def) {
-        let mut scope: Vec<String> = Vec::new();
+        let mut dims: Vec<String> = Vec::new();
         for p in &d.params {
-            dims_of(&p.ty, &mut scope);
+            dims_of(&p.ty, &mut dims);
         }
         if let Some(ret) = &d.ret {
-            self.unbound_dims(d, ret, &scope);
+            self.unbound_dims(d, ret, &dims);
+        }
+        let mut scope = Scope::default();
+        for n in dims {
+            scope.push(n);
         }
         for p in &d.params {
             scope.push(p.name.name.clone());
@@ -206,7 +252,7 @@ impl<'a> R<'a> {
         }
     }
 
-    fn pat(&mut self, p: &Pattern, scope: &mut Vec<String>) {
+    fn pat(&mut self, p: &Pattern, scope: &mut Scope) {
         match &p.kind {
             PatternKind::Var(id) => scope.push(id.name.clone()),
             PatternKind::Tuple(ps) => ps.iter().for_each(|p| self.pat(p, scope)),
@@ -214,12 +260,12 @@ impl<'a> R<'a> {
         }
     }
 
-    fn expr(&mut self, e: &Expr, scope: &mut Vec<String>) {
+    fn expr(&mut self, e: &Expr, scope: &mut Scope) {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) => {}
             ExprKind::Var(id) => {
                 if !scope.contains(&id.name) && !self.known_global(&id.name) {
-                    self.unknown(id, scope);
+                    self.unknown(id, &scope.names);
                 }
             }
             ExprKind::Array(xs) | ExprKind::Tuple(xs) => xs.iter().for_each(|x| self.expr(x, scope)),

@@ -8,8 +8,10 @@
 //!
 //! Invariants: the token list always ends with exactly one [`Tok::Eof`] whose
 //! span is `len..len`; spans are non-decreasing and lie on UTF-8 boundaries;
-//! lexing never panics and reports every bad character it finds (it skips the
-//! offending text and goes on), so one run can show several lex errors.
+//! lexing never panics and reports the bad text it finds (it skips the
+//! offending text and goes on), so one run can show several lex errors: a
+//! run of adjacent stray characters is one error, and at most
+//! [`crate::diag::MAX_ERRORS`] are kept (the last says how many more).
 
 use crate::ast::Span;
 use crate::diag::{Diagnostic, Stage};
@@ -172,6 +174,13 @@ struct Lexer<'a> {
     pos: usize,
     tokens: Vec<Token>,
     errors: Vec<Diagnostic>,
+    /// Errors not kept (past [`crate::diag::MAX_ERRORS`]).
+    dropped: usize,
+    /// Index in `errors` of the last "unexpected character" error and its
+    /// character count, so a run of stray characters is one error.
+    stray: Option<(usize, usize)>,
+    /// Where the last stray text ended (also past the cap).
+    stray_end: usize,
     nl: bool,
 }
 
@@ -198,6 +207,49 @@ impl Lexer<'_> {
     }
 
     fn error(&mut self, d: Diagnostic) {
+        if self.errors.len() < crate::diag::MAX_ERRORS {
+            self.errors.push(d);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// Reports the stray text `start..self.pos`; one right after the last
+    /// stray text extends that error instead of adding one per character.
+    fn stray(&mut self, start: usize, hint: Option<&str>) {
+        if let Some((i, n)) = self.stray {
+            if let Some(d) = self.errors.get_mut(i).filter(|d| d.span.end == start) {
+                let n = n + self.src[start..self.pos].chars().count();
+                d.span.end = self.pos;
+                let text = &self.src[d.span.clone()];
+                let head: String = text.chars().take(16).collect();
+                let shown = if n > 16 { format!("{head}…") } else { head };
+                let shown =
+                    if shown.chars().all(|c| !c.is_control()) { format!("`{shown}`") } else { format!("{shown:?}") };
+                d.message = format!("unexpected characters {shown} ({n} characters)");
+                d.label = "graft does not use these characters here".into();
+                self.stray = Some((i, n));
+                return;
+            }
+        }
+        if self.errors.len() >= crate::diag::MAX_ERRORS {
+            // Past the cap: count a run of stray text once.
+            if self.stray_end != start {
+                self.dropped += 1;
+            }
+            self.stray_end = self.pos;
+            self.stray = None;
+            return;
+        }
+        let shown = &self.src[start..self.pos];
+        let printable =
+            if shown.chars().all(|c| !c.is_control()) { format!("`{shown}`") } else { format!("{:?}", shown) };
+        let mut d = Diagnostic::new(Stage::Lex, start..self.pos, format!("unexpected character {printable}"))
+            .with_label("graft does not use this character here");
+        if let Some(h) = hint {
+            d = d.with_note(h);
+        }
+        self.stray = Some((self.errors.len(), shown.chars().count()));
         self.errors.push(d);
     }
 
@@ -417,15 +469,7 @@ impl Lexer<'_> {
                 if len == 2 {
                     self.bump();
                 }
-                let shown = &self.src[start..self.pos];
-                let printable =
-                    if shown.chars().all(|c| !c.is_control()) { format!("`{shown}`") } else { format!("{:?}", shown) };
-                let mut d = Diagnostic::new(Stage::Lex, start..self.pos, format!("unexpected character {printable}"))
-                    .with_label("graft does not use this character here");
-                if let Some(h) = hint {
-                    d = d.with_note(h);
-                }
-                self.error(d);
+                self.stray(start, hint);
                 return;
             }
         };
@@ -435,11 +479,20 @@ impl Lexer<'_> {
 
 /// Splits `src` into tokens, or returns every lex error found.
 pub fn lex(src: &str) -> Result<Vec<Token>, Vec<Diagnostic>> {
-    let mut l = Lexer { src, pos: 0, tokens: Vec::new(), errors: Vec::new(), nl: false };
+    let mut l = Lexer {
+        src,
+        pos: 0,
+        tokens: Vec::new(),
+        errors: Vec::new(),
+        dropped: 0,
+        stray: None,
+        stray_end: usize::MAX,
+        nl: false,
+    };
     l.run();
     if l.errors.is_empty() {
         Ok(l.tokens)
     } else {
-        Err(l.errors)
+        Err(crate::diag::cap(l.errors, l.dropped))
     }
 }

@@ -94,7 +94,19 @@ impl Module {
     /// Type-checks every def at placeholder sizes for its dimension variables.
     pub fn check(&self) -> Result<(), Vec<Diagnostic>> {
         let mut errs: Vec<Diagnostic> = Vec::new();
-        for def in &self.prog.program.defs {
+        let defs = &self.prog.program.defs;
+        for (k, def) in defs.iter().enumerate() {
+            if errs.len() >= crate::diag::MAX_ERRORS {
+                if let Some(last) = errs.last_mut() {
+                    last.notes.push(format!(
+                        "note: checking stopped after {} errors; {} more definition{} not checked",
+                        crate::diag::MAX_ERRORS,
+                        defs.len() - k,
+                        if defs.len() - k == 1 { " was" } else { "s were" }
+                    ));
+                }
+                break;
+            }
             let mut names: Vec<String> = Vec::new();
             for p in &def.params {
                 collect_dims(&p.ty, &mut names);
@@ -126,7 +138,7 @@ impl Module {
                     None => types.push(Tree::Tuple(Vec::new())),
                 }
             }
-            if let Err(mut d) = self.instantiate_trees(&def.name.name, &types) {
+            if let Err(mut d) = self.instantiate_trees(&def.name.name, &types, true) {
                 if !names.is_empty() {
                     let sizes: Vec<String> = names.iter().map(|n| format!("{n}={}", size(n))).collect();
                     d = d.with_note(format!(
@@ -150,10 +162,14 @@ impl Module {
     /// The entry `entry` lowered at these parameter types (one per parameter).
     pub fn instantiate(&self, entry: &str, args: &[TensorType]) -> Result<Compiled, Diagnostic> {
         let trees: Vec<Tree> = args.iter().cloned().map(Tree::Leaf).collect();
-        self.instantiate_trees(entry, &trees)
+        self.instantiate_trees(entry, &trees, false)
     }
 
-    fn instantiate_trees(&self, entry: &str, args: &[Tree]) -> Result<Compiled, Diagnostic> {
+    /// `checking`: for [`Module::check`], at placeholder sizes: no
+    /// `opt::simplify` (check only wants the errors, and simplifying was half
+    /// its time), and a compile-time `if` whose branch fails falls back to
+    /// the other one (real sizes may select it).
+    fn instantiate_trees(&self, entry: &str, args: &[Tree], checking: bool) -> Result<Compiled, Diagnostic> {
         let Some(&idx) = self.prog.defs.get(entry) else {
             let span = 0..0;
             let mut d = Diagnostic::new(Stage::Resolve, span, format!("there is no function named `{entry}`"));
@@ -173,6 +189,7 @@ impl Module {
             ));
         }
         let mut l = Lower::new(&self.prog);
+        l.placeholder_sizes = checking;
         let spans: Vec<Span> =
             (0..args.len()).map(|i| def.params.get(i).map_or(def.name.span.clone(), |p| p.span.clone())).collect();
         let st = l.standalone(entry, args, &def.span, |l, vals| {
@@ -183,13 +200,21 @@ impl Module {
         if !st.captures.is_empty() {
             return Err(Diagnostic::new(Stage::Type, def.span.clone(), "internal error: an entry captured a value"));
         }
-        Ok(Compiled { func: Arc::new(opt::simplify(&st.func)), out: st.out })
+        let func = if checking { st.func } else { opt::simplify(&st.func) };
+        Ok(Compiled { func: Arc::new(func), out: st.out })
     }
 
     /// Instantiates `entry` at the inputs' types and runs it.
     pub fn run(&self, entry: &str, inputs: &[Tensor]) -> Result<Output, Diagnostic> {
         let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
         let c = self.instantiate(entry, &types)?;
+        self.run_compiled(entry, &c, inputs)
+    }
+
+    /// Plans and runs `c`, an instance of `entry` from [`Module::instantiate`]
+    /// at the inputs' types (so a caller can inspect the graph, e.g. check
+    /// its memory estimate, before anything runs).
+    pub fn run_compiled(&self, entry: &str, c: &Compiled, inputs: &[Tensor]) -> Result<Output, Diagnostic> {
         let span = self.def(entry).map_or(0..0, |d| d.name.span.clone());
         let exe =
             exec::plan_cached(&c.func).map_err(|e| Diagnostic::new(Stage::Runtime, span.clone(), e.to_string()))?;

@@ -378,3 +378,168 @@ def f(x: tensor[3, f64], c: tensor[3, f64], t: tensor[3, f64]) -> tensor[3, f64]
     let text = graft_core::ir::print_func(&func);
     assert!(!text.contains("cos"), "tangent work for a capture:\n{text}");
 }
+
+/// `vmap` places the batch axis of results of any rank: at `min(k, rank)`
+/// for `axis=k` / `out_axes` entry `k >= 0`, at `max(rank + 1 + k, 0)` for
+/// a negative one (docs/language.md, "What `vmap` batches").
+const VAXES: &str = r#"
+def f(x: tensor[n, m, f64]) -> (f64, tensor[m, f64], tensor[n, m, f64]) = (sum(x), sum(x, axis=0), x)
+def ax1(xs: tensor[n, b, m, f64]) -> (tensor[b, f64], tensor[m, b, f64], tensor[n, b, m, f64]) = vmap(f, axis=1)(xs)
+def ax2(xs: tensor[n, m, b, f64]) -> (tensor[b, f64], tensor[m, b, f64], tensor[n, m, b, f64]) = vmap(f, axis=2)(xs)
+def outs5(xs: tensor[b, n, m, f64]) -> (tensor[b, f64], tensor[m, b, f64], tensor[n, m, b, f64]) = vmap(f, in_axes=0, out_axes=5)(xs)
+def neg(xs: tensor[b, n, m, f64]) -> (tensor[b, f64], tensor[m, b, f64], tensor[n, m, b, f64]) = vmap(f, in_axes=0, out_axes=-1)(xs)
+def neg2(xs: tensor[b, n, m, f64]) -> (tensor[b, f64], tensor[b, m, f64], tensor[n, b, m, f64]) = vmap(f, in_axes=0, out_axes=-2)(xs)
+def mixed(xs: tensor[b, n, m, f64]) -> (tensor[b, f64], tensor[b, m, f64], tensor[n, m, b, f64]) = vmap(f, in_axes=0, out_axes=(1, 0, 7))(xs)
+def sq(v: tensor[n, f64]) -> f64 = sum(v * v)
+def norms(xs: tensor[n, b, f64]) -> tensor[b, f64] = vmap(sq, axis=1)(xs)
+def vec(v: tensor[n, f64]) -> tensor[n, f64] = v * 2.0
+def vecs(xs: tensor[n, b, f64]) -> tensor[n, b, f64] = vmap(vec, axis=1)(xs)
+def vecs3(xs: tensor[n, b, f64]) -> tensor[n, b, f64] = vmap(vec, in_axes=1, out_axes=3)(xs)
+"#;
+
+fn at3(d: &[f64], shape: [usize; 3], i: [usize; 3]) -> f64 {
+    d[(i[0] * shape[1] + i[1]) * shape[2] + i[2]]
+}
+
+#[test]
+fn vmap_axes_past_a_results_rank_put_the_batch_last() {
+    let (n, b, m) = (2usize, 3usize, 4usize);
+    // xs[i, e, j] for axis=1; example e is x_e[i, j].
+    let x = |e: usize, i: usize, j: usize| (e * 100 + i * 10 + j) as f64 * 0.01;
+    let sums: Vec<f64> =
+        (0..b).map(|e| (0..n).flat_map(|i| (0..m).map(move |j| (i, j))).map(|(i, j)| x(e, i, j)).sum()).collect();
+    let cols = |e: usize, j: usize| (0..n).map(|i| x(e, i, j)).sum::<f64>();
+    let mk = |shape: [usize; 3], f: &dyn Fn([usize; 3]) -> f64| {
+        let mut d = Vec::new();
+        for a in 0..shape[0] {
+            for c in 0..shape[1] {
+                for k in 0..shape[2] {
+                    d.push(f([a, c, k]));
+                }
+            }
+        }
+        t64(&shape, &d)
+    };
+    let check = |o: &Output, batch_shapes: [&[usize]; 3], pos: [usize; 3]| {
+        // Scalar result: a [b] vector of per-example sums.
+        assert_eq!(part(o, 0).tensor().unwrap().shape(), batch_shapes[0]);
+        close(&v64(part(o, 0)), &sums, 1e-12);
+        // Vector result [m]: the batch axis at pos[1] of [m, b] or [b, m].
+        let t1 = part(o, 1).tensor().unwrap();
+        assert_eq!(t1.shape(), batch_shapes[1]);
+        let d1 = t1.to_f64_vec();
+        for e in 0..b {
+            for j in 0..m {
+                let got = if pos[1] == 0 { d1[e * m + j] } else { d1[j * b + e] };
+                assert!((got - cols(e, j)).abs() < 1e-12);
+            }
+        }
+        // Matrix result [n, m]: the batch axis at pos[2].
+        let t2 = part(o, 2).tensor().unwrap();
+        assert_eq!(t2.shape(), batch_shapes[2]);
+        let d2 = t2.to_f64_vec();
+        let s2: [usize; 3] = batch_shapes[2].try_into().unwrap();
+        for e in 0..b {
+            for i in 0..n {
+                for j in 0..m {
+                    let mut idx = vec![i, j];
+                    idx.insert(pos[2], e);
+                    assert_eq!(at3(&d2, s2, [idx[0], idx[1], idx[2]]), x(e, i, j));
+                }
+            }
+        }
+    };
+    let m_ = module(VAXES);
+    m_.check()
+        .unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", VAXES)).collect::<String>()));
+    let ax1 = mk([n, b, m], &|[i, e, j]| x(e, i, j));
+    check(&run(VAXES, "ax1", &[ax1.clone()]), [&[b], &[m, b], &[n, b, m]], [0, 1, 1]);
+    let ax2 = mk([n, m, b], &|[i, j, e]| x(e, i, j));
+    check(&run(VAXES, "ax2", &[ax2]), [&[b], &[m, b], &[n, m, b]], [0, 1, 2]);
+    let ax0 = mk([b, n, m], &|[e, i, j]| x(e, i, j));
+    check(&run(VAXES, "outs5", &[ax0.clone()]), [&[b], &[m, b], &[n, m, b]], [0, 1, 2]);
+    check(&run(VAXES, "neg", &[ax0.clone()]), [&[b], &[m, b], &[n, m, b]], [0, 1, 2]);
+    check(&run(VAXES, "neg2", &[ax0.clone()]), [&[b], &[b, m], &[n, b, m]], [0, 0, 1]);
+    check(&run(VAXES, "mixed", &[ax0]), [&[b], &[b, m], &[n, m, b]], [0, 0, 2]);
+    // A per-example scalar reduction under axis=1 gives a vector.
+    let v = mk([1, n, b], &|[_, i, e]| x(e, i, 0));
+    let v = Tensor::from_vec(vec![n, b], v.to_f64_vec()).unwrap();
+    let norms = v64(&run(VAXES, "norms", &[v.clone()]));
+    let want: Vec<f64> = (0..b).map(|e| (0..n).map(|i| x(e, i, 0) * x(e, i, 0)).sum()).collect();
+    close(&norms, &want, 1e-12);
+    // Vectors keep axis 1 when they have it; out_axes=3 clamps to last.
+    let doubled: Vec<f64> = v.to_f64_vec().iter().map(|a| a * 2.0).collect();
+    assert_eq!(v64(&run(VAXES, "vecs", &[v.clone()])), doubled);
+    assert_eq!(v64(&run(VAXES, "vecs3", &[v])), doubled);
+}
+
+#[test]
+fn vmap_argument_axis_out_of_range_is_still_an_error() {
+    let src = "def f(x: tensor[n, f64]) -> f64 = sum(x)\n\
+               def g(x: tensor[n, f64]) -> tensor[n, f64] = vmap(f, axis=1)(x)\n";
+    let m = module(src);
+    let d = m.run("g", &[t64(&[3], &[1.0, 2.0, 3.0])]).unwrap_err();
+    let text = diag::render(&d, "t.graft", src);
+    assert!(text.contains("cannot batch along axis 1") && text.contains("rank 1"), "{text}");
+    assert!(text.contains("t.graft:2:"), "{text}");
+}
+
+/// Known defects from issue 14, item 8: a tuple of literals given to
+/// `stack`/`concat` stays a static array whose dtype comes from its
+/// context (it was an f32 tensor, so `x * stack((10.0, 0.0))` failed next
+/// to an f64 `x`), and a compile-time `if` on sizes passes `check` when the
+/// branch the placeholder sizes select fails but the other one checks.
+#[test]
+fn literal_stacks_take_their_context_dtype() {
+    let src = "def a(x: tensor[3, f64]) -> tensor[3, f64] = x * stack((10.0, 0.0, 1.0))\n\
+               def b() -> tensor[2, f64] = stack((10.0, 0.0))\n\
+               def c() -> tensor[2, 3, i64] = stack(([1, 2, 3], [4, 5, 6]))\n\
+               def d() -> tensor[3, 2, f64] = stack(([1, 2, 3], [4, 5, 6]), axis=-1)\n\
+               def e() -> tensor[2, 3, f64] = concat(([[1.0], [2.0]], [[3.0, 4.0], [5.0, 6.0]]), axis=1)\n\
+               def f() -> tensor[3, f32] = stack((1.0, 2, 3))\n\
+               def g(x: f64) -> tensor[2, f64] = stack((x, 0.0))\n\
+               def h() -> f32 = sum(stack((1.0, 2.0)))\n";
+    let m = module(src);
+    m.check().unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", src)).collect::<String>()));
+    assert_eq!(v64(&run(src, "a", &[t64(&[3], &[1.0, 2.0, 3.0])])), vec![10.0, 0.0, 3.0]);
+    let b = run(src, "b", &[]);
+    assert_eq!(b.tensor().unwrap().dtype(), graft_core::DType::F64);
+    assert_eq!(v64(&b), vec![10.0, 0.0]);
+    let c = run(src, "c", &[]);
+    assert_eq!(c.tensor().unwrap().to_vec::<i64>().unwrap(), vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(v64(&run(src, "d", &[])), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    assert_eq!(v64(&run(src, "e", &[])), vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
+    assert_eq!(run(src, "f", &[]).tensor().unwrap().dtype(), graft_core::DType::F32);
+    assert_eq!(v64(&run(src, "g", &[Tensor::scalar(2.5f64)])), vec![2.5, 0.0]);
+    assert_eq!(v64(&run(src, "h", &[])), vec![3.0]);
+    // Shapes that do not stack are still an error naming `stack`.
+    let bad = "def s() -> tensor[2, f64] = stack(([1.0, 2.0], [3.0]))\n";
+    let d = module(bad).run("s", &[]).unwrap_err();
+    assert!(d.message.contains("stack") || d.message.contains("concatenate"), "{}", d.message);
+}
+
+#[test]
+fn compile_time_if_on_sizes_checks_through_the_branch_real_sizes_take() {
+    let src = "def s(a: tensor[n, f64], b: tensor[m, f64]) -> tensor[m, f64] = if size(a) == 0 then b else a + b\n";
+    let m = module(src);
+    m.check().unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", src)).collect::<String>()));
+    // Both branches run at the sizes that select them ...
+    assert_eq!(v64(&run(src, "s", &[t64(&[0], &[]), t64(&[2], &[1.0, 2.0])])), vec![1.0, 2.0]);
+    assert_eq!(v64(&run(src, "s", &[t64(&[2], &[1.0, 2.0]), t64(&[2], &[3.0, 4.0])])), vec![4.0, 6.0]);
+    // ... and `run` still reports the failing branch where it is taken.
+    let d = m.run("s", &[t64(&[2], &[1.0, 2.0]), t64(&[3], &[1.0, 2.0, 3.0])]).unwrap_err();
+    assert!(d.message.contains("broadcast"), "{}", d.message);
+    // A run after `check` does not reuse what check lowered through the
+    // other branch (check's fallback instances are not cached).
+    let m = module(src);
+    m.check().unwrap();
+    assert!(m.run("s", &[t64(&[11], &[1.0; 11]), t64(&[13], &[1.0; 13])]).is_err());
+    // When both branches fail, or the condition is a literal, check fails.
+    for bad in [
+        "def u(a: tensor[n, f64], b: tensor[m, f64]) -> tensor[m, f64] = if size(a) == 0 then a + b else a * b\n",
+        "def t(a: tensor[n, f64], b: tensor[m, f64]) -> tensor[m, f64] = if true then a + b else b\n",
+    ] {
+        let ds = module(bad).check().unwrap_err();
+        assert!(ds[0].message.contains("broadcast"), "{bad}: {}", ds[0].message);
+    }
+}

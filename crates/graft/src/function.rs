@@ -5,7 +5,7 @@
 use crate::error::Error;
 use crate::trace::{trace, IntoOutputs, Tr};
 use graft_core::ad::{self, Wrt};
-use graft_core::batch::{resolve_axes, vmap_for_args};
+use graft_core::batch::{place_out_axes, vmap_for_args};
 use graft_core::{Executable, Func, IrError, RunStats, Tensor, TensorType};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -65,7 +65,11 @@ pub enum Transform {
 
 /// The batch axes of a [`Transform::Vmap`], for its arguments or outputs.
 /// Axes may be negative: for an argument, `-1` is the last axis of the
-/// batched argument; for an output, `-1` puts the batch axis last.
+/// batched argument; for an output, `-1` puts the batch axis last. An
+/// output axis past the output's rank clamps to the nearest end
+/// (`min(k, rank)`; negative: `max(rank + 1 + k, 0)`), so outputs of any
+/// rank take the batch axis: under `vmap_axis(1)` a per-example scalar
+/// becomes a vector (see [`graft_core::batch::place_out_axes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VmapAxes {
     /// One entry per argument (or output); `None` = not batched.
@@ -144,7 +148,8 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
 
     /// `vmap(f, axis=k)`: every argument of rank > 0 carries the batch at
     /// axis `k`, rank-0 arguments are shared across the batch, and every
-    /// output gets its batch axis at `k`.
+    /// output gets its batch axis at `k`, or last if the output has rank
+    /// below `k` (see [`VmapAxes`]).
     pub fn vmap_axis(&self, k: isize) -> Self {
         self.with(Transform::Vmap { in_axes: VmapAxes::All(k), out_axes: VmapAxes::All(k) })
     }
@@ -205,8 +210,8 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
                 let inner = self.trace_layer(k - 1, &per)?;
                 let out_ranks: Vec<usize> = inner.output_types().iter().map(TensorType::rank).collect();
                 let oa = match out_axes {
-                    VmapAxes::Each(v) => resolve_axes(v, &out_ranks, "out_axes")?,
-                    VmapAxes::All(a) => resolve_axes(&vec![Some(*a); out_ranks.len()], &out_ranks, "out_axes")?,
+                    VmapAxes::Each(v) => place_out_axes(v, &out_ranks)?,
+                    VmapAxes::All(a) => place_out_axes(&vec![Some(*a); out_ranks.len()], &out_ranks)?,
                 };
                 vmap_for_args(&inner, &ia, &oa, types, None)?
             }

@@ -196,8 +196,11 @@ fn vmap_errors_are_values() {
     assert!(e.contains("in_axes[0] = -3 is out of range"), "{e}");
     let e = f.vmap(&[Some(0)], &[Some(0)]).call(&[&a, &a]).unwrap_err().to_string();
     assert!(e.contains("in_axes has 1 entries but the function was called with 2 arguments"), "{e}");
-    let e = f.vmap(&[Some(0), Some(0)], &[Some(3)]).call(&[&a, &a]).unwrap_err().to_string();
-    assert!(e.contains("out_axes[0] = 3 is out of range"), "{e}");
+    // An out axis past the output's rank clamps (the batch goes last).
+    let r = f.vmap(&[Some(0), Some(0)], &[Some(3)]).call(&[&a, &a]).unwrap();
+    assert_eq!(r[0].shape(), &[2, 3]);
+    let e = f.vmap(&[Some(0), Some(0)], &[Some(0), Some(0)]).call(&[&a, &a]).unwrap_err().to_string();
+    assert!(e.contains("out_axes has 2 entries for 1 results"), "{e}");
     let s = Tensor::scalar(1.0f64);
     let e = f.vmap(&[Some(0), None], &[Some(0)]).call(&[&s, &s]).unwrap_err().to_string();
     assert!(e.contains("a scalar with no axis to batch"), "{e}");
@@ -208,4 +211,35 @@ fn vmap_errors_are_values() {
     let outer = jit("outer", |x| vf.apply(&[x.clone(), x.clone()])[0].sum(()));
     let e = outer.call(&[&a]).unwrap_err().to_string();
     assert!(e.contains("cannot be broadcast"), "{e}");
+}
+
+/// Outputs of rank below the out axis take the batch axis last
+/// (`graft_core::batch::place_out_axes`): per-example scalars and vectors
+/// under `vmap_axis(1)`, and negative axes clamped to the front.
+#[test]
+fn out_axes_past_an_outputs_rank_clamp() {
+    let (n, b, m) = (2, 3, 4);
+    let f = jit_n("f", |v| vec![v[0].sum(()), v[0].sum(0), v[0].clone()]);
+    let xs = t64(&[n, b, m], vals(n * b * m, 7));
+    let g = f.vmap_axis(1).call(&[&xs]).unwrap();
+    assert_eq!(g[0].shape(), &[b], "scalar: batch at min(1, 0) = 0");
+    assert_eq!(g[1].shape(), &[m, b], "vector: batch at min(1, 1) = 1");
+    assert_eq!(g[2].shape(), &[n, b, m], "matrix: batch at 1");
+    for e in 0..b {
+        let want = f.call(&[&take(&xs, 1, e)]).unwrap();
+        close(&take(&g[0], 0, e), &want[0], "scalar");
+        close(&take(&g[1], 1, e), &want[1], "vector");
+        close(&take(&g[2], 1, e), &want[2], "matrix");
+    }
+    let xs0 = t64(&[b, n, m], vals(n * b * m, 8));
+    let g = f.vmap(&[Some(0)], &[Some(5), Some(-3), Some(-9)]).call(&[&xs0]).unwrap();
+    assert_eq!(g[0].shape(), &[b]);
+    assert_eq!(g[1].shape(), &[b, m], "-3 on a rank-1 output clamps to the front");
+    assert_eq!(g[2].shape(), &[b, n, m]);
+    for e in 0..b {
+        let want = f.call(&[&take(&xs0, 0, e)]).unwrap();
+        close(&take(&g[0], 0, e), &want[0], "scalar");
+        close(&take(&g[1], 0, e), &want[1], "vector");
+        close(&take(&g[2], 0, e), &want[2], "matrix");
+    }
 }

@@ -25,7 +25,7 @@
 pub mod helpers;
 mod vmap;
 
-pub use vmap::{batch_size_of, resolve_axes, vmap_for_args, vmap_func, vmap_func_signed};
+pub use vmap::{batch_size_of, place_out_axes, resolve_axes, vmap_for_args, vmap_func, vmap_func_signed};
 
 use crate::error::IrError;
 use crate::ir::{Builder, Value};

@@ -47,6 +47,28 @@ pub fn resolve_axes(axes: &[Option<isize>], ranks: &[usize], what: &str) -> Resu
         .collect()
 }
 
+/// Places the batch dim of results whose per-example ranks are `ranks`, as
+/// the front ends define it (the language's `vmap(f, axis=k)` and
+/// `out_axes`, and `graft::Jit::vmap`): `k >= 0` puts it at `min(k, rank)`
+/// and `k < 0` at `max(rank + 1 + k, 0)`, i.e. an axis past a result's rank
+/// clamps to the nearest end. So every result of any rank can take the batch
+/// dim (a per-example scalar under `axis=1` becomes a vector), where
+/// [`resolve_axes`] (JAX's rule) rejects an axis out of range. Only a
+/// length mismatch is an error.
+pub fn place_out_axes(axes: &[Option<isize>], ranks: &[usize]) -> Result<Vec<Option<usize>>, IrError> {
+    if axes.len() != ranks.len() {
+        return Err(IrError::invalid(
+            "vmap",
+            format!("out_axes has {} entries for {} results", axes.len(), ranks.len()),
+        ));
+    }
+    Ok(axes
+        .iter()
+        .zip(ranks)
+        .map(|(&a, &r)| a.map(|a| if a >= 0 { a.unsigned_abs().min(r) } else { (r as isize + 1 + a).max(0) as usize }))
+        .collect())
+}
+
 /// [`vmap_func`] with possibly negative axes (resolved by [`resolve_axes`]:
 /// in_axes against the parameter ranks, out_axes against the output ranks).
 pub fn vmap_func_signed(

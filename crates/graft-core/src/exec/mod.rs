@@ -372,7 +372,8 @@ impl Executable {
             }
             if let Some(r) = regions.peek().filter(|r| r.start == i) {
                 if let Some(native) = r.native.as_ref().and_then(|s| s.get()) {
-                    let mut outs: Vec<Tensor> = r.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
+                    let mut outs: Vec<Tensor> =
+                        r.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect::<Result<_, _>>()?;
                     let ins: Vec<&Tensor> = r.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
                     run_region(r, native, &ins, &mut outs)?;
                     stats.kernels += 1;
@@ -390,7 +391,8 @@ impl Executable {
             let (outputs, outs) = match *step {
                 Step::Eqn(e) => {
                     let eqn = &f.eqns[e];
-                    let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
+                    let mut outs: Vec<Tensor> =
+                        eqn.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect::<Result<_, _>>()?;
                     let ins: Vec<&Tensor> =
                         eqn.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
                     NESTED_PEAK.with(|c| c.set(0));
@@ -401,7 +403,8 @@ impl Executable {
                 }
                 Step::Group(g) => {
                     let group = &self.plan.groups[g];
-                    let mut outs: Vec<Tensor> = group.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect();
+                    let mut outs: Vec<Tensor> =
+                        group.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect::<Result<_, _>>()?;
                     let ins: Vec<&Tensor> =
                         group.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
                     let scalars: Vec<&Tensor> = group
@@ -664,17 +667,20 @@ impl Pool {
         self.free.values().flatten().map(Tensor::size_bytes).sum()
     }
 
-    fn take(&mut self, ty: &TensorType, stats: &mut RunStats) -> Tensor {
+    /// A buffer for a value of type `ty`: a pooled one, or a fresh one
+    /// allocated fallibly (an error, not an abort, when memory runs out).
+    fn take(&mut self, ty: &TensorType, stats: &mut RunStats) -> Result<Tensor, ExecError> {
         if let Some(mut t) = self.free.get_mut(&(ty.dtype, ty.numel())).and_then(Vec::pop) {
             t.repurpose(ty);
             stats.reused_buffers += 1;
-            return t;
+            return Ok(t);
         }
+        let t = Tensor::try_zeros(ty)?;
         let bytes = ty.size_bytes();
         self.held += bytes;
         self.peak = self.peak.max(self.held);
         stats.fresh_bytes += bytes;
-        Tensor::zeros(ty)
+        Ok(t)
     }
 
     fn put(&mut self, t: Tensor) {

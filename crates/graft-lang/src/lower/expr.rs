@@ -89,7 +89,21 @@ impl Lower<'_> {
             ExprKind::If { cond, then, otherwise } => {
                 let c = self.expr(cond, env)?;
                 match c {
-                    Val::Const(Const::Bool(b)) => self.expr(if b { then } else { otherwise }, env),
+                    Val::Const(Const::Bool(b)) => {
+                        let (taken, other) = if b { (then, otherwise) } else { (otherwise, then) };
+                        match self.expr(taken, env) {
+                            // `check` decides this at placeholder sizes; real sizes may take
+                            // the other branch (docs/language.md, "Errors").
+                            Err(e) if self.placeholder_sizes && !literal_only(cond) => match self.expr(other, env) {
+                                Ok(v) => {
+                                    self.branch_fallbacks += 1;
+                                    Ok(v)
+                                }
+                                Err(_) => Err(e),
+                            },
+                            r => r,
+                        }
+                    }
                     Val::T(_) => {
                         let c = self.tensor(&c, &cond.span)?;
                         if self.ty(c).dtype != DType::Bool {
@@ -205,8 +219,7 @@ impl Lower<'_> {
 
     /// Calls a function value.
     pub fn call_fn(&mut self, f: &FnVal, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
-        self.enter(span)?;
-        let r = self.call_fn_inner(f, args, span);
+        let r = self.enter(span).and_then(|()| self.call_fn_inner(f, args, span));
         self.leave();
         r
     }
@@ -911,4 +924,16 @@ fn fold(op: BinOp, a: Const, b: Const) -> Option<Const> {
             }
         }
     })
+}
+
+/// True when `e` is made of literals and operators only (its value does not
+/// depend on any name, so not on sizes).
+fn literal_only(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) => true,
+        ExprKind::Unary { operand, .. } => literal_only(operand),
+        ExprKind::Binary { lhs, rhs, .. } => literal_only(lhs) && literal_only(rhs),
+        ExprKind::Tuple(xs) | ExprKind::Array(xs) => xs.iter().all(literal_only),
+        _ => false,
+    }
 }

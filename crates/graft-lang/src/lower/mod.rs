@@ -27,7 +27,7 @@ pub mod transform;
 pub mod value;
 
 use crate::ast::{self, Span};
-use crate::diag::{line_col, Diagnostic, Stage};
+use crate::diag::{Diagnostic, LineIndex, Stage};
 use graft_core::ir::SrcLoc;
 use graft_core::{Builder, DType, Func, IrError, Tensor, TensorType, Value};
 use std::cell::RefCell;
@@ -74,6 +74,11 @@ impl Env {
 pub struct Inst {
     pub func: Arc<Func>,
     pub out: Tree,
+    /// How deep calls nested while lowering it (counted as
+    /// [`Lower::enter`] counts), so a cached instance still counts its
+    /// nesting and the depth limit does not depend on what is cached:
+    /// `check` rejects exactly the call chains `run` would.
+    pub height: usize,
 }
 
 /// The program being lowered, with what lowering needs about its source.
@@ -83,6 +88,8 @@ pub struct Prog {
     pub file: Arc<str>,
     pub src: Arc<str>,
     pub defs: HashMap<String, usize>,
+    /// Line starts of `src`, for positions in O(log n).
+    pub lines: LineIndex,
     /// Def instantiations by (def, argument structure and types).
     pub cache: RefCell<HashMap<(usize, Vec<Tree>), Rc<Inst>>>,
 }
@@ -93,20 +100,26 @@ impl Prog {
         for (i, d) in program.defs.iter().enumerate() {
             defs.entry(d.name.name.clone()).or_insert(i);
         }
-        Prog { program, file: file.into(), src: src.into(), defs, cache: RefCell::new(HashMap::new()) }
+        Prog {
+            program,
+            file: file.into(),
+            lines: LineIndex::new(src),
+            src: src.into(),
+            defs,
+            cache: RefCell::new(HashMap::new()),
+        }
     }
 
     /// `file:line:col` of a byte offset.
     pub fn pos(&self, span: &Span) -> String {
-        let (l, c) = line_col(&self.src, span.start);
+        let (l, c) = self.lines.line_col(span.start);
         format!("{}:{l}:{c}", self.file)
     }
 
     /// The span of the token-ish run starting at a 1-based line and column
-    /// (the inverse of [`line_col`], for locations carried by IR equations).
+    /// (the inverse of [`crate::diag::line_col`], for locations carried by IR equations).
     pub fn span_at(&self, line: u32, col: u32) -> Option<Span> {
-        let line_start =
-            if line <= 1 { 0 } else { self.src.match_indices('\n').nth(line as usize - 2).map(|(i, _)| i + 1)? };
+        let line_start = self.lines.line_start(line)?;
         let rest = self.src.get(line_start..)?;
         let (off, _) = rest.char_indices().nth(col.saturating_sub(1) as usize)?;
         let start = line_start + off;
@@ -142,6 +155,14 @@ pub struct Lower<'p> {
     frames: Vec<Frame>,
     active: Vec<usize>,
     depth: usize,
+    /// The deepest `depth` reached (see [`Inst::height`]).
+    peak: usize,
+    /// Lowering for `Module::check`, at placeholder sizes: a compile-time
+    /// `if` whose branch fails falls back to its other branch.
+    pub placeholder_sizes: bool,
+    /// How many such fallbacks happened; an instance lowered with one is
+    /// not cached (it is not what those sizes run).
+    pub branch_fallbacks: usize,
     loc: Option<Arc<SrcLoc>>,
 }
 
@@ -156,7 +177,16 @@ pub struct Standalone {
 
 impl<'p> Lower<'p> {
     pub fn new(p: &'p Prog) -> Lower<'p> {
-        Lower { p, frames: Vec::new(), active: Vec::new(), depth: 0, loc: None }
+        Lower {
+            p,
+            frames: Vec::new(),
+            active: Vec::new(),
+            depth: 0,
+            peak: 0,
+            placeholder_sizes: false,
+            branch_fallbacks: 0,
+            loc: None,
+        }
     }
 
     // ----- diagnostics and locations -----
@@ -182,7 +212,7 @@ impl<'p> Lower<'p> {
 
     /// Attaches `span`'s position to the equations emitted next.
     pub fn set_span(&mut self, span: &Span) {
-        let (line, col) = line_col(&self.p.src, span.start);
+        let (line, col) = self.p.lines.line_col(span.start);
         let loc = Some(Arc::new(SrcLoc { file: self.p.file.clone(), line, col }));
         self.loc = loc.clone();
         if let Some(f) = self.frames.last_mut() {
@@ -199,12 +229,20 @@ impl<'p> Lower<'p> {
 
     pub fn enter(&mut self, span: &Span) -> Result<(), Diagnostic> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(self.err(
-                Stage::Type,
-                span,
-                format!("calls nest more than {MAX_DEPTH} deep while compiling; is a function calling itself?"),
-            ));
+        self.reach(self.depth, span)
+    }
+
+    /// Records that calls nest `depth` deep; an error past [`MAX_DEPTH`].
+    fn reach(&mut self, depth: usize, span: &Span) -> Result<(), Diagnostic> {
+        self.peak = self.peak.max(depth);
+        if depth > MAX_DEPTH {
+            return Err(self
+                .err(Stage::Type, span, format!("calls nest more than {MAX_DEPTH} deep while compiling"))
+                .with_label("this call is too deep")
+                .with_note(
+                    "note: every def and lambda call is inlined while compiling; a chain of nested calls this \
+                     long, or a function calling itself through an argument, exceeds the limit",
+                ));
         }
         Ok(())
     }
@@ -605,8 +643,10 @@ impl<'p> Lower<'p> {
     /// The def at `idx` lowered for arguments of these structures (cached).
     pub fn instantiate(&mut self, idx: usize, args: &[Tree], span: &Span) -> Result<Rc<Inst>, Diagnostic> {
         let key = (idx, args.to_vec());
-        if let Some(i) = self.p.cache.borrow().get(&key) {
-            return Ok(i.clone());
+        let hit = self.p.cache.borrow().get(&key).cloned();
+        if let Some(i) = hit {
+            self.reach(self.depth + i.height, span)?;
+            return Ok(i);
         }
         let p = self.p;
         let def = &p.program.defs[idx];
@@ -616,7 +656,13 @@ impl<'p> Lower<'p> {
                 .with_secondary(def.name.span.clone(), "defined here")
                 .with_note("help: write loops with `scan`, `fori` or `while`"));
         }
-        self.enter(span)?;
+        let (depth0, peak0, fallbacks0) = (self.depth, self.peak, self.branch_fallbacks);
+        self.peak = depth0;
+        if let Err(e) = self.enter(span) {
+            self.leave();
+            self.peak = self.peak.max(peak0);
+            return Err(e);
+        }
         self.active.push(idx);
         let saved = self.loc.clone();
         let r = self.standalone(&def.name.name, args, &def.body.span, |this, vals| {
@@ -651,12 +697,16 @@ impl<'p> Lower<'p> {
         self.restore_loc();
         self.active.pop();
         self.leave();
+        let height = self.peak - depth0;
+        self.peak = self.peak.max(peak0);
         let st = r?;
         if !st.captures.is_empty() {
             return Err(self.err(Stage::Type, span, "internal error: a def captured an outer value"));
         }
-        let inst = Rc::new(Inst { func: Arc::new(st.func), out: st.out });
-        self.p.cache.borrow_mut().insert(key, inst.clone());
+        let inst = Rc::new(Inst { func: Arc::new(st.func), out: st.out, height });
+        if self.branch_fallbacks == fallbacks0 {
+            self.p.cache.borrow_mut().insert(key, inst.clone());
+        }
         Ok(inst)
     }
 }

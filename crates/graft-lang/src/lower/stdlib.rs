@@ -10,13 +10,14 @@
 //! `tabulate(n, f)` is `vmap(f)` over `arange(n)` (no loop).
 
 use super::expr::static_int;
-use super::value::{Const, FnVal, TransformFn, Tv, Val, WrtSpec};
+use super::value::{ArrKind, Const, FnVal, TransformFn, Tv, Val, WrtSpec};
 use super::{ArgVal, Lower};
 use crate::ast::{Span, TransformKind};
 use crate::diag::{Diagnostic, Stage};
 use graft_core::composite::{self as c, conv::ConvOpts, pool::PoolOpts};
 use graft_core::ops::binary::Binary;
 use graft_core::{DType, TensorType, Value};
+use std::rc::Rc;
 
 /// (name, parameter names; a trailing `*` param takes the rest positionally).
 const BUILTINS: &[(&str, &[&str])] = &[
@@ -399,6 +400,61 @@ fn tensors_of(l: &mut Lower<'_>, a: &ArgVal) -> Result<Vec<Value>, Diagnostic> {
     }
 }
 
+/// `stack`/`concat` of number literals and static arrays only: a static
+/// array, so its dtype comes from its context like `[10.0, 0.0]`'s
+/// (`x * stack((10.0, 0.0))` is f64 next to an f64 `x`, not an f32 tensor).
+/// `None` when an item is not static or the shapes do not fit (the tensor
+/// path then reports it).
+fn static_join(items: &[Val], stack: bool, axis: i64) -> Option<Val> {
+    let mut parts: Vec<(Vec<usize>, Rc<Vec<f64>>, ArrKind)> = Vec::new();
+    for v in items {
+        parts.push(match v {
+            Val::Const(c) => {
+                let kind = match c {
+                    Const::Bool(_) => ArrKind::Bool,
+                    Const::Int(_) => ArrKind::Int,
+                    Const::Float(_) => ArrKind::Float,
+                };
+                (Vec::new(), Rc::new(vec![c.as_f64()]), kind)
+            }
+            Val::Array { shape, data, kind } => (shape.clone(), data.clone(), *kind),
+            _ => return None,
+        });
+    }
+    let first = parts.first()?.0.clone();
+    let rank = first.len() + usize::from(stack);
+    let k = if axis < 0 { axis + rank as i64 } else { axis };
+    if k < 0 || k as usize >= rank {
+        return None;
+    }
+    let k = k as usize;
+    if stack {
+        if parts.iter().any(|p| p.0 != first) {
+            return None;
+        }
+        for p in &mut parts {
+            p.0.insert(k, 1);
+        }
+    } else if parts
+        .iter()
+        .any(|p| p.0.len() != first.len() || p.0.iter().zip(&first).enumerate().any(|(i, (a, b))| i != k && a != b))
+    {
+        return None;
+    }
+    let mut shape = parts[0].0.clone();
+    shape[k] = parts.iter().map(|p| p.0[k]).sum();
+    let outer: usize = shape[..k].iter().product();
+    let mut data = Vec::with_capacity(shape.iter().product());
+    for o in 0..outer {
+        for (s, d, _) in &parts {
+            let inner: usize = s[k..].iter().product();
+            data.extend_from_slice(&d[o * inner..(o + 1) * inner]);
+        }
+    }
+    let kind = parts.iter().map(|p| p.2).max()?;
+    Some(Val::Array { shape, data: Rc::new(data), kind })
+}
+
 fn out(l: &Lower<'_>, v: Value) -> Val {
     Val::T(Tv { level: l.level(), v })
 }
@@ -629,6 +685,12 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         }
         "concat" | "stack" => {
             let xs_arg = a.req(l, "xs")?.clone();
+            if let Val::Tuple(items) = &xs_arg.val {
+                let k = a.int(l, "axis", Some(0))?;
+                if let Some(v) = static_join(items, name == "stack", k) {
+                    return Ok(v);
+                }
+            }
             let xs = tensors_of(l, &xs_arg)?;
             let r = l.ty(xs[0]).rank() + usize::from(name == "stack");
             let k = a.int(l, "axis", Some(0))?;

@@ -17,6 +17,9 @@
 //!   arguments and arguments declared as scalars (shared by the batch), and
 //!   puts the batch axis of every result at `k`. `in_axes`/`out_axes` take
 //!   one entry per argument/result (an integer or `none`), nested like it.
+//!   An out axis past a result's rank clamps (`min(k, rank)`, or for
+//!   negative `k`, `max(rank + 1 + k, 0)`; `batch::place_out_axes`), so a
+//!   per-example scalar under `axis=1` gives a vector.
 //! - Several `@grad(p)` attributes make one gradient function returning the
 //!   tuple of gradients in attribute order; `@jvp(p)` makes a function that
 //!   takes the def's arguments plus one tangent per `@jvp` parameter and
@@ -670,9 +673,11 @@ fn vmap_apply(
         }
         None => out_axes.extend(std::iter::repeat_n(Some(tf.axis.unwrap_or(0) as isize), n_out)),
     }
-    let mut ia: Vec<Option<isize>> = in_axes.iter().map(|a| a.map(|a| a as isize)).collect();
+    let mut ia = in_axes;
     ia.extend(std::iter::repeat_n(None, st.captures.len()));
-    let g = batch::vmap_func_signed(&st.func, &ia, &out_axes, size).map_err(|e| tf_err(l, e, desc, span))?;
+    let out_ranks: Vec<usize> = st.func.output_types().iter().map(graft_core::TensorType::rank).collect();
+    let oa = batch::place_out_axes(&out_axes, &out_ranks).map_err(|e| tf_err(l, e, desc, span))?;
+    let g = batch::vmap_func(&st.func, &ia, &oa, size).map_err(|e| tf_err(l, e, desc, span))?;
     l.set_span(span);
     let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
     Ok(rebuild(l, &st.out, &outs))

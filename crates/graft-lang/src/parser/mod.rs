@@ -67,6 +67,13 @@ pub fn parse_tokens(toks: &[Token]) -> Result<Program, Vec<Diagnostic>> {
     if errors.is_empty() {
         Ok(Program { defs })
     } else {
+        if !p.at(&Tok::Eof) {
+            if let Some(last) = errors.last_mut() {
+                last.notes.push(format!(
+                    "note: parsing stopped after {MAX_ERRORS} errors; the rest of the file was not read"
+                ));
+            }
+        }
         Err(errors)
     }
 }

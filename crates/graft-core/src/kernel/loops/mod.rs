@@ -401,7 +401,10 @@ impl Builder<'_> {
                 None => return false,
             }
         }
-        let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&v| Tensor::zeros(func.ty(v))).collect();
+        let Ok(mut outs) = eqn.outputs.iter().map(|&v| Tensor::try_zeros(func.ty(v))).collect::<Result<Vec<_>, _>>()
+        else {
+            return false; // too big to fold: the interpreted loop reports it
+        };
         if eqn.prim.kernel(&ins, &mut outs).is_err() {
             return false; // the interpreted loop reports it
         }
@@ -576,13 +579,17 @@ impl NativeLoop {
         if !ok {
             return Err(ExecError::kernel("scan", "internal error: operands do not match the compiled loop"));
         }
-        let mut work = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(|| {
-            let carry = (0..2 * nk).map(|j| p.params[nc + j / 2]);
-            carry
-                .chain(p.scratch.iter().copied())
-                .map(|(dtype, n)| Tensor::zeros(&TensorType { dtype, shape: vec![n] }))
-                .collect()
-        });
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut work = match spare {
+            Some(w) => w,
+            None => {
+                let carry = (0..2 * nk).map(|j| p.params[nc + j / 2]);
+                carry
+                    .chain(p.scratch.iter().copied())
+                    .map(|(dtype, n)| Tensor::try_zeros(&TensorType { dtype, shape: vec![n] }))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
         let held: usize = work.iter().map(Tensor::size_bytes).sum();
         super::native::run_program(f, length, ins, outs, &mut work, &p.statics);
         crate::exec::note_nested_peak(held);

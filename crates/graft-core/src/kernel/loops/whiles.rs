@@ -119,17 +119,23 @@ impl NativeWhile {
             return Err(ExecError::kernel("while", "internal error: operands do not match the compiled loop"));
         }
         let ins: Vec<&Tensor> = consts.iter().chain(init).copied().collect();
-        let mut outs: Vec<Tensor> =
-            init.iter().map(|t| Tensor::zeros(&TensorType { dtype: t.dtype(), shape: t.shape().to_vec() })).collect();
-        let mut work = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_else(|| {
-            let carry = (0..2 * nk).map(|j| b.params[nc + j / 2]);
-            carry
-                .chain(b.scratch.iter().copied())
-                .chain(self.program.cond.scratch.iter().copied())
-                .chain([(DType::I64, 1)])
-                .map(|(dtype, n)| Tensor::zeros(&TensorType { dtype, shape: vec![n] }))
-                .collect()
-        });
+        let mut outs: Vec<Tensor> = init
+            .iter()
+            .map(|t| Tensor::try_zeros(&TensorType { dtype: t.dtype(), shape: t.shape().to_vec() }))
+            .collect::<Result<_, _>>()?;
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut work = match spare {
+            Some(w) => w,
+            None => {
+                let carry = (0..2 * nk).map(|j| b.params[nc + j / 2]);
+                carry
+                    .chain(b.scratch.iter().copied())
+                    .chain(self.program.cond.scratch.iter().copied())
+                    .chain([(DType::I64, 1)])
+                    .map(|(dtype, n)| Tensor::try_zeros(&TensorType { dtype, shape: vec![n] }))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
         let held: usize = work.iter().chain(&outs).map(Tensor::size_bytes).sum();
         crate::kernel::native::run_program(f, 0, &ins, &mut outs, &mut work, &self.statics);
         crate::exec::note_nested_peak(held);

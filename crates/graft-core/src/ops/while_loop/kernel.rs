@@ -278,8 +278,11 @@ fn compiled_vjp(
         shape.extend_from_slice(t.shape());
         crate::types::TensorType { dtype: t.dtype(), shape }
     };
-    let mut outs: Vec<Tensor> = c0.iter().map(|t| Tensor::zeros(&t.ty())).collect();
-    outs.extend(c0.iter().map(|t| Tensor::zeros(&stacked(t))));
+    // The carry stack is sized by the trip count: allocated fallibly.
+    let mut outs: Vec<Tensor> = c0.iter().map(|t| Tensor::try_zeros(&t.ty())).collect::<Result<_, _>>()?;
+    for t in c0 {
+        outs.push(Tensor::try_zeros(&stacked(t))?);
+    }
     let stack_bytes: usize = outs[nk..].iter().map(Tensor::size_bytes).sum();
     let ins: Vec<&Tensor> = k.iter().chain(c0).copied().collect();
     rl.run(fr, n, &ins, &mut outs)?;
