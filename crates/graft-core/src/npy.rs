@@ -561,3 +561,33 @@ pub fn load_npz(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, TensorE
     let f = std::fs::File::open(path).map_err(|e| TensorError::Npy(format!("{}: {e}", path.display())))?;
     read_npz(std::io::BufReader::new(f))
 }
+
+/// What the `npy` fuzz target (`fuzz/`) runs: the bytes read as an `.npy`
+/// file and as an `.npz` archive. Must return (with an error or a tensor)
+/// on any input, never panic, abort or allocate what the header merely
+/// claims. Not part of the API.
+#[doc(hidden)]
+pub fn fuzz_read(data: &[u8]) {
+    if let Ok(t) = read_npy(data) {
+        let _ = crate::format::format_tensor(&t);
+    }
+    let _ = read_npz(std::io::Cursor::new(data));
+}
+
+#[cfg(test)]
+mod fuzz_regressions {
+    /// Every input in `fuzz/regressions/npy/` (see `fuzz/README.md`).
+    #[test]
+    fn npy_regressions_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/npy");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        paths.sort();
+        assert!(!paths.is_empty(), "fuzz/regressions/npy/ is empty");
+        for p in paths {
+            super::fuzz_read(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
+        }
+    }
+}

@@ -43,6 +43,8 @@
 pub mod backend;
 pub mod convert;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lang;
 pub mod memory;
 pub mod protocol;

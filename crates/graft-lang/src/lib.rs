@@ -10,6 +10,8 @@
 pub mod ast;
 pub mod check;
 pub mod diag;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lexer;
 pub mod lower;
 pub mod module;

@@ -66,6 +66,40 @@ pub struct Module {
 
 const WITNESS: [usize; 12] = [11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53];
 
+/// The size `check` gives dimension variable `n` of a def whose variables
+/// are `names` (distinct primes, so that mixed-up dimensions disagree).
+fn placeholder_size(names: &[String], n: &str) -> usize {
+    let i = names.iter().position(|m| m == n).unwrap_or(0);
+    WITNESS.get(i).copied().unwrap_or(59 + 2 * i)
+}
+
+/// A def's argument types at placeholder sizes (plus one tangent input per
+/// `@jvp(p)` attribute, in attribute order) and its dimension variables;
+/// `None` when a parameter type has no concrete form.
+fn placeholder_args(def: &ast::Def) -> Option<(Vec<Tree>, Vec<String>)> {
+    let mut names: Vec<String> = Vec::new();
+    for p in &def.params {
+        collect_dims(&p.ty, &mut names);
+    }
+    let size = |n: &str| placeholder_size(&names, n);
+    let mut types = Vec::new();
+    for p in &def.params {
+        types.push(concrete(&p.ty, &size)?);
+    }
+    for a in def.attrs.iter().filter(|a| a.name.name == "jvp") {
+        let named = a.args.first().and_then(|x| match &x.value.kind {
+            ast::ExprKind::Var(id) => def.params.iter().position(|p| p.name.name == id.name),
+            _ => None,
+        });
+        match named {
+            Some(i) => types.push(types[i].clone()),
+            // A malformed attribute: instantiating reports it.
+            None => types.push(Tree::Tuple(Vec::new())),
+        }
+    }
+    Some((types, names))
+}
+
 impl Module {
     /// Parses `src` and resolves its names.
     pub fn from_source(file: &str, src: &str) -> Result<Module, Vec<Diagnostic>> {
@@ -107,37 +141,8 @@ impl Module {
                 }
                 break;
             }
-            let mut names: Vec<String> = Vec::new();
-            for p in &def.params {
-                collect_dims(&p.ty, &mut names);
-            }
-            let size = |n: &str| {
-                let i = names.iter().position(|m| m == n).unwrap_or(0);
-                WITNESS.get(i).copied().unwrap_or(59 + 2 * i)
-            };
-            let mut types = Vec::new();
-            let mut ok = true;
-            for p in &def.params {
-                match concrete(&p.ty, &size) {
-                    Some(t) => types.push(t),
-                    None => ok = false,
-                }
-            }
-            if !ok {
-                continue;
-            }
-            // `@jvp(p)` adds a tangent input (p's type) per attribute, in attribute order.
-            for a in def.attrs.iter().filter(|a| a.name.name == "jvp") {
-                let named = a.args.first().and_then(|x| match &x.value.kind {
-                    ast::ExprKind::Var(id) => def.params.iter().position(|p| p.name.name == id.name),
-                    _ => None,
-                });
-                match named {
-                    Some(i) => types.push(types[i].clone()),
-                    // A malformed attribute: instantiating reports it.
-                    None => types.push(Tree::Tuple(Vec::new())),
-                }
-            }
+            let Some((types, names)) = placeholder_args(def) else { continue };
+            let size = |n: &str| placeholder_size(&names, n);
             if let Err(mut d) = self.instantiate_trees(&def.name.name, &types, true) {
                 if !names.is_empty() {
                     let sizes: Vec<String> = names.iter().map(|n| format!("{n}={}", size(n))).collect();
@@ -157,6 +162,14 @@ impl Module {
         } else {
             Err(errs)
         }
+    }
+
+    /// The def `entry` lowered at the placeholder sizes `check` uses for its
+    /// dimension variables (for fuzzing the lowering); `None` when it has no
+    /// such def or a parameter type has no concrete form.
+    pub fn instantiate_at_placeholders(&self, entry: &str) -> Option<Result<Compiled, Diagnostic>> {
+        let (types, _) = placeholder_args(self.def(entry)?)?;
+        Some(self.instantiate_trees(entry, &types, false))
     }
 
     /// The entry `entry` lowered at these parameter types (one per parameter).

@@ -1,0 +1,55 @@
+//! What the `gradbench` fuzz target (`fuzz/`) runs: every line of the input
+//! served by a fresh session of the language backend. Not part of the API.
+//!
+//! The one liberty taken with the input: an `evaluate`'s `min_runs` and
+//! `min_seconds` are capped at 2 runs and 0 s, because a message that asks
+//! for a million runs of a real function is legitimately slow, and the
+//! fuzzer would report that as a hang. Everything else (malformed JSON,
+//! wrong shapes, huge sizes under the memory budget) goes through as sent.
+
+use crate::{LangBackend, Server};
+
+/// Serves the lines of `data` (lossily decoded) in one session.
+pub fn protocol(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut server = Server::new(LangBackend::new());
+    for line in text.lines().take(64) {
+        let line = match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(mut v) => {
+                cap_runs(&mut v);
+                v.to_string()
+            }
+            Err(_) => line.to_string(),
+        };
+        let _ = server.handle_line(&line);
+    }
+}
+
+fn cap_runs(v: &mut serde_json::Value) {
+    if let Some(input) = v.get_mut("input").and_then(|i| i.as_object_mut()) {
+        if input.get("min_runs").is_some_and(|r| r.as_f64().is_none_or(|r| r > 2.0)) {
+            input.insert("min_runs".into(), 2.into());
+        }
+        if input.contains_key("min_seconds") {
+            input.insert("min_seconds".into(), 0.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every input in `fuzz/regressions/gradbench/` (see `fuzz/README.md`).
+    #[test]
+    fn gradbench_regressions_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/gradbench");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        paths.sort();
+        assert!(!paths.is_empty(), "fuzz/regressions/gradbench/ is empty");
+        for p in paths {
+            super::protocol(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! What the fuzz targets in `fuzz/` run, kept in the crate so that the test
+//! suite can replay every input that ever failed (`fuzz/regressions/<target>/`,
+//! see `fuzz/README.md`). Not part of the language's API.
+//!
+//! Each function must return normally on any input: a panic, an abort, a
+//! stack overflow or a hang is the bug the fuzzer looks for.
+
+use crate::module::Module;
+use graft_core::kernel::CompileMode;
+
+/// Most defs of one input that [`lowering`] instantiates (a mutated input
+/// with hundreds of defs would otherwise spend the fuzzer's time there).
+const MAX_DEFS: usize = 8;
+
+/// The front end: lexing, parsing, the `graft ast` printer, name
+/// resolution, checking at placeholder sizes, and rendering every
+/// diagnostic.
+pub fn front_end(data: &[u8]) {
+    let src = String::from_utf8_lossy(data);
+    crate::with_deep_stack(|| {
+        match crate::parse(&src) {
+            Ok(program) => {
+                let _ = crate::sexpr::program_to_sexpr(&program);
+            }
+            Err(diags) => render_all(&diags, &src),
+        }
+        let _ = crate::parse_expr(&src);
+        match Module::from_source("fuzz.graft", &src) {
+            Ok(m) => {
+                if let Err(diags) = m.check() {
+                    render_all(&diags, &src);
+                }
+            }
+            Err(diags) => render_all(&diags, &src),
+        }
+    });
+}
+
+/// Lowering and planning: every def of a program that checks (up to
+/// [`MAX_DEFS`]) lowered at placeholder sizes, verified and planned by the
+/// executor (fusion, row regions), its kernels and loop programs lowered and
+/// rendered to C. Nothing is compiled or run (a mutated loop may never end).
+pub fn lowering(data: &[u8]) {
+    let src = String::from_utf8_lossy(data);
+    crate::with_deep_stack(|| {
+        let Ok(m) = Module::from_source("fuzz.graft", &src) else { return };
+        if m.check().is_err() {
+            return;
+        }
+        let names: Vec<String> = m.program().defs.iter().take(MAX_DEFS).map(|d| d.name.name.clone()).collect();
+        let options = graft_core::ExecOptions { compile: CompileMode::Off, ..graft_core::ExecOptions::default() };
+        for name in names {
+            let Some(Ok(c)) = m.instantiate_at_placeholders(&name) else { continue };
+            let Ok(exe) = graft_core::Executable::with_options(c.func.clone(), options) else { continue };
+            let kernels = graft_core::kernel::kernels_of(&exe);
+            let _ = graft_core::kernel::render_c::render_unit(&kernels, 8);
+            for (_, p) in graft_core::kernel::loop_programs(&c.func, options) {
+                let _ = graft_core::kernel::render_c::render_loop(&p, 8);
+            }
+            for (_, w) in graft_core::kernel::while_programs(&c.func, options) {
+                let _ = graft_core::kernel::render_c::render_while(&w, 8);
+            }
+        }
+    });
+}
+
+fn render_all(diags: &[crate::diag::Diagnostic], src: &str) {
+    for d in diags {
+        assert!(d.span.start <= d.span.end && d.span.end <= src.len(), "diagnostic span out of the source: {d:?}");
+        let _ = crate::diag::render(d, "fuzz.graft", src);
+    }
+}
+
+/// Replays `fuzz/regressions/<target>/*` through `f` (one test per target).
+#[cfg(test)]
+pub(crate) fn replay(target: &str, f: fn(&[u8])) -> usize {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions").join(target);
+    let mut n = 0;
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for p in paths.into_iter().filter(|p| p.is_file()) {
+            let data = std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+            f(&data);
+            n += 1;
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn front_end_regressions_replay() {
+        let n = super::replay("front_end", super::front_end);
+        assert!(n > 0, "fuzz/regressions/front_end/ is empty or missing");
+    }
+
+    #[test]
+    fn lowering_regressions_replay() {
+        let n = super::replay("lowering", super::lowering);
+        assert!(n > 0, "fuzz/regressions/lowering/ is empty or missing");
+    }
+}
