@@ -1,18 +1,22 @@
 //! What the `gradbench` fuzz target (`fuzz/`) runs: every line of the input
 //! served by a fresh session of the language backend. Not part of the API.
 //!
-//! The one liberty taken with the input: an `evaluate`'s `min_runs` and
-//! `min_seconds` are capped at 2 runs and 0 s, because a message that asks
-//! for a million runs of a real function is legitimately slow, and the
-//! fuzzer would report that as a hang. Everything else (malformed JSON,
-//! wrong shapes, huge sizes under the memory budget) goes through as sent.
+//! Two liberties are taken, because legitimately slow work would otherwise
+//! be reported as a hang: an `evaluate`'s `min_runs` and `min_seconds` are
+//! capped at 2 runs and 0 s, and the memory budget is [`BUDGET`] (so an
+//! `ode` with a billion steps is refused, as it is on a small machine,
+//! rather than run). Everything else (malformed JSON, wrong shapes, sizes
+//! over the budget) goes through as sent.
 
 use crate::{LangBackend, Server};
+
+/// The memory budget of a fuzzed session: 256 MiB.
+pub const BUDGET: u64 = 256 << 20;
 
 /// Serves the lines of `data` (lossily decoded) in one session.
 pub fn protocol(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let mut server = Server::new(LangBackend::new());
+    let mut server = Server::new(LangBackend::with_memory_limit(BUDGET));
     for line in text.lines().take(64) {
         let line = match serde_json::from_str::<serde_json::Value>(line) {
             Ok(mut v) => {
