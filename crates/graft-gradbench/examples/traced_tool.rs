@@ -7,7 +7,7 @@
 //! Usage: as the `--tool` command of GradBench's `run`; it reads messages on
 //! stdin and writes responses on stdout until stdin closes.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/all/common/mod.rs"]
 mod common;
 
 use graft_gradbench::serve_stdio;

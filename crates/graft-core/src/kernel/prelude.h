@@ -3,7 +3,7 @@
  * primitive, as GCC vector-extension functions, bitwise equal to the Rust
  * kernels in crates/graft-core/src/ops (unary.rs, binary.rs, cast.rs,
  * mathfn/). NaN payloads aside, g_<op>_<dtype>(x) returns, lane by lane,
- * exactly the bits the interpreter computes; tests/mathfn_c.rs compiles this
+ * exactly the bits the interpreter computes; tests/all/mathfn_c.rs compiles this
  * header at GL = 4, 8 and 16 and checks that on every op and dtype.
  *
  * Conventions (the native backend's renderer relies on them):

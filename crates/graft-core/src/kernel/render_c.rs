@@ -11,7 +11,7 @@
 //! ALU instructions call the prelude (`prelude.h`): one `static inline`
 //! function per (operation, dtype), `g_<op>_<dtype>`, written to compute
 //! exactly what the interpreter's kernel computes (checked bit for bit by
-//! `tests/mathfn_c.rs`). Vector types have `GL` lanes whatever the element
+//! `tests/all/mathfn_c.rs`). Vector types have `GL` lanes whatever the element
 //! size (`vf32`, `vf64`, `vi32`, `vi64`; bool is `vbool` = `vi32` with lanes
 //! 0 or -1), so conversions never change the lane count. Vectors are moved
 //! in and out of memory with `memcpy` (no alignment assumed).

@@ -97,6 +97,18 @@ macro_rules! define_prims {
             }
         }
 
+        impl Prim {
+            /// Every family's variant name, in declaration order: the closed
+            /// set that tests enumerate to check that their tables cover
+            /// every primitive (`tests/all/prim_coverage.rs`).
+            pub const FAMILIES: &'static [&'static str] = &[$( stringify!($variant), )*];
+
+            /// This primitive's family: its variant name in [`Prim::FAMILIES`].
+            pub fn family(&self) -> &'static str {
+                match self { $( Prim::$variant(_) => stringify!($variant), )* }
+            }
+        }
+
         $( impl From<$ty> for Prim {
             fn from(p: $ty) -> Prim { Prim::$variant(p) }
         } )*

@@ -8,10 +8,10 @@
 //! (plain loops over slices, no `unsafe`, no intrinsics, no data-dependent
 //! branches: every "branch" is a select LLVM lowers to compare + blend), and
 //! `src/kernel/prelude.h` implements the same operations in the same order in
-//! C (`tests/mathfn_c.rs` checks every op bit for bit).
+//! C (`tests/all/mathfn_c.rs` checks every op bit for bit).
 //!
 //! Accuracy (max error against the correctly rounded result, measured in
-//! `tests/mathfn.rs` on millions of points against std/libm, which asserts
+//! `tests/all/mathfn.rs` on millions of points against std/libm, which asserts
 //! these bounds):
 //!
 //! | function | f32 | f64 | notes |

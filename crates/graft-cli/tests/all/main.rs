@@ -1,0 +1,6 @@
+//! All integration tests of `graft-cli`, in one test binary (one link step
+//! instead of one per file). Each module is a former `tests/<module>.rs`,
+//! so `cargo test -p graft-cli <module>::` still selects one topic.
+
+mod cli;
+mod ir_kernels;

@@ -1,0 +1,528 @@
+//! Loops compiled whole (`kernel::loops`): a scan whose body is all kernels
+//! runs as one native function, bitwise equal to the interpreted loop.
+//!
+//! Every test runs the same function with compilation off and with
+//! synchronous compilation (the options reach the loop bodies), compares
+//! every output bit, and checks through `native_loop_runs` whether the loop
+//! really ran compiled. Tests skip (saying so) under `GRAFT_SKIP_CC_TESTS=1`.
+
+use crate::common;
+
+use common::native::{bits, data, opts, skip};
+use graft_core::ad::{grad, Wrt};
+use graft_core::composite::reduce;
+use graft_core::kernel::loops::{native_loop_runs, Loc};
+use graft_core::kernel::CompileMode;
+use graft_core::ops::binary::Compare;
+use graft_core::ops::scan::{Checkpointing, ScanOpts};
+use graft_core::{Builder, DType, Executable, Func, Op, Tensor, TensorType, Value};
+use std::sync::Arc;
+
+fn t64(shape: &[usize]) -> TensorType {
+    TensorType::new(DType::F64, shape.to_vec())
+}
+
+/// Runs `f` interpreted and compiled, checks the bits, and returns how
+/// many loops ran compiled in the compiled run.
+fn compare(f: &Func, inputs: &[Tensor]) -> usize {
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let want = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run(&refs).unwrap();
+    let exe = Executable::with_options(f.clone(), opts(CompileMode::Sync)).unwrap();
+    let before = native_loop_runs();
+    let got = exe.run(&refs).unwrap();
+    let ran = native_loop_runs() - before;
+    assert_eq!(got.len(), want.len());
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.ty(), b.ty(), "output {k}");
+        let (x, y) = (bits(a), bits(b));
+        if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+            panic!(
+                "output {k} differs at {i}: compiled {:?} vs interpreted {:?}",
+                a.storage().get_f64(i),
+                b.storage().get_f64(i)
+            );
+        }
+    }
+    ran
+}
+
+fn inputs(f: &Func, seed: u64) -> Vec<Tensor> {
+    f.params.iter().enumerate().map(|(k, &p)| data(f.ty(p), seed + k as u64)).collect()
+}
+
+/// `rhs(x, y) = x * concat([1], y[0 : n - 1])`, as GradBench's ODE.
+fn rhs(b: &mut Builder, x: Value, y: Value, n: usize) -> Value {
+    let one = b.scalar(1.0, DType::F64).unwrap();
+    let one = b.broadcast_in_dim(one, &[1], &[]).unwrap();
+    let head = b.slice(y, &[0], &[n - 1], &[1]).unwrap();
+    let shifted = b.concatenate(&[one, head], 0).unwrap();
+    b.mul(x, shifted).unwrap()
+}
+
+/// `s` RK4 steps of the GradBench ODE (a `fori` over slices, concatenations
+/// and elementwise work), returning the final state.
+fn ode(n: usize, s: usize) -> Func {
+    let mut body = Builder::new("step");
+    let x = body.param(t64(&[n]));
+    let _i = body.param(TensorType::scalar(DType::I32));
+    let y = body.param(t64(&[n]));
+    let h = 2.0 / s as f64;
+    let k1 = rhs(&mut body, x, y, n);
+    let stage = |b: &mut Builder, k: Value, c: f64| {
+        let c = b.scalar(c, DType::F64).unwrap();
+        let c = b.broadcast_in_dim(c, &[n], &[]).unwrap();
+        let d = b.mul(c, k).unwrap();
+        let yy = b.add(y, d).unwrap();
+        rhs(b, x, yy, n)
+    };
+    let k2 = stage(&mut body, k1, 0.5 * h);
+    let k3 = stage(&mut body, k2, 0.5 * h);
+    let k4 = stage(&mut body, k3, h);
+    let two = body.scalar(2.0, DType::F64).unwrap();
+    let two = body.broadcast_in_dim(two, &[n], &[]).unwrap();
+    let a = body.mul(two, k2).unwrap();
+    let a = body.add(k1, a).unwrap();
+    let c = body.mul(two, k3).unwrap();
+    let a = body.add(a, c).unwrap();
+    let a = body.add(a, k4).unwrap();
+    let w = body.scalar(h / 6.0, DType::F64).unwrap();
+    let w = body.broadcast_in_dim(w, &[n], &[]).unwrap();
+    let a = body.mul(w, a).unwrap();
+    let next = body.add(y, a).unwrap();
+    let body = body.finish(&[next]).unwrap();
+
+    let mut b = Builder::new("ode");
+    let x = b.param(t64(&[n]));
+    let y0 = b.param(t64(&[n]));
+    let out = b.fori(s, &body, &[x], &[y0], Checkpointing::None).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn ode_steps_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for (n, s) in [(1000, 10), (37, 3), (2, 1)] {
+        let f = ode(n, s);
+        assert_eq!(compare(&f, &inputs(&f, 7)), 1, "n = {n}, s = {s}: the loop did not run compiled");
+    }
+}
+
+#[test]
+fn gradient_through_the_loop_runs_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    // sum(final state) differentiated in x: a forward scan saving residuals
+    // and a reverse scan over the transposed body (pads, slices, adds).
+    let n = 64;
+    let f = ode(n, 5);
+    let mut b = Builder::new("loss");
+    let x = b.param(t64(&[n]));
+    let y0 = b.param(t64(&[n]));
+    let y = b.call(Arc::new(f), &[x, y0]).unwrap()[0];
+    let l = b.reduce_sum(y, &[0]).unwrap();
+    let loss = b.finish(&[l]).unwrap();
+    let g = grad(&loss, &Wrt::Positions(vec![0])).unwrap();
+    let ins: Vec<Tensor> =
+        g.params.iter().map(|&p| Tensor::from_fn(g.ty(p), |i| 0.01 * (i % 13) as f64 - 0.05)).collect();
+    assert!(compare(&g, &ins) >= 2, "the forward and the reverse loop should both run compiled");
+}
+
+/// A scan with two consts, three carries (one swapped with another, one
+/// passed through), an `xs` operand read as is and one returned as a `y`,
+/// a row softmax, a pad with interior padding, a reversal, and i32/bool work.
+fn busy_scan(length: usize, reverse: bool) -> Func {
+    let (r, c) = (3, 8);
+    let mut body = Builder::new("busy");
+    let w = body.param(t64(&[r, c]));
+    let k = body.param(TensorType::scalar(DType::I32));
+    let a = body.param(t64(&[r, c]));
+    let bb = body.param(t64(&[r, c]));
+    let cnt = body.param(TensorType::scalar(DType::I32));
+    let x = body.param(t64(&[r, c]));
+    let s = body.add(a, x).unwrap();
+    let s = body.mul(s, w).unwrap();
+    let sm = reduce::softmax(&mut body, s, 1).unwrap();
+    let rev = body.reverse(sm, &[1]).unwrap();
+    let zero = body.scalar(0.0, DType::F64).unwrap();
+    let part = body.slice(rev, &[0, 0], &[r, c / 2], &[1, 1]).unwrap();
+    let padded = body.pad(part, zero, &[0, 0], &[0, 1], &[0, 1]).unwrap();
+    let cmp = body.compare(Compare::Gt, padded, bb).unwrap();
+    let sel = body.select(cmp, padded, bb).unwrap();
+    let next_cnt = body.add(cnt, k).unwrap();
+    let body = body.finish(&[bb, sel, next_cnt, x, padded]).unwrap();
+
+    let mut b = Builder::new("busy_loop");
+    let w = b.param(t64(&[r, c]));
+    let k = b.param(TensorType::scalar(DType::I32));
+    let a = b.param(t64(&[r, c]));
+    let bb = b.param(t64(&[r, c]));
+    let cnt = b.param(TensorType::scalar(DType::I32));
+    let xs = b.param(t64(&[length, r, c]));
+    let out = b.scan(Arc::new(body), &[w, k], &[a, bb, cnt], &[xs], ScanOpts::new(length).reverse(reverse)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn carries_consts_xs_and_ys_in_every_place() {
+    if skip() {
+        return;
+    }
+    for reverse in [false, true] {
+        for length in [0, 1, 6] {
+            let f = busy_scan(length, reverse);
+            let mut ins = inputs(&f, 11);
+            ins[1] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| 3.0);
+            ins[4] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| -2.0);
+            assert_eq!(compare(&f, &ins), 1, "length {length}, reverse {reverse}");
+        }
+    }
+}
+
+#[test]
+fn a_body_without_kernel_form_runs_interpreted() {
+    if skip() {
+        return;
+    }
+    // A matrix product in the body: not a kernel (yet), so the loop steps.
+    let n = 4;
+    let mut body = Builder::new("mm");
+    let m = body.param(t64(&[n, n]));
+    let v = body.param(t64(&[n]));
+    let p = body.dot_general(m, v, &[1], &[0], &[], &[]).unwrap();
+    let t = body.tanh(p).unwrap();
+    let body = body.finish(&[t]).unwrap();
+    let mut b = Builder::new("mm_loop");
+    let m = b.param(t64(&[n, n]));
+    let v = b.param(t64(&[n]));
+    let out = b.scan(Arc::new(body), &[m], &[v], &[], ScanOpts::new(5)).unwrap();
+    let f = b.finish(&out).unwrap();
+    assert_eq!(compare(&f, &inputs(&f, 3)), 0);
+}
+
+#[test]
+fn compile_off_never_runs_compiled() {
+    let f = ode(16, 2);
+    let ins = inputs(&f, 1);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let exe = Executable::with_options(f, opts(CompileMode::Off)).unwrap();
+    let before = native_loop_runs();
+    exe.run(&refs).unwrap();
+    assert_eq!(native_loop_runs(), before);
+}
+
+/// Layout in two dimensions, read in place by the elementwise work after
+/// it: a slice and a concatenation along the last axis, a crop-and-pad,
+/// a transpose read back through a reshape, in f32 and f64.
+fn layout_scan(dtype: DType, length: usize) -> Func {
+    let (r, c) = (4, 6);
+    let ty = TensorType::new(dtype, vec![r, c]);
+    let mut body = Builder::new("layout");
+    let x = body.param(ty.clone());
+    let one = body.scalar(1.0, dtype).unwrap();
+    let ones = body.broadcast_in_dim(one, &[r, 1], &[]).unwrap();
+    let tail = body.slice(x, &[0, 1], &[r, c], &[1, 1]).unwrap();
+    let shifted = body.concatenate(&[tail, ones], 1).unwrap();
+    let half = body.scalar(0.5, dtype).unwrap();
+    let cropped = body.pad(x, half, &[-1, 1], &[1, -1], &[0, 0]).unwrap();
+    let t = body.transpose(x, &[1, 0]).unwrap();
+    let t = body.reshape(t, &[r, c]).unwrap();
+    let a = body.mul(shifted, cropped).unwrap();
+    let a = body.add(a, t).unwrap();
+    let a = body.tanh(a).unwrap();
+    let body = body.finish(&[a, shifted]).unwrap();
+    let mut b = Builder::new("layout_loop");
+    let x = b.param(ty);
+    let out = b.scan(Arc::new(body), &[], &[x], &[], ScanOpts::new(length)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn layout_in_two_dimensions_is_read_in_place() {
+    if skip() {
+        return;
+    }
+    for dtype in [DType::F32, DType::F64] {
+        let f = layout_scan(dtype, 5);
+        assert_eq!(compare(&f, &inputs(&f, 5)), 1, "{dtype}");
+        // The slice, concatenation, pad and transpose are read in place by
+        // the elementwise kernel, which reads only the carry (and static
+        // values); the concatenation is also a `y`, written by its two
+        // pieces' calls.
+        let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
+            graft_core::Prim::Scan(s) => s.body.clone(),
+            _ => unreachable!("the scan equation is a scan"),
+        };
+        let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+        let p = exe.loop_program(0, 1, false).expect("the body has a compiled form");
+        let text = p.to_string();
+        assert!(text.contains("if inside"), "no window load in\n{text}");
+        assert_eq!(p.calls.len(), 3, "calls per step:\n{text}");
+        let main = p.calls.last().unwrap();
+        assert!(
+            main.args.iter().all(|l| matches!(l, Loc::CarryIn(0) | Loc::CarryOut(0) | Loc::Static(_))),
+            "the elementwise kernel reads a materialised layout value:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn the_verifier_rejects_bad_strided_stores_and_windows() {
+    use graft_core::kernel::{verify, Access, Arg, Index, Inst, Kernel, Window};
+    let arg = |access, len| Arg { dtype: DType::F32, len, access };
+    let kernel = |body, args| Kernel { name: "k".into(), args, extent: 4, body };
+    // Two points store one element (stride 0).
+    let twice = kernel(
+        vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Store {
+                arg: 1,
+                value: 0,
+                index: Index::Strided { dims: vec![2, 2], strides: vec![0, 1], offset: 0 },
+            },
+        ],
+        vec![arg(Access::Read, 4), arg(Access::Write, 4)],
+    );
+    assert!(verify(&twice).unwrap_err().msg.contains("twice"));
+    // A strided store past the end.
+    let past = kernel(
+        vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Store { arg: 1, value: 0, index: Index::Strided { dims: vec![4], strides: vec![2], offset: 0 } },
+        ],
+        vec![arg(Access::Read, 4), arg(Access::Write, 6)],
+    );
+    assert!(verify(&past).is_err());
+    // A window whose inside reaches past its buffer.
+    let window =
+        |lo: isize, size: usize| Window { dims: vec![4], lo: vec![lo], size: vec![size], strides: vec![1], offset: 0 };
+    let reads = |w: Window| {
+        kernel(
+            vec![
+                Inst::Lit(graft_core::kernel::Lit { dtype: DType::F32, bits: 0 }),
+                Inst::Window { arg: 0, window: w, fill: 0 },
+                Inst::Store { arg: 1, value: 1, index: Index::Point },
+            ],
+            vec![arg(Access::Read, 3), arg(Access::Write, 4)],
+        )
+    };
+    assert!(verify(&reads(window(1, 3))).is_ok());
+    assert!(verify(&reads(window(-2, 3))).is_ok(), "only the part of the box with points is read");
+    assert!(verify(&reads(window(0, 4))).unwrap_err().msg.contains("window reaches"));
+}
+
+/// A while loop over `(consts: a f64[n], limit i32[]; carry: x f64[n],
+/// y f64[n], i i32[])`: `while i < limit && !(x[0] > 1e3)` the body swaps
+/// and mixes the vector carries (`x, y <- y * a + x, tanh(x)`), counts,
+/// and the predicate reads a carry element and a const.
+fn mixing_while(n: usize) -> Func {
+    let tys = || [t64(&[n]), TensorType::scalar(DType::I32), t64(&[n]), t64(&[n]), TensorType::scalar(DType::I32)];
+    let mut c = Builder::new("cond");
+    let ps: Vec<Value> = tys().into_iter().map(|t| c.param(t)).collect();
+    let more = c.compare(Compare::Lt, ps[4], ps[1]).unwrap();
+    let x0 = c.slice(ps[2], &[0], &[1], &[1]).unwrap();
+    let x0 = c.reshape(x0, &[]).unwrap();
+    let big = c.scalar(1e3, DType::F64).unwrap();
+    let small = c.compare(Compare::Le, x0, big).unwrap();
+    let go = c.and(more, small).unwrap();
+    let cond = c.finish(&[go]).unwrap();
+
+    let mut b = Builder::new("mix");
+    let ps: Vec<Value> = tys().into_iter().map(|t| b.param(t)).collect();
+    let ya = b.mul(ps[3], ps[0]).unwrap();
+    let nx = b.add(ya, ps[2]).unwrap();
+    let ny = b.tanh(ps[2]).unwrap();
+    let one = b.scalar(1.0, DType::I32).unwrap();
+    let ni = b.add(ps[4], one).unwrap();
+    let body = b.finish(&[nx, ny, ni]).unwrap();
+
+    let mut f = Builder::new("mixing");
+    let ps: Vec<Value> = tys().into_iter().map(|t| f.param(t)).collect();
+    let out = f.while_loop(Arc::new(cond), Arc::new(body), &ps[..2], &ps[2..]).unwrap();
+    f.finish(&out).unwrap()
+}
+
+#[test]
+fn while_loops_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for (n, limit) in [(5, 0), (5, 1), (40, 7), (3, 1000)] {
+        let f = mixing_while(n);
+        let mut ins = inputs(&f, 5);
+        ins[0] = Tensor::from_fn(&t64(&[n]), |i| 0.5 + i as f64 * 0.25);
+        ins[1] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| limit as f64);
+        ins[2] = Tensor::from_fn(&t64(&[n]), |i| 0.1 * i as f64);
+        ins[4] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| 0.0);
+        assert_eq!(compare(&f, &ins), 1, "n = {n}, limit = {limit}: the loop did not run compiled");
+    }
+}
+
+#[test]
+fn forward_mode_through_a_while_loop_runs_compiled() {
+    if skip() {
+        return;
+    }
+    // while_jvp runs the augmented loop (carry and tangent) through the
+    // same compiled path.
+    let f = mixing_while(6);
+    let jf = graft_core::ad::jvp_func(&f).unwrap();
+    let mut ins = inputs(&jf, 9);
+    for (k, &p) in jf.params.iter().enumerate() {
+        if jf.ty(p).dtype == DType::I32 {
+            ins[k] = Tensor::from_fn(jf.ty(p), |_| if k == 1 { 9.0 } else { 0.0 });
+        } else if k < 5 {
+            ins[k] = Tensor::from_fn(jf.ty(p), |i| 0.25 + 0.125 * i as f64);
+        }
+    }
+    assert!(compare(&jf, &ins) >= 1, "no loop ran compiled:\n{jf}");
+}
+
+#[test]
+fn a_while_loop_is_listed_as_a_program() {
+    let f = mixing_while(4);
+    let progs = graft_core::kernel::while_programs(&f, opts(CompileMode::Off));
+    assert_eq!(progs.len(), 1);
+    let text = progs[0].1.to_string();
+    assert!(text.starts_with("while gw:"), "{text}");
+    assert!(text.contains("# cond") && text.contains("# body") && text.contains("ys0[t]"), "{text}");
+}
+
+#[test]
+fn reverse_mode_through_a_while_loop_runs_both_sweeps_compiled() {
+    if skip() {
+        return;
+    }
+    // while_vjp: the compiled while counts the trips, a compiled scan
+    // records the carries, a compiled reverse scan runs the backward step.
+    // The first run queues the three loops (async), the second must use
+    // them; both must match the interpreter bit for bit.
+    for (n, limit) in [(6, 9), (3, 0), (2, 1)] {
+        let f = mixing_while(n);
+        let vf = graft_core::ad::vjp_func(&f, &Wrt::All).unwrap();
+        let mut ins = inputs(&vf, 13);
+        ins[0] = Tensor::from_fn(&t64(&[n]), |i| 0.5 + i as f64 * 0.25);
+        ins[1] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| limit as f64);
+        ins[2] = Tensor::from_fn(&t64(&[n]), |i| 0.1 * i as f64);
+        ins[4] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| 0.0);
+        for k in 5..ins.len() {
+            ins[k] = Tensor::from_fn(vf.ty(vf.params[k]), |i| 1.0 - 0.25 * i as f64);
+        }
+        let ran = compare(&vf, &ins);
+        assert!(
+            ran >= 4,
+            "n = {n}, limit = {limit}: {ran} loops ran compiled (want the primal while and three sweeps)"
+        );
+    }
+}
+
+/// A loop body with full reductions of its vector carry (`sum` and `max`
+/// of all elements, broadcast back): a one-row row kernel inside the
+/// compiled loop, combining in the interpreter's pairwise order (lengths
+/// around the 16-lane and 256-element leaf boundaries, NaN, infinities and
+/// signed zeros in the data).
+fn reducing_scan(n: usize) -> Func {
+    let mut body = Builder::new("reducing");
+    let y = body.param(t64(&[n]));
+    let x = body.param(t64(&[n]));
+    let p = body.mul(y, x).unwrap();
+    let s = body.reduce_sum(p, &[0]).unwrap();
+    let m = body.reduce_max(x, &[0]).unwrap();
+    let sm = body.sub(s, m).unwrap();
+    let sb = body.broadcast_in_dim(sm, &[n], &[]).unwrap();
+    let half = body.scalar(0.5, DType::F64).unwrap();
+    let half = body.broadcast_in_dim(half, &[n], &[]).unwrap();
+    let yh = body.mul(y, half).unwrap();
+    let next = body.add(yh, sb).unwrap();
+    let body = body.finish(&[next, s]).unwrap();
+    let mut b = Builder::new("reducing_loop");
+    let y0 = b.param(t64(&[n]));
+    let xs = b.param(t64(&[4, n]));
+    let out = b.scan(Arc::new(body), &[], &[y0], &[xs], ScanOpts::new(4)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn full_reductions_in_a_loop_body_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for n in [2, 15, 16, 17, 300, 1000] {
+        let f = reducing_scan(n);
+        for seed in [1, 2] {
+            let mut ins = inputs(&f, seed);
+            if seed == 2 {
+                // Finite data: the sums stay finite and the order shows.
+                ins = ins
+                    .iter()
+                    .map(|t| Tensor::from_fn(&t.ty(), |i| ((i * 7919) % 1000) as f64 / 37.0 - 13.0))
+                    .collect();
+            }
+            assert_eq!(compare(&f, &ins), 1, "n = {n}, seed {seed}: the loop did not run compiled");
+        }
+    }
+}
+
+/// A while body that branches: a three-way `switch` on the trip counter
+/// (clamped below 0 and above 2, as the interpreter clamps) and a two-way
+/// `cond` on data (`x[0] > 0`). If-converted for the compiled loop
+/// (`opt::if_convert`): every branch runs, `select` keeps the taken one.
+fn branching_while(n: usize) -> Func {
+    let tys = || [TensorType::scalar(DType::I32), t64(&[n]), TensorType::scalar(DType::I32)];
+    let branch = |name: &str, op: &dyn Fn(&mut Builder, Value) -> Value| {
+        let mut b = Builder::new(name);
+        let x = b.param(t64(&[n]));
+        let y = op(&mut b, x);
+        Arc::new(b.finish(&[y]).unwrap())
+    };
+    let double = branch("double", &|b, x| b.add(x, x).unwrap());
+    let dec = branch("dec", &|b, x| {
+        let one = b.scalar(1.0, DType::F64).unwrap();
+        let one = b.broadcast_in_dim(one, &[n], &[]).unwrap();
+        b.sub(x, one).unwrap()
+    });
+    let squash = branch("squash", &|b, x| b.tanh(x).unwrap());
+    let neg = branch("neg", &|b, x| b.neg(x).unwrap());
+
+    let mut c = Builder::new("cond");
+    let ps: Vec<Value> = tys().into_iter().map(|t| c.param(t)).collect();
+    let go = c.compare(Compare::Lt, ps[2], ps[0]).unwrap();
+    let cond = c.finish(&[go]).unwrap();
+
+    let mut b = Builder::new("branching");
+    let ps: Vec<Value> = tys().into_iter().map(|t| b.param(t)).collect();
+    let one = b.scalar(1.0, DType::I32).unwrap();
+    let idx = b.sub(ps[2], one).unwrap();
+    let y = b.switch(idx, &[double, dec, squash], &[ps[1]]).unwrap()[0];
+    let y0 = b.slice(y, &[0], &[1], &[1]).unwrap();
+    let y0 = b.reshape(y0, &[]).unwrap();
+    let zero = b.scalar(0.0, DType::F64).unwrap();
+    let pos = b.compare(Compare::Gt, y0, zero).unwrap();
+    let pos = b.convert(pos, DType::I32).unwrap();
+    let ident = branch("ident", &|_, x| x);
+    let y = b.switch(pos, &[neg, ident], &[y]).unwrap()[0];
+    let ni = b.add(ps[2], one).unwrap();
+    let body = b.finish(&[y, ni]).unwrap();
+
+    let mut f = Builder::new("branching_loop");
+    let ps: Vec<Value> = tys().into_iter().map(|t| f.param(t)).collect();
+    let out = f.while_loop(Arc::new(cond), Arc::new(body), &ps[..1], &ps[1..]).unwrap();
+    f.finish(&out).unwrap()
+}
+
+#[test]
+fn branching_while_bodies_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for (n, limit) in [(4, 6), (17, 2), (3, -1)] {
+        let f = branching_while(n);
+        let mut ins = inputs(&f, 21);
+        ins[0] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| limit as f64);
+        ins[2] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| -1.0);
+        assert_eq!(compare(&f, &ins), 1, "n = {n}, limit = {limit}: the loop did not run compiled");
+        assert!(graft_core::opt::if_convert(&f).is_none(), "the top level has no cond");
+    }
+}

@@ -1,0 +1,118 @@
+//! Cleanup passes: no-op removal drops exactly the equations that return
+//! their operand unchanged, and the results stay the same.
+
+use crate::common;
+
+use common::{run, Rng};
+use graft_core::opt::{remove_noops, simplify};
+use graft_core::{Builder, DType, Op, TensorType};
+
+#[test]
+fn noop_equations_are_removed_and_others_kept() {
+    let t = TensorType::new(DType::F64, vec![3, 3]);
+    let mut b = Builder::new("f");
+    let x = b.param(t.clone());
+    let r = b.reshape(x, &[3, 3]).unwrap(); // no-op
+    let c = b.convert(r, DType::F64).unwrap(); // no-op
+    let id = b.transpose(c, &[0, 1]).unwrap(); // no-op
+    let bc = b.broadcast_in_dim(id, &[3, 3], &[0, 1]).unwrap(); // no-op
+    let tr = b.transpose(bc, &[1, 0]).unwrap(); // same type, not a no-op
+    let sg = b.stop_gradient(tr).unwrap(); // changes derivatives: kept
+    let e = b.exp(sg).unwrap();
+    let f = b.finish(&[e, x, bc]).unwrap();
+    let g = remove_noops(&f);
+    let names: Vec<&str> = g.eqns.iter().map(|q| q.prim.name()).collect();
+    assert_eq!(names, vec!["transpose", "stop_gradient", "exp"]);
+    assert_eq!(g.outputs[1], g.params[0]);
+    assert_eq!(g.outputs[2], g.params[0], "an output that was a no-op of a parameter is the parameter");
+    let x = Rng(1).tensor(&t, -1.0, 1.0);
+    assert_eq!(run(&f, std::slice::from_ref(&x)), run(&g, std::slice::from_ref(&x)));
+    assert_eq!(simplify(&f).eqns.len(), 3);
+}
+
+/// `x * 1`, `1 * x`, `x / 1`, `x + 0`, `x - 0` with splat constants (a
+/// broadcast scalar, a reshaped broadcast, an all-equal constant) leave no
+/// equation behind; `x * 0` on floats stays (NaN/inf times 0 is NaN); integer
+/// `x * 0` becomes the zero operand. Results are bitwise the same.
+#[test]
+fn algebraic_identities_with_splats_are_folded() {
+    let t = TensorType::new(DType::F64, vec![2, 3]);
+    let mut b = Builder::new("f");
+    let x = b.param(t.clone());
+    let one = b.scalar(1.0, DType::F64).unwrap();
+    let ones = b.broadcast_in_dim(one, &[2, 3], &[]).unwrap();
+    let zero = b.scalar(0.0, DType::F64).unwrap();
+    let flat = b.broadcast_in_dim(zero, &[6], &[]).unwrap();
+    let zeros = b.reshape(flat, &[2, 3]).unwrap();
+    let also_ones = b.full(1.0, &t).unwrap();
+    let a = b.mul(x, ones).unwrap();
+    let c = b.mul(also_ones, a).unwrap();
+    let d = b.div(c, ones).unwrap();
+    let e = b.add(d, zeros).unwrap();
+    let g = b.add(zeros, e).unwrap();
+    let h = b.sub(g, zeros).unwrap();
+    let kept = b.mul(h, zeros).unwrap();
+    let f = b.finish(&[h, kept]).unwrap();
+    let s = simplify(&f);
+    assert_eq!(s.outputs[0], s.params[0], "the identity chain folds to x");
+    let names: Vec<&str> = s.eqns.iter().map(|q| q.prim.name()).collect();
+    assert!(!names.contains(&"div") && !names.contains(&"add") && !names.contains(&"sub"), "{names:?}");
+    assert_eq!(names.iter().filter(|n| **n == "mul").count(), 1, "only the float x * 0 stays: {names:?}");
+    let mut xv = Rng(3).tensor(&t, -2.0, 2.0).to_f64_vec();
+    xv[0] = f64::INFINITY;
+    xv[1] = f64::NAN;
+    let xt = graft_core::Tensor::from_vec(vec![2, 3], xv).unwrap();
+    let (want, got) = (run(&f, std::slice::from_ref(&xt)), run(&s, std::slice::from_ref(&xt)));
+    for (w, g) in want.iter().zip(&got) {
+        let bits = |t: &graft_core::Tensor| -> Vec<u64> { t.to_f64_vec().iter().map(|v| v.to_bits()).collect() };
+        assert_eq!(bits(w), bits(g));
+    }
+    assert!(got[1].to_f64_vec()[0].is_nan(), "inf * 0 stays NaN");
+
+    // Integer x * 0 is the zero operand.
+    let ti = TensorType::new(DType::I32, vec![4]);
+    let mut b = Builder::new("i");
+    let x = b.param(ti.clone());
+    let z = b.zeros(&ti).unwrap();
+    let m = b.mul(x, z).unwrap();
+    let one = b.ones(&ti).unwrap();
+    let r = b.mul(one, m).unwrap();
+    let f = b.finish(&[r]).unwrap();
+    let s = simplify(&f);
+    assert!(s.eqns.iter().all(|q| q.prim.name() != "mul"));
+    let xi = graft_core::Tensor::from_vec(vec![4], vec![3i32, -7, 0, i32::MAX]).unwrap();
+    assert_eq!(run(&s, std::slice::from_ref(&xi))[0].to_f64_vec(), vec![0.0; 4]);
+}
+
+/// A multiplication by a broadcast 1.0 that `jvp(grad(f))` with a ones
+/// tangent used to leave behind (kmeans' `dir`) is gone after the transform.
+#[test]
+fn jvp_of_grad_with_ones_tangent_has_no_mul_by_one() {
+    let t = TensorType::new(DType::F64, vec![5]);
+    let mut b = Builder::new("f");
+    let x = b.param(t.clone());
+    let sq = b.mul(x, x).unwrap();
+    let s = b.reduce_sum(sq, &[0]).unwrap();
+    let f = b.finish(&[s]).unwrap();
+    let g = graft_core::ad::grad(&f, &graft_core::ad::Wrt::All).unwrap();
+    let mut b = Builder::new("h");
+    let x = b.param(t.clone());
+    let ones = b.ones(&t).unwrap();
+    let j = graft_core::ad::jvp_inline(&mut b, &g, &[x], &[Some(ones)]).unwrap();
+    let h = simplify(&b.finish(&[j.1[0].unwrap()]).unwrap());
+    // Values holding only 1.0: constants equal to 1 and broadcasts of them.
+    let mut one = vec![false; h.n_values()];
+    for q in &h.eqns {
+        let is_one = match &q.prim {
+            graft_core::Prim::Constant(c) => c.value.to_f64_vec().iter().all(|&v| v == 1.0),
+            graft_core::Prim::BroadcastInDim(_) => one[q.inputs[0].index()],
+            _ => false,
+        };
+        one[q.outputs[0].index()] = is_one;
+    }
+    let by_one = h.eqns.iter().filter(|q| q.prim.name() == "mul" && q.inputs.iter().any(|v| one[v.index()])).count();
+    assert_eq!(by_one, 0, "a multiplication by 1 survived");
+    let xv = Rng(4).tensor(&t, -1.0, 1.0);
+    let got = run(&h, std::slice::from_ref(&xv))[0].to_f64_vec();
+    assert_eq!(got, vec![2.0; 5], "d/dx (2x) . 1 = 2");
+}

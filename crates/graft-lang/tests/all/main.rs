@@ -1,0 +1,16 @@
+//! All integration tests of `graft-lang`, in one test binary (one link step
+//! instead of one per file). Each module is a former `tests/<module>.rs`,
+//! so `cargo test -p graft-lang <module>::` still selects one topic.
+
+mod check_no_panic;
+mod diagnostics;
+mod examples_dir;
+mod limits;
+mod operators;
+mod parse_corpus;
+mod parse_docs;
+mod parse_errors;
+mod parse_examples;
+mod parse_props;
+mod run_examples;
+mod transforms;

@@ -1,0 +1,10 @@
+//! All integration tests of `graft`, in one test binary (one link step
+//! instead of one per file). Each module is a former `tests/<module>.rs`,
+//! so `cargo test -p graft <module>::` still selects one topic.
+
+mod layers;
+mod tr_control;
+mod tr_reduce_nn;
+mod tr_shape_math;
+mod train;
+mod vmap;
