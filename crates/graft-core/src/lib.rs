@@ -12,6 +12,8 @@ pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ir;
 pub mod jac;
 pub mod kernel;

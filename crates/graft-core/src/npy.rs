@@ -579,15 +579,6 @@ mod fuzz_regressions {
     /// Every input in `fuzz/regressions/npy/` (see `fuzz/README.md`).
     #[test]
     fn npy_regressions_replay() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/npy");
-        let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        paths.sort();
-        assert!(!paths.is_empty(), "fuzz/regressions/npy/ is empty");
-        for p in paths {
-            super::fuzz_read(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
-        }
+        crate::fuzzing::replay_regressions("npy", super::fuzz_read);
     }
 }

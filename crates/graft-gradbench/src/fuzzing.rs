@@ -45,15 +45,6 @@ mod tests {
     /// Every input in `fuzz/regressions/gradbench/` (see `fuzz/README.md`).
     #[test]
     fn gradbench_regressions_replay() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/gradbench");
-        let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        paths.sort();
-        assert!(!paths.is_empty(), "fuzz/regressions/gradbench/ is empty");
-        for p in paths {
-            super::protocol(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
-        }
+        graft_core::fuzzing::replay_regressions("gradbench", super::protocol);
     }
 }

@@ -71,34 +71,17 @@ fn render_all(diags: &[crate::diag::Diagnostic], src: &str) {
     }
 }
 
-/// Replays `fuzz/regressions/<target>/*` through `f` (one test per target).
-#[cfg(test)]
-pub(crate) fn replay(target: &str, f: fn(&[u8])) -> usize {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions").join(target);
-    let mut n = 0;
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        paths.sort();
-        for p in paths.into_iter().filter(|p| p.is_file()) {
-            let data = std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
-            f(&data);
-            n += 1;
-        }
-    }
-    n
-}
-
 #[cfg(test)]
 mod tests {
+    use graft_core::fuzzing::replay_regressions;
+
     #[test]
     fn front_end_regressions_replay() {
-        let n = super::replay("front_end", super::front_end);
-        assert!(n > 0, "fuzz/regressions/front_end/ is empty or missing");
+        replay_regressions("front_end", super::front_end);
     }
 
     #[test]
     fn lowering_regressions_replay() {
-        let n = super::replay("lowering", super::lowering);
-        assert!(n > 0, "fuzz/regressions/lowering/ is empty or missing");
+        replay_regressions("lowering", super::lowering);
     }
 }

@@ -135,22 +135,11 @@ pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
     };
     let _ = writeln!(s, "\nvoid {}(int64_t start, int64_t end, void *const *args) {{", p.name);
     let _ = writeln!(s, "  const int64_t n = end - start;");
-    let _ = writeln!(s, "  char *cin[{0}], *cout[{0}], *sw;", nk.max(1));
-    let _ = writeln!(s, "  (void)sw; (void)cin; (void)cout;");
-    for j in 0..nk {
-        let b = bytes(p.params[nc + j]);
-        let _ =
-            writeln!(s, "  cin[{j}] = (char *)args[{}]; cout[{j}] = (char *)args[{}];", pp0 + 2 * j, pp0 + 2 * j + 1);
-        let _ = writeln!(s, "  __builtin_memcpy(cin[{j}], args[{}], {b});", nc + j);
-    }
+    carry_setup(&mut s, p, pp0);
     let _ = writeln!(s, "  for (int64_t it = 0; it < n; it++) {{");
     let t = if p.reverse { "n - 1 - it" } else { "it" };
     let _ = writeln!(s, "    const int64_t t = {t};\n    (void)t;");
-    for c in &p.calls {
-        let k = &p.kernels[c.kernel];
-        let args: Vec<String> = c.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
-        let _ = writeln!(s, "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}", args.join(", "), k.name, k.extent);
-    }
+    step_calls(&mut s, p, &ptr);
     // Results not written in place: ys first (they may read the next
     // carry set), then the carries, then the swap.
     for j in 0..ny {
@@ -160,21 +149,60 @@ pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
                 writeln!(s, "    __builtin_memcpy({}, {}, {});", ptr(&Loc::Ys(j)), ptr(&l), bytes(p.outputs[nk + j]));
         }
     }
+    carry_swap(&mut s, p, &ptr);
+    let _ = writeln!(s, "  }}");
+    carry_results(&mut s, p, out0);
+    let _ = writeln!(s, "}}");
+    s
+}
+
+/// The two carry sets of a loop function (`cin` read by a step, `cout`
+/// written), at arguments `pp0..pp0 + 2 nk` (interleaved), `cin` holding
+/// the initial carries (arguments `nc..nc + nk`).
+fn carry_setup(s: &mut String, p: &LoopProgram, pp0: usize) {
+    let (nc, nk) = (p.n_consts, p.n_carry);
+    let _ = writeln!(s, "  char *cin[{0}], *cout[{0}], *sw;", nk.max(1));
+    let _ = writeln!(s, "  (void)sw; (void)cin; (void)cout;");
+    for j in 0..nk {
+        let (d, n) = p.params[nc + j];
+        let _ =
+            writeln!(s, "  cin[{j}] = (char *)args[{}]; cout[{j}] = (char *)args[{}];", pp0 + 2 * j, pp0 + 2 * j + 1);
+        let _ = writeln!(s, "  __builtin_memcpy(cin[{j}], args[{}], {});", nc + j, n * d.size_bytes());
+    }
+}
+
+/// One step's kernel calls, each argument at `ptr` of its location.
+fn step_calls(s: &mut String, p: &LoopProgram, ptr: &dyn Fn(&Loc) -> String) {
+    for c in &p.calls {
+        let k = &p.kernels[c.kernel];
+        let args: Vec<String> = c.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
+        let _ = writeln!(s, "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}", args.join(", "), k.name, k.extent);
+    }
+}
+
+/// The end of a step: carries the body did not write in place are copied
+/// into `cout`, then the two carry sets swap.
+fn carry_swap(s: &mut String, p: &LoopProgram, ptr: &dyn Fn(&Loc) -> String) {
+    let nk = p.n_carry;
     for j in 0..nk {
         let l = p.out_loc[j];
         if l != Loc::CarryOut(j) {
-            let _ = writeln!(s, "    __builtin_memcpy(cout[{j}], {}, {});", ptr(&l), bytes(p.outputs[j]));
+            let (d, n) = p.outputs[j];
+            let _ = writeln!(s, "    __builtin_memcpy(cout[{j}], {}, {});", ptr(&l), n * d.size_bytes());
         }
     }
     for j in 0..nk {
         let _ = writeln!(s, "    sw = cin[{j}]; cin[{j}] = cout[{j}]; cout[{j}] = sw;");
     }
-    let _ = writeln!(s, "  }}");
-    for j in 0..nk {
-        let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, bytes(p.outputs[j]));
+}
+
+/// After the last step: the final carries (in `cin`) into the results at
+/// arguments `out0..out0 + nk`.
+fn carry_results(s: &mut String, p: &LoopProgram, out0: usize) {
+    for j in 0..p.n_carry {
+        let (d, n) = p.outputs[j];
+        let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, n * d.size_bytes());
     }
-    let _ = writeln!(s, "}}");
-    s
 }
 
 /// A while loop's native function (see `loops::whiles`): `cond`'s calls,
@@ -192,7 +220,6 @@ pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
     kernels.extend(c.kernels.iter().cloned());
     let mut s = render_unit(&kernels, lanes);
     let (nc, nk) = (b.n_consts, b.n_carry);
-    let bytes = |(d, n): (DType, usize)| n * d.size_bytes();
     let out0 = nc + nk;
     let pp0 = out0 + nk;
     let bsc0 = pp0 + 2 * nk;
@@ -211,49 +238,20 @@ pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
         Loc::CarryOut(j) => format!("cout[{j}]"),
         Loc::Xs(_) | Loc::Ys(_) => "(char *)pred".to_string(),
     };
-    let calls = |s: &mut String, p: &LoopProgram, in_cond: bool| {
-        for call in &p.calls {
-            let k = &p.kernels[call.kernel];
-            let args: Vec<String> = call.args.iter().map(|l| format!("(void *)({})", ptr(l, in_cond))).collect();
-            let _ =
-                writeln!(s, "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}", args.join(", "), k.name, k.extent);
-        }
-    };
-    let _ = writeln!(
-        s,
-        "
-void {}(int64_t start, int64_t end, void *const *args) {{",
-        w.name
-    );
+    let _ = writeln!(s, "\nvoid {}(int64_t start, int64_t end, void *const *args) {{", w.name);
     let _ = writeln!(s, "  (void)start; (void)end;");
-    let _ = writeln!(s, "  char *cin[{0}], *cout[{0}], *sw;", nk.max(1));
     let _ = writeln!(s, "  uint8_t pred[64] __attribute__((aligned(64))) = {{0}};");
     let _ = writeln!(s, "  int64_t trips = 0;");
-    let _ = writeln!(s, "  (void)sw; (void)cin; (void)cout; (void)pred;");
-    for j in 0..nk {
-        let n = bytes(b.params[nc + j]);
-        let _ =
-            writeln!(s, "  cin[{j}] = (char *)args[{}]; cout[{j}] = (char *)args[{}];", pp0 + 2 * j, pp0 + 2 * j + 1);
-        let _ = writeln!(s, "  __builtin_memcpy(cin[{j}], args[{}], {n});", nc + j);
-    }
+    let _ = writeln!(s, "  (void)pred;");
+    carry_setup(&mut s, b, pp0);
     let _ = writeln!(s, "  for (;;) {{");
-    calls(&mut s, c, true);
+    step_calls(&mut s, c, &|l| ptr(l, true));
     let _ = writeln!(s, "    if (!*(const uint8_t *)({})) break;", ptr(&c.out_loc[0], true));
-    calls(&mut s, b, false);
-    for j in 0..nk {
-        let l = b.out_loc[j];
-        if l != Loc::CarryOut(j) {
-            let _ = writeln!(s, "    __builtin_memcpy(cout[{j}], {}, {});", ptr(&l, false), bytes(b.outputs[j]));
-        }
-    }
-    for j in 0..nk {
-        let _ = writeln!(s, "    sw = cin[{j}]; cin[{j}] = cout[{j}]; cout[{j}] = sw;");
-    }
+    step_calls(&mut s, b, &|l| ptr(l, false));
+    carry_swap(&mut s, b, &|l| ptr(l, false));
     let _ = writeln!(s, "    trips++;");
     let _ = writeln!(s, "  }}");
-    for j in 0..nk {
-        let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, bytes(b.outputs[j]));
-    }
+    carry_results(&mut s, b, out0);
     let _ = writeln!(s, "  *(int64_t *)args[{trips}] = trips;");
     let _ = writeln!(s, "}}");
     s
