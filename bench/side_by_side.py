@@ -25,12 +25,14 @@ compares its results with JAX's (relative tolerance 1e-3 on f32, 1e-9 on f64,
 1e-4 where JAX runs an f64 workload in f32), to show the two columns compute
 the same thing.
 
-Besides the kernel workloads, the GradBench evals JAX implements (lse, llsq,
-ode, kmeans; names `lse_gradient_10000`, ...) run at sizes from their default
+Besides the kernel workloads, GradBench evals (lse, llsq, ode, kmeans, gmm,
+det, lstm; names `lse_gradient_10000`, ...) run at sizes from their default
 workloads: graft runs the eval's own program in gradbench/, JAX a jit of the
-same function written in this script in the formulation of GradBench's JAX
-tool (like that tool, it runs `ode` in f32). The real GradBench drivers time through the
-protocol instead (docs/gradbench.md).
+same function written in this script, in the formulation of GradBench's JAX
+tool where it has one (like that tool, it runs `ode` in f32; `det` and
+`lstm`, which that tool lacks, are written here to match gradbench/*.graft).
+The real GradBench drivers time through the protocol instead
+(docs/gradbench.md).
 
 Not part of the test suite; no timing is asserted anywhere.
 """
@@ -74,6 +76,12 @@ def _scalar(value, dtype):
     import numpy as np
 
     return lambda rng: np.array(value, dtype=dtype)
+
+
+def _ones(shape, dtype):
+    import numpy as np
+
+    return lambda rng: np.ones(shape, dtype=dtype)
 
 
 F32, F64 = "float32", "float64"
@@ -197,6 +205,41 @@ WORKLOADS = [
             ("xs", _normal((50, 16, 128), F32)),
         ],
     },
+    {
+        "name": "cnn_step",
+        "what": "CNN SGD step, conv 1->16, conv 16->32 stride 2, dense 6272->10, batch 32, 28x28, f32",
+        "program": "cnn_step.graft",
+        "inputs": [
+            ("w1", _normal((16, 1, 3, 3), F32, 0.3)),
+            ("b1", _zeros((16,), F32)),
+            ("w2", _normal((32, 16, 3, 3), F32, 0.08)),
+            ("b2", _zeros((32,), F32)),
+            ("w3", _normal((32 * 14 * 14, 10), F32, 0.01)),
+            ("b3", _zeros((10,), F32)),
+            ("x", _normal((32, 1, 28, 28), F32)),
+            ("y", _labels(32, 10)),
+        ],
+    },
+    {
+        "name": "transformer_block",
+        "what": "pre-LN transformer block value_and_grad, [8, 128, 256], 4 heads, causal, MLP 1024 gelu, f32",
+        "program": "transformer_block.graft",
+        "inputs": [
+            ("ln1_g", _ones((256,), F32)),
+            ("ln1_b", _zeros((256,), F32)),
+            ("wq", _normal((256, 256), F32, 0.0625)),
+            ("wk", _normal((256, 256), F32, 0.0625)),
+            ("wv", _normal((256, 256), F32, 0.0625)),
+            ("wo", _normal((256, 256), F32, 0.0625)),
+            ("ln2_g", _ones((256,), F32)),
+            ("ln2_b", _zeros((256,), F32)),
+            ("w1", _normal((256, 1024), F32, 0.0625)),
+            ("b1", _zeros((1024,), F32)),
+            ("w2", _normal((1024, 256), F32, 0.03125)),
+            ("b2", _zeros((256,), F32)),
+            ("x", _normal((8, 128, 256), F32)),
+        ],
+    },
 ]
 
 
@@ -205,7 +248,9 @@ WORKLOADS = [
 # a plain jit of the same function written here. As GradBench's own JAX
 # tool does, `ode` runs in f32 on the JAX side (`jax_f32`), everything else
 # in f64 on both sides. `grid`/`steps` carry the structural sizes (`n`,
-# `s`) as array lengths; their values are ignored.
+# `s`) as array lengths; their values are ignored. Inputs use graft's
+# layouts (gmm's q and l apart, det's A as [ell, ell], lstm's parameters
+# grouped by layer; see each program's header).
 
 
 def _uniform(shape, dtype=None):
@@ -226,6 +271,43 @@ def _reseeded(rng):
     import numpy as np
 
     return np.random.default_rng(rng.bit_generator.seed_seq)
+
+
+def _gmm(d, k, n):
+    # As GradBench's generator draws them: alpha, q, l and x standard
+    # normal, mu uniform in [0, 1); gamma = 1, m = 0.
+    return [
+        ("alpha", _normal((k,), F64)),
+        ("mu", _uniform((k, d))),
+        ("q", _normal((k, d), F64)),
+        ("l", _normal((k, d * (d - 1) // 2), F64)),
+        ("x", _normal((n, d), F64)),
+        ("gamma", _scalar(1.0, F64)),
+        ("m", _scalar(0.0, F64)),
+    ]
+
+
+def _char_bits(c, b):
+    # lstm's sequence: c characters as rows of their b bits (GradBench reads
+    # an English text; random printable ASCII here).
+    import numpy as np
+
+    def gen(rng):
+        codes = rng.integers(32, 127, c)
+        return ((codes[:, None] >> np.arange(b)) & 1).astype(np.float64)
+
+    return gen
+
+
+def _lstm(l, c, b=7):
+    # The layout of gradbench/lstm.graft: main_params [l, 2, 4, b], state
+    # [l, 2, b] (GradBench's rows regrouped by layer).
+    return [
+        ("main_params", _normal((l, 2, 4, b), F64)),
+        ("extra_params", _normal((3, b), F64)),
+        ("state", _normal((l, 2, b), F64)),
+        ("sequence", _char_bits(c, b)),
+    ]
 
 
 def _gradbench(name, what, entry, inputs, jax_f32=False):
@@ -278,6 +360,15 @@ GRADBENCH = [
         "kmeans_dir_100_10000_16", "GradBench kmeans dir, k = 100, n = 10000, d = 16", "dir",
         [("points", _kmeans_points(10000, 16)), ("centroids", _kmeans_centroids(10000, 100, 16))],
     ),
+    _gradbench("gmm_jacobian_2_5_1000", "GradBench gmm jacobian, d = 2, k = 5, n = 1000", "jacobian", _gmm(2, 5, 1000)),
+    _gradbench(
+        "gmm_jacobian_64_100_1000", "GradBench gmm jacobian, d = 64, k = 100, n = 1000", "jacobian",
+        _gmm(64, 100, 1000),
+    ),
+    _gradbench("det_gradient_7", "GradBench det gradient, ell = 7", "gradient", [("a", _uniform((7, 7)))]),
+    _gradbench("det_gradient_9", "GradBench det gradient, ell = 9", "gradient", [("a", _uniform((9, 9)))]),
+    _gradbench("lstm_jacobian_2_1024", "GradBench lstm jacobian, l = 2, c = 1024, b = 7", "jacobian", _lstm(2, 1024)),
+    _gradbench("lstm_jacobian_6_8192", "GradBench lstm jacobian, l = 6, c = 8192, b = 7", "jacobian", _lstm(6, 8192)),
 ]
 WORKLOADS += GRADBENCH
 
@@ -288,6 +379,8 @@ NOT_IN_GRAFT = {}
 
 def jax_functions(jax, jnp):
     """The JAX version of every workload, taking the inputs in order."""
+    import numpy as np
+
     lax = jax.lax
 
     def chain(x, y):
@@ -359,6 +452,43 @@ def jax_functions(jax, jnp):
         _, hs = lax.scan(cell, (h0, h0), xs)
         return jnp.mean(hs**2)
 
+    def conv_relu(x, w, b, stride):
+        y = lax.conv_general_dilated(x, w, (stride, stride), ((1, 1), (1, 1)))
+        return jax.nn.relu(y + b[None, :, None, None])
+
+    def cnn_loss(w1, b1, w2, b2, w3, b3, x, y):
+        a2 = conv_relu(conv_relu(x, w1, b1, 1), w2, b2, 2)
+        return cross_entropy(a2.reshape(a2.shape[0], -1) @ w3 + b3, y)
+
+    def cnn_step(w1, b1, w2, b2, w3, b3, x, y):
+        params = (w1, b1, w2, b2, w3, b3)
+        loss, grads = jax.value_and_grad(cnn_loss, argnums=(0, 1, 2, 3, 4, 5))(*params, x, y)
+        return tuple(p - 0.01 * g for p, g in zip(params, grads)) + (loss,)
+
+    def layer_norm_last(x, gamma, beta):
+        m = jnp.mean(x, axis=-1, keepdims=True)
+        v = jnp.mean((x - m) ** 2, axis=-1, keepdims=True)
+        return (x - m) / jnp.sqrt(v + 1e-5) * gamma + beta
+
+    def attention(h, wq, wk, wv, wo):
+        b, t, d = h.shape
+        nh, dh = 4, d // 4
+        q = (h @ wq).reshape(b, t, nh, dh)
+        k = (h @ wk).reshape(b, t, nh, dh)
+        v = (h @ wv).reshape(b, t, nh, dh)
+        s = jnp.einsum("bqhe,bkhe->bhqk", q, k) / jnp.sqrt(jnp.float32(dh))
+        causal = jnp.arange(t)[:, None] >= jnp.arange(t)[None, :]
+        p = jax.nn.softmax(jnp.where(causal, s, -1e9), axis=3)
+        return jnp.einsum("bhqk,bkhe->bqhe", p, v).reshape(b, t, d) @ wo
+
+    def block_loss(ln1_g, ln1_b, wq, wk, wv, wo, ln2_g, ln2_b, w1, b1, w2, b2, x):
+        h = x + attention(layer_norm_last(x, ln1_g, ln1_b), wq, wk, wv, wo)
+        u = jax.nn.gelu(layer_norm_last(h, ln2_g, ln2_b) @ w1 + b1, approximate=True)
+        out = h + u @ w2 + b2
+        return jnp.mean(out * out)
+
+    transformer_block = jax.value_and_grad(block_loss, argnums=tuple(range(12)))
+
     def lse(x):
         m = jnp.max(x)
         return m + jnp.log(jnp.sum(jnp.exp(x - m)))
@@ -403,6 +533,74 @@ def jax_functions(jax, jnp):
         j, h = jax.jvp(lambda c: g(c, points), (centroids,), (jnp.ones_like(centroids),))
         return j / h
 
+    # gmm as GradBench's JAX tool writes it (Q's strict lower part scattered
+    # column by column from l, Q (x_i - mu_k) as exp(q) * xc + L xc,
+    # multigammaln for the Wishart normaliser), in graft's argument order.
+    def gmm_objective(alpha, mu, q, l, x, gamma, m):
+        logsumexp = jax.scipy.special.logsumexp
+        n, d = x.shape
+        k = alpha.shape[0]
+        qdiags = jnp.exp(q)
+        sum_qs = jnp.sum(q, axis=1)
+        rows, cols = np.tril_indices(d, -1)
+        order = np.argsort(cols * d + rows)
+        ls = jax.vmap(lambda lk: jnp.zeros((d, d), l.dtype).at[rows[order], cols[order]].set(lk))(l)
+        xc = x[:, None, :] - mu[None, ...]
+        lxc = qdiags * xc + jnp.einsum("ijk,mik->mij", ls, xc)
+        inner = alpha + sum_qs - 0.5 * jnp.sum(lxc**2, axis=2)
+        slse = jnp.sum(logsumexp(inner, axis=1))
+        const = -n * d * 0.5 * np.log(2 * np.pi)
+        npr = d + m + 1
+        out = jnp.sum(0.5 * gamma * gamma * (jnp.sum(qdiags**2, axis=1) + jnp.sum(l**2, axis=1)) - m * sum_qs)
+        c = npr * d * jnp.log(gamma / np.sqrt(2.0))
+        prior = -out + k * (c - jax.scipy.special.multigammaln(0.5 * npr, d))
+        return const + slse - n * logsumexp(alpha) + prior
+
+    # det: the expansion by minors multiplied out, sum over all ell!
+    # permutations of sign * prod_i A[i, pi(i)] (the same terms
+    # gradbench/det.graft forms), from a table of the permutations built
+    # with NumPy while tracing.
+    def det_primal(a):
+        import itertools
+
+        ell = a.shape[0]
+        perms = np.array(list(itertools.permutations(range(ell))), dtype=np.int32)
+        inversions = sum((perms[:, i] > perms[:, j]).astype(np.int64) for i in range(ell) for j in range(i + 1, ell))
+        signs = np.where(inversions % 2 == 0, 1.0, -1.0)
+        return jnp.sum(jnp.asarray(signs, a.dtype) * jnp.prod(a[np.arange(ell), perms], axis=1))
+
+    # lstm: ADBench's diagonal LSTM, a scan over the time steps with the
+    # layers unrolled inside (gradbench/lstm.graft's layout: main_params
+    # [l, 2 (weight, bias), 4 (forget, ingate, outgate, change), b]).
+    def lstm_objective(main_params, extra_params, state, sequence):
+        nl = main_params.shape[0]
+        c, b = sequence.shape
+
+        def step(carry, x):
+            h, cell = carry
+            inp = x * extra_params[0]
+            hs, cs = [], []
+            for i in range(nl):
+                w, bias = main_params[i, 0], main_params[i, 1]
+                forget = jax.nn.sigmoid(inp * w[0] + bias[0])
+                ingate = jax.nn.sigmoid(h[i] * w[1] + bias[1])
+                outgate = jax.nn.sigmoid(inp * w[2] + bias[2])
+                change = jnp.tanh(h[i] * w[3] + bias[3])
+                ci = cell[i] * forget + ingate * change
+                inp = outgate * jnp.tanh(ci)
+                hs.append(inp)
+                cs.append(ci)
+            return (jnp.stack(hs), jnp.stack(cs)), inp
+
+        _, last = lax.scan(step, (state[:, 0], state[:, 1]), sequence[:-1])
+        pred = last * extra_params[1] + extra_params[2]
+        lse = jnp.log(jnp.sum(jnp.exp(pred), axis=1, keepdims=True) + 2.0)
+        return -jnp.sum(sequence[1:] * (pred - lse)) / ((c - 1) * b)
+
+    def lstm_jacobian(main_params, extra_params, state, sequence):
+        gm, ge = jax.grad(lstm_objective, argnums=(0, 1))(main_params, extra_params, state, sequence)
+        return jnp.concatenate([gm.ravel(), ge.ravel()])
+
     gradbench = {}
     for w in GRADBENCH:
         kind = w["name"].split("_")[0] + "_" + w["entry"]
@@ -412,6 +610,9 @@ def jax_functions(jax, jnp):
             "ode_primal": ode_primal,
             "ode_gradient": jax.grad(lambda x, steps: ode_primal(x, steps)[-1]),
             "kmeans_dir": kmeans_dir,
+            "gmm_jacobian": jax.grad(gmm_objective, argnums=(0, 1, 2, 3)),
+            "det_gradient": lambda a: jax.grad(det_primal)(a).ravel(),
+            "lstm_jacobian": lstm_jacobian,
         }[kind]
 
     return gradbench | {
@@ -427,6 +628,8 @@ def jax_functions(jax, jnp):
         "conv2d": lambda x, w: lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1))),
         "adam_step": adam_step,
         "lstm": jax.grad(lstm_loss, argnums=(0, 1, 2)),
+        "cnn_step": cnn_step,
+        "transformer_block": transformer_block,
     }
 
 
