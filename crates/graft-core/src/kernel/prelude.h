@@ -39,7 +39,7 @@
 #define GRAFT_PRELUDE_H
 
 #include <stdint.h>
-#if defined(__FMA__) || defined(__AVX512F__)
+#if defined(__SSE2__) || defined(__FMA__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -158,10 +158,48 @@ G_INL vf64 g__abs64(vf64 x) { return (vf64)((vu64)x & 0x7fffffffffffffffull); }
 G_INL vf32 g__orsign32(vf32 x, vf32 s) { return (vf32)((vu32)x | ((vu32)s & 0x80000000u)); }
 G_INL vf64 g__orsign64(vf64 x, vf64 s) { return (vf64)((vu64)x | ((vu64)s & 0x8000000000000000ull)); }
 /* Rust's f32::max / f32::min against a constant c that is not NaN: a NaN x gives c. */
-G_INL vf32 g__maxc32(vf32 x, float c) { return g__self32(x > c, x, g__f32(c)); }
-G_INL vf32 g__minc32(vf32 x, float c) { return g__self32(x < c, x, g__f32(c)); }
-G_INL vf64 g__maxc64(vf64 x, double c) { return g__self64(x > c, x, g__f64(c)); }
-G_INL vf64 g__minc64(vf64 x, double c) { return g__self64(x < c, x, g__f64(c)); }
+/* a > b ? a : b and a < b ? a : b per lane: exactly x86's max/min
+ * instructions (which return the second operand when either is NaN or both
+ * are zero), one instruction per register instead of compare and blend. */
+#define G__PER_REG2(V, R, INTR)                                                                  \
+    union { V v; R r[sizeof(V) / sizeof(R)]; } ua = {a}, ub = {b};                               \
+    for (unsigned i = 0; i < sizeof(V) / sizeof(R); i++) ua.r[i] = INTR(ua.r[i], ub.r[i]);       \
+    return ua.v;
+#if defined(__AVX512F__)
+#define G__MM512(V, R, I) if (sizeof(V) % 64 == 0) { G__PER_REG2(V, R, I) }
+#else
+#define G__MM512(V, R, I)
+#endif
+#if defined(__AVX__)
+#define G__MM256(V, R, I) if (sizeof(V) % 32 == 0) { G__PER_REG2(V, R, I) }
+#else
+#define G__MM256(V, R, I)
+#endif
+#if defined(__SSE2__)
+#define G__MM128(V, R, I) if (sizeof(V) % 16 == 0) { G__PER_REG2(V, R, I) }
+#else
+#define G__MM128(V, R, I)
+#endif
+G_INL vf32 g__max32(vf32 a, vf32 b) {
+    G__MM512(vf32, __m512, _mm512_max_ps) G__MM256(vf32, __m256, _mm256_max_ps) G__MM128(vf32, __m128, _mm_max_ps)
+    return g__self32(a > b, a, b);
+}
+G_INL vf32 g__min32(vf32 a, vf32 b) {
+    G__MM512(vf32, __m512, _mm512_min_ps) G__MM256(vf32, __m256, _mm256_min_ps) G__MM128(vf32, __m128, _mm_min_ps)
+    return g__self32(a < b, a, b);
+}
+G_INL vf64 g__max64(vf64 a, vf64 b) {
+    G__MM512(vf64, __m512d, _mm512_max_pd) G__MM256(vf64, __m256d, _mm256_max_pd) G__MM128(vf64, __m128d, _mm_max_pd)
+    return g__self64(a > b, a, b);
+}
+G_INL vf64 g__min64(vf64 a, vf64 b) {
+    G__MM512(vf64, __m512d, _mm512_min_pd) G__MM256(vf64, __m256d, _mm256_min_pd) G__MM128(vf64, __m128d, _mm_min_pd)
+    return g__self64(a < b, a, b);
+}
+G_INL vf32 g__maxc32(vf32 x, float c) { return g__max32(x, g__f32(c)); }
+G_INL vf32 g__minc32(vf32 x, float c) { return g__min32(x, g__f32(c)); }
+G_INL vf64 g__maxc64(vf64 x, double c) { return g__max64(x, g__f64(c)); }
+G_INL vf64 g__minc64(vf64 x, double c) { return g__min64(x, g__f64(c)); }
 
 /* --------------------------------------------------- float arithmetic */
 

@@ -232,10 +232,39 @@ struct Plan {
     /// The window maps output positions 1:1 onto the input (1x1 kernel,
     /// stride 1, no padding or input dilation): im2col would be a copy.
     identity: bool,
+    /// The same convolution with the roles of output positions and kernel
+    /// taps swapped (see [`swapped_kernel`]), when that is the cheaper way
+    /// to run it: ungrouped, with fewer output positions than taps.
+    swapped: Option<Box<Plan>>,
+    /// Run as products on the undilated input and a gather of their sums
+    /// (see [`gathered_kernel`]): ungrouped, input dilated (a transposed
+    /// convolution, e.g. the input gradient of a strided one), fewer input
+    /// positions than output positions per channel.
+    gathered: bool,
 }
 
 impl Plan {
     fn new(c: &ConvGeneral, xs: &[usize], ws: &[usize], os: &[usize]) -> Plan {
+        let mut plan = Plan::direct(c, xs, ws, os);
+        let s = xs.len() - 2;
+        plan.gathered =
+            c.feature_group_count == 1 && s >= 1 && c.lhs_dilation.iter().any(|&d| d > 1) && plan.in_size < plan.p;
+        if !plan.gathered && c.feature_group_count == 1 && s >= 1 && !plan.identity && plan.p < plan.kprod {
+            // Output positions become taps (stride -> rhs_dilation) and taps
+            // output positions (rhs_dilation -> stride): padded position
+            // `o * stride + t * rhs_dilation - lo` is symmetric in the two.
+            let swapped = ConvGeneral { strides: c.rhs_dilation.clone(), rhs_dilation: c.strides.clone(), ..c.clone() };
+            let mut ws2 = ws[..2].to_vec();
+            ws2.extend_from_slice(&os[2..]);
+            let mut os2 = os[..2].to_vec();
+            os2.extend_from_slice(&ws[2..]);
+            plan.swapped = Some(Box::new(Plan::direct(&swapped, xs, &ws2, &os2)));
+        }
+        plan
+    }
+
+    /// The plan that runs the convolution as written (im2col per batch element).
+    fn direct(c: &ConvGeneral, xs: &[usize], ws: &[usize], os: &[usize]) -> Plan {
         let s = xs.len() - 2;
         let in_sp = xs[2..].to_vec();
         let k_sp = ws[2..].to_vec();
@@ -275,36 +304,41 @@ impl Plan {
             tables,
             runs,
             identity,
+            swapped: None,
+            gathered: false,
         }
     }
 
     /// Fills im2col row `row` (= channel * kprod + tap) from one group's input
-    /// `xg` (`[cg, *in_sp]`). `out` has `p` elements.
-    fn im2col_row<T: Real>(&self, xg: &[T], row: usize, out: &mut [T]) {
-        let (ch, mut tap) = (row / self.kprod, row % self.kprod);
+    /// `xg` (`[cg, *in_sp]`). `out` has `p` elements. `pos` is scratch of
+    /// two entries per spatial dim (rows are filled by the hundred thousand
+    /// for a weight gradient: no allocation per row).
+    fn im2col_row<T: Real>(&self, xg: &[T], row: usize, out: &mut [T], pos: &mut [usize]) {
+        let (ch, tap) = (row / self.kprod, row % self.kprod);
         let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
         let s = self.out_sp.len();
-        // Per-dim tap index (row-major over the kernel dims).
-        let mut taps = vec![0usize; s];
-        for d in (0..s).rev() {
-            taps[d] = tap % self.k_sp[d];
-            tap /= self.k_sp[d];
-        }
         let Some(last) = s.checked_sub(1) else {
             out[0] = xc[0]; // no spatial dims: the single "position" is the channel value
             return;
         };
+        // `pos[s + d]`: start of dim `d`'s table row for this row's tap;
+        // `pos[d]`: the current output position along `d`.
+        let (pos, starts) = pos.split_at_mut(s);
+        let mut t = tap;
+        for d in (0..s).rev() {
+            starts[d] = (t % self.k_sp[d]) * self.out_sp[d];
+            t /= self.k_sp[d];
+        }
+        pos.fill(0);
         let ol = self.out_sp[last];
-        let inner = &self.tables[last][taps[last] * ol..(taps[last] + 1) * ol];
-        let run = self.runs[taps[last]];
-        let outer_rows: Vec<&[isize]> =
-            (0..last).map(|d| &self.tables[d][taps[d] * self.out_sp[d]..(taps[d] + 1) * self.out_sp[d]]).collect();
-        let mut pos = vec![0usize; last];
+        let tap_last = starts[last] / ol.max(1);
+        let inner = &self.tables[last][starts[last]..starts[last] + ol];
+        let run = self.runs[tap_last];
         for orow in out.chunks_mut(ol) {
             // Offset of this run's outer coordinates, or None inside padding.
             let mut base = Some(0usize);
             for d in 0..last {
-                let i = outer_rows[d][pos[d]];
+                let i = self.tables[d][starts[d] + pos[d]];
                 base = if i < 0 { None } else { base.map(|b| b + i as usize * self.in_strides[d]) };
             }
             match base {
@@ -317,9 +351,11 @@ impl Plan {
                         let dst = &mut orow[r.lo..r.hi];
                         if r.step == 1 {
                             dst.copy_from_slice(&src[..dst.len()]);
-                        } else {
-                            for (j, y) in dst.iter_mut().enumerate() {
-                                *y = src[j * r.step];
+                        } else if let Some(last) = dst.len().checked_sub(1) {
+                            // One bounds check for the run, not one per element.
+                            let src = &src[..last * r.step + 1];
+                            for (y, &v) in dst.iter_mut().zip(src.iter().step_by(r.step)) {
+                                *y = v;
                             }
                         }
                     }
@@ -336,6 +372,21 @@ impl Plan {
                     break;
                 }
                 pos[d] = 0;
+            }
+        }
+    }
+
+    /// Fills the im2col matrix `col` (`[cg * kprod, p]`) of one group's input.
+    fn im2col<T: Real>(&self, xg: &[T], col: &mut [T], parallel: bool) {
+        let scratch = || vec![0usize; 2 * self.out_sp.len()];
+        if parallel && super::kernel::worth_parallel(col.len()) {
+            col.par_chunks_mut(self.p)
+                .enumerate()
+                .for_each_init(scratch, |pos, (r, row)| self.im2col_row(xg, r, row, pos));
+        } else {
+            let mut pos = scratch();
+            for (r, row) in col.chunks_mut(self.p).enumerate() {
+                self.im2col_row(xg, r, row, &mut pos);
             }
         }
     }
@@ -369,13 +420,7 @@ impl Plan {
         let cols = if self.identity {
             MatRef { data: xg, rs: self.p, cs: 1 }
         } else {
-            if parallel && super::kernel::worth_parallel(col.len()) {
-                col.par_chunks_mut(self.p).enumerate().for_each(|(r, row)| self.im2col_row(xg, r, row));
-            } else {
-                for (r, row) in col.chunks_mut(self.p).enumerate() {
-                    self.im2col_row(xg, r, row);
-                }
-            }
+            self.im2col(xg, col, parallel);
             MatRef { data: &*col, rs: self.p, cs: 1 }
         };
         let wg = MatRef { data: &w[g * gw..(g + 1) * gw], rs: kdim, cs: 1 };
@@ -387,6 +432,14 @@ fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> 
     let (x, w, o) = (input::<T>(x)?, input::<T>(w)?, output::<T>(o)?);
     let per_out = plan.groups * plan.og * plan.p;
     if o.is_empty() {
+        return Ok(());
+    }
+    if let Some(sw) = &plan.swapped {
+        swapped_kernel(plan, sw, x, w, o);
+        return Ok(());
+    }
+    if plan.gathered {
+        gathered_kernel(plan, x, w, o);
         return Ok(());
     }
     let per_in = plan.groups * plan.cg * plan.in_size;
@@ -408,6 +461,146 @@ fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> 
         }
     }
     Ok(())
+}
+
+/// Elements of the swapped im2col matrix built at once (a chunk of batch
+/// elements): 32 MiB of f32.
+const SWAPPED_CHUNK: usize = 8 << 20;
+
+/// Runs an ungrouped convolution with few output positions and many taps
+/// (a weight gradient: the "kernel" is the output cotangent, its taps are
+/// the forward output positions) with the roles of positions and taps
+/// swapped. Plain im2col would fill `C * kprod` rows of only `p` elements
+/// for every batch element and multiply by a matrix `p` columns wide;
+/// here, for a chunk of batch elements, row `(b, P)` of `cols` holds, for
+/// every input channel `c` and tap `T`, the input element that tap `T`
+/// reads at output position `P` (rows of `kprod` elements, filled by the
+/// swapped plan `sw`, whose positions are the taps), and one GEMM
+/// `w[O, (c, T)] x cols^T` gives `out'[O, (b, P)]`, moved to `[b, O, P]`.
+/// Every output element is one dot product over `(c, T)` in a fixed
+/// order whatever the chunking and the thread count.
+fn swapped_kernel<T: Real>(plan: &Plan, sw: &Plan, x: &[T], w: &[T], o: &mut [T]) {
+    let (cin, kprod, p, og) = (plan.cg, plan.kprod, plan.p, plan.og);
+    let kdim = cin * kprod;
+    let per_in = cin * plan.in_size;
+    let per_b = p * kdim;
+    let chunk = (SWAPPED_CHUNK / per_b.max(1)).clamp(1, plan.n);
+    let mut cols = vec![T::zero(); chunk * per_b];
+    let mut tmp = vec![T::zero(); og * chunk * p];
+    for b0 in (0..plan.n).step_by(chunk) {
+        let nb = chunk.min(plan.n - b0);
+        let cols = &mut cols[..nb * per_b];
+        // Row (b, P, c) of kprod elements = swapped im2col row c * p + P of batch element b.
+        let fill = |pos: &mut Vec<usize>, (r, row): (usize, &mut [T])| {
+            let (b, rest) = (r / (p * cin), r % (p * cin));
+            let (pp, c) = (rest / cin, rest % cin);
+            let xb = &x[(b0 + b) * per_in..(b0 + b + 1) * per_in];
+            sw.im2col_row(xb, c * p + pp, row, pos);
+        };
+        let scratch = || vec![0usize; 2 * plan.out_sp.len()];
+        if super::kernel::worth_parallel(cols.len()) {
+            cols.par_chunks_mut(kprod).enumerate().for_each_init(scratch, fill);
+        } else {
+            let mut pos = scratch();
+            cols.chunks_mut(kprod).enumerate().for_each(|r| fill(&mut pos, r));
+        }
+        let tmp = &mut tmp[..og * nb * p];
+        let a = MatRef { data: w, rs: kdim, cs: 1 };
+        let bt = MatRef { data: &*cols, rs: 1, cs: kdim };
+        gemm_into(og, nb * p, kdim, tmp, a, bt, true);
+        for (oc, trow) in tmp.chunks(nb * p).enumerate() {
+            for (b, tb) in trow.chunks(p).enumerate() {
+                let at = ((b0 + b) * og + oc) * p;
+                o[at..at + p].copy_from_slice(tb);
+            }
+        }
+    }
+}
+
+/// Runs an ungrouped convolution of a dilated input (a transposed
+/// convolution) without multiplying by the dilation's zeros. Im2col of the
+/// dilated input is mostly holes (3/4 for a stride-2 input gradient in
+/// 2-d); instead, per batch element, one GEMM `z[(t, o), i] = sum_c w[o,
+/// c, t] x[c, i]` over the input as it is, then every output element sums
+/// `z[(t, o), i]` over the taps `t` whose input position `i` exists (the
+/// tables say which), in tap order: a fixed order whatever the thread count.
+fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
+    let (cin, kprod, og, p, isz) = (plan.cg, plan.kprod, plan.og, plan.p, plan.in_size);
+    let kdim = cin * kprod;
+    // w reordered to [(t, o), c].
+    let mut wr = vec![T::zero(); kprod * og * cin];
+    for (r, row) in wr.chunks_mut(cin).enumerate() {
+        let (t, oc) = (r / og, r % og);
+        for (c, y) in row.iter_mut().enumerate() {
+            *y = w[oc * kdim + c * kprod + t];
+        }
+    }
+    let s = plan.out_sp.len();
+    let last = s - 1;
+    let ol = plan.out_sp[last];
+    // Per tap of the last dim, the (output position, input position) pairs that exist.
+    let pairs: Vec<Vec<(usize, usize)>> = plan.tables[last]
+        .chunks(ol)
+        .map(|row| row.iter().enumerate().filter(|(_, &i)| i >= 0).map(|(o, &i)| (o, i as usize)).collect())
+        .collect();
+    let per_in = cin * isz;
+    let one = |xb: &[T], ob: &mut [T], z: &mut Vec<T>, pos: &mut Vec<usize>, parallel: bool| {
+        let a = MatRef { data: &wr, rs: cin, cs: 1 };
+        let bm = MatRef { data: xb, rs: isz, cs: 1 };
+        gemm_into(kprod * og, isz, cin, z, a, bm, parallel);
+        ob.fill(T::zero());
+        for t in 0..kprod {
+            // Per-dim tap index and the start of its table row.
+            let mut tt = t;
+            for d in (0..s).rev() {
+                pos[s + d] = (tt % plan.k_sp[d]) * plan.out_sp[d];
+                tt /= plan.k_sp[d];
+            }
+            let prs = &pairs[pos[s + last] / ol];
+            for oc in 0..og {
+                let zt = &z[(t * og + oc) * isz..(t * og + oc + 1) * isz];
+                let oo = &mut ob[oc * p..(oc + 1) * p];
+                pos[..last].fill(0);
+                for orow in oo.chunks_mut(ol) {
+                    let mut base = Some(0usize);
+                    for d in 0..last {
+                        let i = plan.tables[d][pos[s + d] + pos[d]];
+                        base = if i < 0 { None } else { base.map(|b| b + i as usize * plan.in_strides[d]) };
+                    }
+                    if let Some(b) = base {
+                        for &(oi, ii) in prs {
+                            orow[oi] = orow[oi] + zt[b + ii];
+                        }
+                    }
+                    for d in (0..last).rev() {
+                        pos[d] += 1;
+                        if pos[d] < plan.out_sp[d] {
+                            break;
+                        }
+                        pos[d] = 0;
+                    }
+                }
+            }
+        }
+    };
+    let per_out = og * p;
+    let scratch = || (vec![T::zero(); kprod * og * isz], vec![0usize; 2 * s]);
+    match split(plan.n, kprod * og * cin * isz) {
+        Split::Batch { items } => {
+            o.par_chunks_mut(items * per_out).enumerate().for_each_init(scratch, |(z, pos), (t, chunk)| {
+                for (i, ob) in chunk.chunks_mut(per_out).enumerate() {
+                    let b = t * items + i;
+                    one(&x[b * per_in..(b + 1) * per_in], ob, z, pos, false);
+                }
+            })
+        }
+        sp => {
+            let (mut z, mut pos) = scratch();
+            for (b, ob) in o.chunks_mut(per_out).enumerate() {
+                one(&x[b * per_in..(b + 1) * per_in], ob, &mut z, &mut pos, sp == Split::Inner);
+            }
+        }
+    }
 }
 
 impl Builder {

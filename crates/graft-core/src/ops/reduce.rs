@@ -600,11 +600,13 @@ fn fold_run<T: RedElem, M: Monoid<T>>(x: &[T]) -> T {
         // Rare: redo exactly with the NaN-propagating combiner.
         return x[1..].iter().fold(x[0], |a, &v| M::op(a, v));
     }
-    // Lanes combine pairwise too (LANES is a power of two).
+    // Lanes combine pairwise too (LANES is a power of two); no lane holds a
+    // NaN here (a NaN-sensitive combiner returned above if one was seen), so
+    // the plain combiner picks what the NaN-propagating one would.
     let mut half = LANES / 2;
     while half > 0 {
         for l in 0..half {
-            acc[l] = M::op(acc[l], acc[l + half]);
+            acc[l] = M::op_plain(acc[l], acc[l + half]);
         }
         half /= 2;
     }

@@ -242,6 +242,10 @@ fn large_inputs_take_every_parallel_path() {
     check(&ConvGeneral::unit(2), &[1, 64, 40, 40], &[48, 64, 1, 1]);
     // Big 1-D with dilations.
     check(&conv(&[3], &[(-3, 4)], &[2], &[3], 4), &[3, 8, 3001], &[8, 2, 5]);
+    // Weight-gradient shape (3x3 outputs, 14x14 taps dilated by 2): positions and taps swapped.
+    check(&conv(&[1, 1], &[(1, 0), (1, 0)], &[1, 1], &[2, 2], 1), &[16, 32, 28, 28], &[8, 32, 14, 14]);
+    // Input-gradient shape of a stride-2 conv (input dilated by 2): products, then a gather.
+    check(&conv(&[1, 1], &[(1, 2), (1, 2)], &[2, 2], &[1, 1], 1), &[6, 32, 14, 14], &[16, 32, 3, 3]);
 }
 
 #[test]
@@ -264,7 +268,16 @@ fn output_garbage_is_overwritten() {
 #[test]
 fn results_do_not_depend_on_thread_count() {
     let p = conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1);
-    for (xs, ws) in [(vec![1, 16, 40, 40], vec![32, 16, 3, 3]), (vec![4, 8, 20, 20], vec![8, 8, 3, 3])] {
+    // Plain im2col, then the swapped (weight gradient) and gathered (input
+    // gradient) forms.
+    let swapped = conv(&[1, 1], &[(1, 0), (1, 0)], &[1, 1], &[2, 2], 1);
+    let gathered = conv(&[1, 1], &[(1, 2), (1, 2)], &[2, 2], &[1, 1], 1);
+    for (p, xs, ws) in [
+        (p.clone(), vec![1, 16, 40, 40], vec![32, 16, 3, 3]),
+        (p, vec![4, 8, 20, 20], vec![8, 8, 3, 3]),
+        (swapped, vec![16, 32, 28, 28], vec![8, 32, 14, 14]),
+        (gathered, vec![6, 32, 14, 14], vec![16, 32, 3, 3]),
+    ] {
         let x = Tensor::from_fn(&TensorType::new(DType::F32, xs), |i| (i as f64 * 0.37).sin());
         let w = Tensor::from_fn(&TensorType::new(DType::F32, ws), |i| (i as f64 * 0.11).cos());
         let multi = run(&p, &x, &w);
