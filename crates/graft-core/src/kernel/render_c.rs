@@ -396,11 +396,10 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
         }
     }
     let _ = writeln!(s, "}};");
-    let prefetch = prefetch_plan(k);
     // Reductions: evaluation, leaf and tree functions.
     for (r, inst) in k.body.iter().enumerate() {
         let Inst::Reduce(red) = inst else { continue };
-        render_reduction(s, k, r, red, &inner_types[r], &prefetch[r]);
+        render_reduction(s, k, r, red, &inner_types[r]);
     }
     let _ = writeln!(s, "\nvoid {name}(int64_t start, int64_t end, void *const *args) {{");
     let _ = writeln!(s, "  struct {name}_c cc, *const c = &cc;");
@@ -422,7 +421,7 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
                 let v = if d == DType::Bool { format!("(uint8_t)(r{value}[0] & 1)") } else { format!("r{value}[0]") };
                 let _ = writeln!(s, "    c->a{arg}[row] = {v};");
             }
-            Inst::Map(m) => render_map(s, k, m, &inner_types[r], &prefetch[r]),
+            Inst::Map(m) => render_map(s, k, m, &inner_types[r]),
             Inst::Reduce(red) => {
                 let (vt, _) = ctype(ty(r));
                 let len = red.inner.len;
@@ -470,79 +469,16 @@ fn inner_statements(s: &mut String, k: &Kernel, inner: &Inner, it: &[Option<DTyp
     }
 }
 
-/// Which arguments each inner body of a row kernel prefetches the next
-/// row of (indexed like the kernel's body; empty for other instructions).
-///
-/// A row kernel's first pass over a contiguous input streams it from
-/// memory while the later passes (the `exp` of a logsumexp, the division
-/// of a softmax) compute on rows already in L1 and leave the memory bus
-/// idle; the hardware prefetcher sees no misses to run ahead on then. So
-/// the inner body after the one that first loads an input prefetches the
-/// same elements of the next row: the first pass of the next row finds
-/// them in cache. Only rows of at most 16 KiB per input (two rows stay in
-/// L1/L2), only inputs loaded point by point (`Index::Point`), and only
-/// when some later inner body exists. Prefetches change no result.
-fn prefetch_plan(k: &Kernel) -> Vec<Vec<u32>> {
-    let mut plan = vec![Vec::new(); k.body.len()];
-    if k.extent < 2 {
-        return plan;
-    }
-    let inners: Vec<(usize, &Inner)> = k
-        .body
-        .iter()
-        .enumerate()
-        .filter_map(|(r, inst)| match inst {
-            Inst::Reduce(red) => Some((r, &red.inner)),
-            Inst::Map(m) => Some((r, &**m)),
-            _ => None,
-        })
-        .collect();
-    let mut seen = vec![false; k.args.len()];
-    for (n, (_, inner)) in inners.iter().enumerate() {
-        for inst in &inner.body {
-            let Inst::Load { arg, index: Index::Point } = inst else { continue };
-            let a = *arg as usize;
-            let bytes = inner.len * k.args[a].dtype.size_bytes();
-            if std::mem::replace(&mut seen[a], true) || bytes > 16 << 10 || k.args[a].access != Access::Read {
-                continue;
-            }
-            if let Some((later, _)) = inners.get(n + 1) {
-                plan[*later].push(*arg);
-            }
-        }
-    }
-    plan
-}
-
-/// Prefetches of the next row's elements `i .. i + span` of each argument
-/// in `args` (one per 64-byte line; the row is `len` points long).
-fn prefetches(s: &mut String, k: &Kernel, args: &[u32], len: usize, span: usize, indent: &str) {
-    for &a in args {
-        let size = k.args[a as usize].dtype.size_bytes();
-        for off in (0..span * size).step_by(64) {
-            let _ = writeln!(s, "{indent}__builtin_prefetch(c->a{a} + i + {}, 0, 3);", len + off / size);
-        }
-    }
-}
-
-fn render_map(s: &mut String, k: &Kernel, m: &Inner, it: &[Option<DType>], prefetch: &[u32]) {
+fn render_map(s: &mut String, k: &Kernel, m: &Inner, it: &[Option<DType>]) {
     let len = m.len;
     let _ = writeln!(s, "    for (int64_t kk = 0; kk < {len}; kk += GL) {{");
     let _ = writeln!(s, "      const int64_t i = row * {len} + kk, m = {len} - kk < GL ? {len} - kk : GL;");
     let _ = writeln!(s, "      (void)m;");
-    for &a in prefetch {
-        // The lines of this step's GL points in the next row.
-        let t = ctype(k.args[a as usize].dtype).1;
-        let _ = writeln!(
-            s,
-            "      for (int64_t o = 0; o < GL * (int64_t)sizeof({t}); o += 64) __builtin_prefetch((const char *)(c->a{a} + i + {len}) + o, 0, 3);"
-        );
-    }
     inner_statements(s, k, m, it, "      ");
     let _ = writeln!(s, "    }}");
 }
 
-fn render_reduction(s: &mut String, k: &Kernel, r: usize, red: &Reduction, it: &[Option<DType>], prefetch: &[u32]) {
+fn render_reduction(s: &mut String, k: &Kernel, r: usize, red: &Reduction, it: &[Option<DType>]) {
     let name = &k.name;
     let d = it.get(red.value as usize).copied().flatten().unwrap_or(DType::F32);
     let (vt, t) = ctype(d);
@@ -573,12 +509,8 @@ fn render_reduction(s: &mut String, k: &Kernel, r: usize, red: &Reduction, it: &
         if nan { " nan[v] = acc[v] != acc[v];" } else { "" }
     );
     let _ = writeln!(s, "  const int64_t full = n / 16 * 16;");
-    let _ = writeln!(s, "  for (int64_t j = 16; j < full; j += 16) {{");
-    if !prefetch.is_empty() {
-        let _ = writeln!(s, "    const int64_t i = i0 + j;");
-        prefetches(s, k, prefetch, red.inner.len, 16, "    ");
-    }
-    let _ = writeln!(s, "    for (int v = 0; v < NV; v++) {{ {vt} x = {name}_e{r}(c, i0 + j + v * GL, GL); acc[v] = grv_{op}_{dn}(acc[v], x);{} }}\n  }}", if nan { " nan[v] |= x != x;" } else { "" });
+    let _ = writeln!(s, "  for (int64_t j = 16; j < full; j += 16)");
+    let _ = writeln!(s, "    for (int v = 0; v < NV; v++) {{ {vt} x = {name}_e{r}(c, i0 + j + v * GL, GL); acc[v] = grv_{op}_{dn}(acc[v], x);{} }}", if nan { " nan[v] |= x != x;" } else { "" });
     if nan {
         let _ = writeln!(s, "  int any = 0;");
         let _ = writeln!(s, "  for (int v = 0; v < NV; v++) for (int l = 0; l < GL; l++) any |= nan[v][l] != 0;");
