@@ -301,9 +301,11 @@ fn render_kernel(s: &mut String, k: &Kernel) {
             let _ = writeln!(s, "  const {vt} r{r} = {};", expr(k, inst, &types));
         }
     }
-    let _ = writeln!(s, "  for (int64_t i = start; i < end; i += GL) {{");
-    let _ = writeln!(s, "    const int64_t m = end - i < GL ? end - i : GL;");
-    let _ = writeln!(s, "    (void)m;");
+    // The body runs with `m == GL` known at compile time in the main loop
+    // (loads and stores of whole vectors stay in registers; a run-time `m`
+    // sends them through the stack) and once more for the partial tail:
+    // the same instructions at every point.
+    let mut body = String::new();
     for (r, inst) in k.body.iter().enumerate() {
         if invariant(inst) {
             continue;
@@ -311,18 +313,26 @@ fn render_kernel(s: &mut String, k: &Kernel) {
         match inst {
             Inst::Store { arg, value, index: Index::Strided { dims, strides, offset } } => {
                 let d = k.args[*arg as usize].dtype;
-                let _ = writeln!(s, "    {}", strided_store(*arg, *value, d, dims, strides, *offset));
+                let _ = writeln!(body, "    {}", strided_store(*arg, *value, d, dims, strides, *offset));
             }
             Inst::Store { arg, value, .. } => {
                 let d = k.args[*arg as usize].dtype;
-                let _ = writeln!(s, "    gk_st_{}(a{arg} + i, r{value}, m);", d.name());
+                let _ = writeln!(body, "    gk_st_{}(a{arg} + i, r{value}, m);", d.name());
             }
             _ => {
                 let (vt, _) = ctype(types.get(r).copied().flatten().unwrap_or(DType::F32));
-                let _ = writeln!(s, "    const {vt} r{r} = {};", expr(k, inst, &types));
+                let _ = writeln!(body, "    const {vt} r{r} = {};", expr(k, inst, &types));
             }
         }
     }
+    let _ = writeln!(s, "  int64_t i = start;");
+    let _ = writeln!(s, "  for (; i + GL <= end; i += GL) {{");
+    let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
+    s.push_str(&body);
+    let _ = writeln!(s, "  }}");
+    let _ = writeln!(s, "  if (i < end) {{");
+    let _ = writeln!(s, "    const int64_t m = end - i;\n    (void)m;");
+    s.push_str(&body);
     let _ = writeln!(s, "  }}\n}}");
 }
 
@@ -471,8 +481,16 @@ fn inner_statements(s: &mut String, k: &Kernel, inner: &Inner, it: &[Option<DTyp
 
 fn render_map(s: &mut String, k: &Kernel, m: &Inner, it: &[Option<DType>]) {
     let len = m.len;
-    let _ = writeln!(s, "    for (int64_t kk = 0; kk < {len}; kk += GL) {{");
-    let _ = writeln!(s, "      const int64_t i = row * {len} + kk, m = {len} - kk < GL ? {len} - kk : GL;");
+    // Whole vectors with `m == GL` known, then the partial tail (dead code
+    // when GL divides the row), as in the elementwise kernels.
+    let _ = writeln!(s, "    int64_t kk = 0;");
+    let _ = writeln!(s, "    for (; kk + GL <= {len}; kk += GL) {{");
+    let _ = writeln!(s, "      const int64_t i = row * {len} + kk, m = GL;");
+    let _ = writeln!(s, "      (void)m;");
+    inner_statements(s, k, m, it, "      ");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    if (kk < {len}) {{");
+    let _ = writeln!(s, "      const int64_t i = row * {len} + kk, m = {len} - kk;");
     let _ = writeln!(s, "      (void)m;");
     inner_statements(s, k, m, it, "      ");
     let _ = writeln!(s, "    }}");
