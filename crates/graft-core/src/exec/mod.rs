@@ -125,6 +125,22 @@ impl Executable {
     pub fn with_options(func: impl Into<Arc<Func>>, options: ExecOptions) -> Result<Executable, ExecError> {
         let func = func.into();
         verify(&func)?;
+        // Parameter-free work is done once, here, by the interpreter (see
+        // `opt::fold_constants`); the evaluation itself is planned unfolded.
+        let eval = |sub: Func| {
+            let opts = ExecOptions { compile: CompileMode::Off, ..options };
+            Executable::planned(Arc::new(sub), opts).ok()?.run(&[]).ok()
+        };
+        let func = match crate::opt::fold_constants(&func, eval) {
+            Some(folded) => Arc::new(folded),
+            None => func,
+        };
+        Executable::planned(func, options)
+    }
+
+    /// Verifies and plans a function as it is (no constant folding).
+    fn planned(func: Arc<Func>, options: ExecOptions) -> Result<Executable, ExecError> {
+        verify(&func)?;
         let mut plan = fuse::plan(&func, &options);
         crate::kernel::prepare(&func, &mut plan, options.compile);
         let release_after = plan_releases(&func, &plan);

@@ -5,12 +5,14 @@
 mod algebra;
 mod cse;
 mod dce;
+mod fold;
 mod ifconv;
 mod noop;
 
 pub use algebra::fold_identities;
 pub use cse::cse;
 pub use dce::dce;
+pub use fold::{fold_constants, FOLD_MAX_BYTES, FOLD_MAX_ELEMS};
 pub use ifconv::if_convert;
 pub use noop::remove_noops;
 

@@ -29,6 +29,7 @@ mod create;
 mod cumulative;
 mod custom_rules;
 mod exec;
+mod fold;
 mod format_npy;
 mod fusion;
 mod fusion_shape;
