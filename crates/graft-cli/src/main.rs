@@ -182,7 +182,8 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
         Cmd::Check { file } => {
             let m = load(&file)?;
             m.check().map_err(|ds| render_all(&ds, m.file(), m.source()))?;
-            Ok(format!("{}: ok ({} definitions)\n", m.file(), m.program().defs.len()))
+            let n = m.program().defs.len();
+            Ok(format!("{}: ok ({n} definition{})\n", m.file(), if n == 1 { "" } else { "s" }))
         }
         Cmd::Run { file, entry, inputs, out, seed, max_memory, timeout } => {
             let limit = match max_memory {

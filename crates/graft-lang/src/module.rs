@@ -67,21 +67,27 @@ pub struct Module {
 const WITNESS: [usize; 12] = [11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53];
 
 /// The size `check` gives dimension variable `n` of a def whose variables
-/// are `names` (distinct primes, so that mixed-up dimensions disagree).
-fn placeholder_size(names: &[String], n: &str) -> usize {
+/// are `names`: distinct primes, so that mixed-up dimensions disagree; or,
+/// with `divisible`, distinct multiples of 24, for the second try of a def
+/// that fails at the primes (a def splitting an axis, such as a model axis
+/// into 4 heads by `reshape`, only works for sizes its types cannot state).
+fn placeholder_size(names: &[String], n: &str, divisible: bool) -> usize {
     let i = names.iter().position(|m| m == n).unwrap_or(0);
+    if divisible {
+        return 24 * (i + 1);
+    }
     WITNESS.get(i).copied().unwrap_or(59 + 2 * i)
 }
 
 /// A def's argument types at placeholder sizes (plus one tangent input per
 /// `@jvp(p)` attribute, in attribute order) and its dimension variables;
 /// `None` when a parameter type has no concrete form.
-fn placeholder_args(def: &ast::Def) -> Option<(Vec<Tree>, Vec<String>)> {
+fn placeholder_args(def: &ast::Def, divisible: bool) -> Option<(Vec<Tree>, Vec<String>)> {
     let mut names: Vec<String> = Vec::new();
     for p in &def.params {
         collect_dims(&p.ty, &mut names);
     }
-    let size = |n: &str| placeholder_size(&names, n);
+    let size = |n: &str| placeholder_size(&names, n, divisible);
     let mut types = Vec::new();
     for p in &def.params {
         types.push(concrete(&p.ty, &size)?);
@@ -141,9 +147,19 @@ impl Module {
                 }
                 break;
             }
-            let Some((types, names)) = placeholder_args(def) else { continue };
-            let size = |n: &str| placeholder_size(&names, n);
-            if let Err(mut d) = self.instantiate_trees(&def.name.name, &types, true) {
+            let Some((types, names)) = placeholder_args(def, false) else { continue };
+            let size = |n: &str| placeholder_size(&names, n, false);
+            let checked = self.instantiate_trees(&def.name.name, &types, true).map(|_| ()).or_else(|d| {
+                // Sizes that divide evenly: accepted if the def works there
+                // (the error at the primes is reported otherwise).
+                match placeholder_args(def, true) {
+                    Some((div, _)) if !names.is_empty() => {
+                        self.instantiate_trees(&def.name.name, &div, true).map(|_| ()).map_err(|_| d)
+                    }
+                    _ => Err(d),
+                }
+            });
+            if let Err(mut d) = checked {
                 if !names.is_empty() {
                     let sizes: Vec<String> = names.iter().map(|n| format!("{n}={}", size(n))).collect();
                     d = d.with_note(format!(
@@ -168,7 +184,7 @@ impl Module {
     /// dimension variables (for fuzzing the lowering); `None` when it has no
     /// such def or a parameter type has no concrete form.
     pub fn instantiate_at_placeholders(&self, entry: &str) -> Option<Result<Compiled, Diagnostic>> {
-        let (types, _) = placeholder_args(self.def(entry)?)?;
+        let (types, _) = placeholder_args(self.def(entry)?, false)?;
         Some(self.instantiate_trees(entry, &types, false))
     }
 

@@ -543,3 +543,21 @@ fn compile_time_if_on_sizes_checks_through_the_branch_real_sizes_take() {
         assert!(ds[0].message.contains("broadcast"), "{bad}: {}", ds[0].message);
     }
 }
+
+/// `check` tries distinct primes first (mixed-up dimensions disagree), then
+/// multiples of 24: a def that splits an axis (a model axis into 4 heads)
+/// checks, a genuine size mix-up is still reported with the primes.
+#[test]
+fn check_accepts_axis_splits_and_still_reports_mixed_up_sizes() {
+    let heads = "def split(h: tensor[t, d, f32]) -> tensor[t, 4, d, f32] {\n\
+                   let q = reshape(h, (size(h, 0), 4, size(h, 1) // 4))\n\
+                   broadcast_to(expand_dims(sum(q, axis=2), 2), (size(h, 0), 4, size(h, 1)))\n\
+                 }\n";
+    module(heads)
+        .check()
+        .unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, "t.graft", heads)).collect::<String>()));
+    let mixed = "def f(x: tensor[n, f64], y: tensor[m, f64]) -> tensor[n, f64] = x + y\n";
+    let ds = module(mixed).check().unwrap_err();
+    let text = diag::render(&ds[0], "t.graft", mixed);
+    assert!(text.contains("placeholder sizes n=11, m=13"), "{text}");
+}
