@@ -352,11 +352,21 @@ impl Plan {
                         if r.step == 1 {
                             dst.copy_from_slice(&src[..dst.len()]);
                         } else if let Some(last) = dst.len().checked_sub(1) {
-                            // One bounds check for the run, not one per element.
+                            // Whole chunks of `step` (no bounds check or
+                            // counter per element; vectorises for step 2),
+                            // then the last element.
                             let src = &src[..last * r.step + 1];
-                            for (y, &v) in dst.iter_mut().zip(src.iter().step_by(r.step)) {
-                                *y = v;
+                            if r.step == 2 {
+                                // The step as a constant (stride-2 convolutions).
+                                for (y, pair) in dst[..last].iter_mut().zip(src.chunks_exact(2)) {
+                                    *y = pair[0];
+                                }
+                            } else {
+                                for (y, chunk) in dst[..last].iter_mut().zip(src.chunks_exact(r.step)) {
+                                    *y = chunk[0];
+                                }
                             }
+                            dst[last] = src[last * r.step];
                         }
                     }
                     None => {
@@ -517,6 +527,28 @@ fn swapped_kernel<T: Real>(plan: &Plan, sw: &Plan, x: &[T], w: &[T], o: &mut [T]
     }
 }
 
+/// Which outputs of one row a tap of [`gathered_kernel`] adds to, and from
+/// which inputs.
+enum Gather {
+    /// Outputs `o0 + k * ostep` from inputs `i0 + k`, `k < count`.
+    Run { o0: usize, i0: usize, count: usize, ostep: usize },
+    /// Any other set of (output, input) pairs.
+    List(Vec<(usize, usize)>),
+}
+
+impl Gather {
+    fn of(list: Vec<(usize, usize)>) -> Gather {
+        let Some(&(o0, i0)) = list.first() else { return Gather::Run { o0: 0, i0: 0, count: 0, ostep: 1 } };
+        let ostep = list.get(1).map_or(1, |&(o1, _)| o1 - o0);
+        let run = ostep >= 1 && list.iter().enumerate().all(|(k, &(o, i))| o == o0 + k * ostep && i == i0 + k);
+        if run {
+            Gather::Run { o0, i0, count: list.len(), ostep }
+        } else {
+            Gather::List(list)
+        }
+    }
+}
+
 /// Runs an ungrouped convolution of a dilated input (a transposed
 /// convolution) without multiplying by the dilation's zeros. Im2col of the
 /// dilated input is mostly holes (3/4 for a stride-2 input gradient in
@@ -538,10 +570,16 @@ fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
     let s = plan.out_sp.len();
     let last = s - 1;
     let ol = plan.out_sp[last];
-    // Per tap of the last dim, the (output position, input position) pairs that exist.
-    let pairs: Vec<Vec<(usize, usize)>> = plan.tables[last]
+    // Per tap of the last dim, the (output position, input position) pairs
+    // that exist: one arithmetic progression in both (every `ld`-th output
+    // reads consecutive inputs) when they form one, else listed.
+    let pairs: Vec<Gather> = plan.tables[last]
         .chunks(ol)
-        .map(|row| row.iter().enumerate().filter(|(_, &i)| i >= 0).map(|(o, &i)| (o, i as usize)).collect())
+        .map(|row| {
+            let list: Vec<(usize, usize)> =
+                row.iter().enumerate().filter(|(_, &i)| i >= 0).map(|(o, &i)| (o, i as usize)).collect();
+            Gather::of(list)
+        })
         .collect();
     let per_in = cin * isz;
     let one = |xb: &[T], ob: &mut [T], z: &mut Vec<T>, pos: &mut Vec<usize>, parallel: bool| {
@@ -568,8 +606,19 @@ fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
                         base = if i < 0 { None } else { base.map(|b| b + i as usize * plan.in_strides[d]) };
                     }
                     if let Some(b) = base {
-                        for &(oi, ii) in prs {
-                            orow[oi] = orow[oi] + zt[b + ii];
+                        match prs {
+                            Gather::Run { o0, i0, count, ostep } => {
+                                // Slices bounded once: no check per element.
+                                let outs = orow[*o0..].iter_mut().step_by(*ostep).take(*count);
+                                for (y, &v) in outs.zip(&zt[b + i0..b + i0 + count]) {
+                                    *y = *y + v;
+                                }
+                            }
+                            Gather::List(list) => {
+                                for &(oi, ii) in list {
+                                    orow[oi] = orow[oi] + zt[b + ii];
+                                }
+                            }
                         }
                     }
                     for d in (0..last).rev() {
