@@ -243,6 +243,12 @@ pub enum Inst {
         /// The value outside the window.
         fill: Reg,
     },
+    /// Whether the point lies inside `window`'s box (its `strides` and
+    /// `offset` are not used), as bool. Outer bodies of elementwise kernels
+    /// only: how a producer inlined at shifted points (see
+    /// `loops::Builder::inline_producers`) keeps a window load's fill
+    /// outside the box.
+    Inside(Window),
 }
 
 /// A box of points with an affine map into a buffer: the point with
@@ -288,9 +294,13 @@ impl Inst {
     pub fn operands(&self) -> Vec<Reg> {
         match *self {
             // An `Outer` operand lives in the enclosing body, not this one.
-            Inst::Load { .. } | Inst::Lit(_) | Inst::Map(_) | Inst::Reduce(_) | Inst::Outer(_) | Inst::Restore(_) => {
-                vec![]
-            }
+            Inst::Load { .. }
+            | Inst::Lit(_)
+            | Inst::Map(_)
+            | Inst::Reduce(_)
+            | Inst::Outer(_)
+            | Inst::Restore(_)
+            | Inst::Inside(_) => vec![],
             Inst::Unary(_, a)
             | Inst::Convert(_, a)
             | Inst::Store { value: a, .. }
@@ -476,6 +486,16 @@ pub fn body_types(
                 check_window(points, a, window).map_err(|m| err(at, m))?;
                 Some(a.dtype)
             }
+            Inst::Inside(window) => {
+                if outer.is_some() || is_row_kernel(k) {
+                    return Err(err(at, "an inside test outside an elementwise kernel".into()));
+                }
+                let n = window.dims.len();
+                if window.lo.len() != n || window.size.len() != n || window.dims.iter().product::<usize>() != points {
+                    return Err(err(at, format!("box over {:?} does not cover the {points} points", window.dims)));
+                }
+                Some(DType::Bool)
+            }
             Inst::Restore(slot) => match slots.get(*slot as usize) {
                 Some(d) if outer.is_some() => Some(*d),
                 _ => return Err(err(at, format!("restore of slot {slot}, which no earlier reduction saved"))),
@@ -647,6 +667,7 @@ fn print_body(f: &mut fmt::Formatter<'_>, body: &[Inst], inner: bool) -> fmt::Re
                 "{p}{r} = load a{arg}[{} + ({ix}{:?} - {:?}) . {:?}] if inside {:?} else {p}{fill}",
                 w.offset, w.dims, w.lo, w.strides, w.size
             )?,
+            Inst::Inside(w) => writeln!(f, "{p}{r} = inside {ix}{:?} in {:?} + {:?}", w.dims, w.lo, w.size)?,
             Inst::Map(m) => {
                 writeln!(f, "map over j = i * {0} + k, k < {0} {{", m.len)?;
                 print_body(f, &m.body, true)?;

@@ -598,6 +598,7 @@ fn spell(k: &Kernel, inst: &Inst, types: &[Option<DType>], sp: &Spell) -> String
         Inst::Window { arg, window, fill } => {
             window_load(a_, *arg, k.args[*arg as usize].dtype, window, &format!("{q}{fill}"))
         }
+        Inst::Inside(window) => inside_test(window),
         Inst::Store { .. } | Inst::Map(_) | Inst::Reduce(_) | Inst::Save { .. } | Inst::Restore(_) => String::new(),
     }
 }
@@ -662,6 +663,42 @@ fn window_load(a_: &str, arg: u32, d: DType, w: &super::ir::Window, fill: &str) 
         );
     }
     let _ = write!(s, " if (ok) b[l] = {}; }} __builtin_memcpy(&v, b, sizeof v); }} v; }})", get("e"));
+    s
+}
+
+/// Whether each of the step's points lies inside `w`'s box, as `vbool`
+/// lanes (a GCC statement expression). As in [`window_load`], when all
+/// `GL` points lie in one run of the last dimension the leading
+/// coordinates decide for all lanes and the run is all inside, all outside
+/// or split per lane; otherwise each lane checks its own coordinates.
+fn inside_test(w: &super::ir::Window) -> String {
+    let w = &w.coalesced();
+    let n = w.dims.len();
+    if n == 0 {
+        return "gk_splat_bool(1)".into();
+    }
+    let (last, lo_l) = (w.dims[n - 1], w.lo[n - 1]);
+    let hi_l = lo_l + w.size[n - 1] as isize;
+    let mut s = format!("({{ vbool v; int64_t q = i / {last}, c0 = i % {last}, in0 = 1; (void)q;");
+    for k in (0..n - 1).rev() {
+        let (dim, lo, size) = (w.dims[k], w.lo[k], w.size[k]);
+        let _ =
+            write!(s, " {{ int64_t c = q % {dim}; q /= {dim}; in0 &= (c >= {lo}) & (c < {}); }}", lo + size as isize);
+    }
+    let _ = write!(s, " if (m == GL && c0 + GL <= {last}) {{");
+    let _ = write!(s, " if (in0 && c0 >= {lo_l} && c0 + GL <= {hi_l}) v = gk_splat_bool(1);");
+    let _ = write!(s, " else if (!in0 || c0 >= {hi_l} || c0 + GL <= {lo_l}) v = gk_splat_bool(0);");
+    let _ = write!(
+        s,
+        " else {{ int32_t b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = (c0 + l >= {lo_l} && c0 + l < {hi_l}) ? -1 : 0; __builtin_memcpy(&v, b, sizeof v); }} }}"
+    );
+    let _ = write!(s, " else {{ int32_t b[GL] = {{0}}; for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, ok = 1;");
+    for k in (0..n).rev() {
+        let (dim, lo, size) = (w.dims[k], w.lo[k], w.size[k]);
+        let _ =
+            write!(s, " {{ int64_t c = r % {dim}; r /= {dim}; ok &= (c >= {lo}) & (c < {}); }}", lo + size as isize);
+    }
+    let _ = write!(s, " b[l] = ok ? -1 : 0; }} __builtin_memcpy(&v, b, sizeof v); }} v; }})");
     s
 }
 

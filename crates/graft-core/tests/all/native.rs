@@ -9,7 +9,7 @@ use crate::common;
 
 use common::native::{bits, check_native, data, opts, skip};
 use graft_core::kernel::native::{NativeError, Toolchain};
-use graft_core::kernel::{self, Access, Arg, CompileMode, Index, Inst, Kernel, Lit};
+use graft_core::kernel::{self, Access, Arg, CompileMode, Index, Inst, Kernel, Lit, Window};
 use graft_core::ops::binary::{Binary, Compare};
 use graft_core::ops::unary::Unary;
 use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorType};
@@ -217,6 +217,13 @@ fn verifier_rejects_malformed_kernels() {
             "strided index reaches 0..=4",
         ),
         (tiny(vec![Inst::Store { arg: 0, value: 0, index: Index::Point }], vec![wr(DType::F32)]), "used before"),
+        (
+            tiny(
+                vec![Inst::Inside(Window { dims: vec![3], lo: vec![1], size: vec![2], strides: vec![1], offset: 0 })],
+                vec![],
+            ),
+            "box over [3] does not cover the 4 points",
+        ),
     ];
     for (k, want) in cases {
         let e = kernel::verify(&k).expect_err(want).to_string();

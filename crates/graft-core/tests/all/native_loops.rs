@@ -526,3 +526,26 @@ fn branching_while_bodies_run_compiled_and_bitwise() {
         assert!(graft_core::opt::if_convert(&f).is_none(), "the top level has no cond");
     }
 }
+
+/// Recompute-fusion (`kernel/loops/inline.rs`): the four RK4 stages, each
+/// reading the previous one shifted by an element, collapse into one
+/// kernel per step that recomputes the earlier stages at the shifted
+/// points (no stage passes through memory), still bitwise.
+#[test]
+fn shifted_stages_are_inlined_into_one_kernel() {
+    let n = 50;
+    let f = ode(n, 4);
+    let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
+        graft_core::Prim::Scan(s) => s.body.clone(),
+        _ => unreachable!("the scan equation is a scan"),
+    };
+    let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+    let p = exe.loop_program(1, 2, false).expect("the body has a compiled form");
+    let text = p.to_string();
+    assert_eq!(p.calls.len(), 2, "the step kernel and the counter:\n{text}");
+    assert!(p.scratch.is_empty(), "a stage still passes through memory:\n{text}");
+    assert!(text.contains("= inside i[50] in [1] + [49]"), "no inside test for the shifted read:\n{text}");
+    if !skip() {
+        assert_eq!(compare(&f, &inputs(&f, 3)), 1);
+    }
+}

@@ -41,7 +41,9 @@ use crate::types::TensorType;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+mod inline;
 mod whiles;
+
 pub(crate) use whiles::build as build_while;
 pub(crate) use whiles::NativeWhile;
 pub use whiles::WhileProgram;
@@ -319,8 +321,9 @@ impl Builder<'_> {
 
     /// Load forwarding: a kernel reading a view's value point by point
     /// reads the view's sources in place instead (window or strided
-    /// loads), and the calls that materialised views nobody reads any more
-    /// are dropped. Row kernels keep their loads.
+    /// loads); then producers are inlined into their readers (`inline.rs`),
+    /// and the calls whose values nobody reads any more are dropped. Row
+    /// kernels keep their loads.
     fn forward(&mut self) {
         for c in 0..self.calls.len() {
             let (kid, _) = self.calls[c];
@@ -353,7 +356,13 @@ impl Builder<'_> {
                 }
             }
         }
-        // Drop calls whose written values nobody reads (outputs are read).
+        self.drop_dead();
+        self.inline_producers();
+        self.drop_dead();
+    }
+
+    /// Drops calls whose written values nobody reads (outputs are read).
+    fn drop_dead(&mut self) {
         loop {
             let mut readers: HashMap<Value, usize> = HashMap::new();
             for &v in &self.func.outputs {
@@ -694,6 +703,7 @@ fn remap(inst: &Inst, map: &[Reg]) -> Option<Inst> {
         Inst::Convert(d, a) => Inst::Convert(*d, m(a)?),
         Inst::Store { arg, value, index } => Inst::Store { arg: *arg, value: m(value)?, index: index.clone() },
         Inst::Window { arg, window, fill } => Inst::Window { arg: *arg, window: window.clone(), fill: m(fill)? },
+        Inst::Inside(_) => inst.clone(),
         Inst::Reduce(_) | Inst::Map(_) | Inst::Outer(_) | Inst::Save { .. } | Inst::Restore(_) => return None,
     })
 }
