@@ -582,71 +582,81 @@ fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
         })
         .collect();
     let per_in = cin * isz;
-    let one = |xb: &[T], ob: &mut [T], z: &mut Vec<T>, pos: &mut Vec<usize>, parallel: bool| {
+    // Per tap: its last dim's pairs, and per output row (outer coordinates,
+    // row-major) the input offset of its outer coordinates or `None` when
+    // they fall outside the input. The same for every batch element.
+    let rows = p / ol;
+    let mut taps: Vec<(&Gather, Vec<Option<usize>>)> = Vec::with_capacity(kprod);
+    for t in 0..kprod {
+        let mut starts = vec![0usize; s];
+        let mut tt = t;
+        for d in (0..s).rev() {
+            starts[d] = (tt % plan.k_sp[d]) * plan.out_sp[d];
+            tt /= plan.k_sp[d];
+        }
+        let mut pos = vec![0usize; last];
+        let mut bases = Vec::with_capacity(rows);
+        for _ in 0..rows {
+            let mut base = Some(0usize);
+            for d in 0..last {
+                let i = plan.tables[d][starts[d] + pos[d]];
+                base = if i < 0 { None } else { base.map(|b| b + i as usize * plan.in_strides[d]) };
+            }
+            bases.push(base);
+            for d in (0..last).rev() {
+                pos[d] += 1;
+                if pos[d] < plan.out_sp[d] {
+                    break;
+                }
+                pos[d] = 0;
+            }
+        }
+        taps.push((&pairs[starts[last] / ol], bases));
+    }
+    let one = |xb: &[T], ob: &mut [T], z: &mut Vec<T>, parallel: bool| {
         let a = MatRef { data: &wr, rs: cin, cs: 1 };
         let bm = MatRef { data: xb, rs: isz, cs: 1 };
         gemm_into(kprod * og, isz, cin, z, a, bm, parallel);
         ob.fill(T::zero());
-        for t in 0..kprod {
-            // Per-dim tap index and the start of its table row.
-            let mut tt = t;
-            for d in (0..s).rev() {
-                pos[s + d] = (tt % plan.k_sp[d]) * plan.out_sp[d];
-                tt /= plan.k_sp[d];
-            }
-            let prs = &pairs[pos[s + last] / ol];
+        for (t, (prs, bases)) in taps.iter().enumerate() {
             for oc in 0..og {
                 let zt = &z[(t * og + oc) * isz..(t * og + oc + 1) * isz];
                 let oo = &mut ob[oc * p..(oc + 1) * p];
-                pos[..last].fill(0);
-                for orow in oo.chunks_mut(ol) {
-                    let mut base = Some(0usize);
-                    for d in 0..last {
-                        let i = plan.tables[d][pos[s + d] + pos[d]];
-                        base = if i < 0 { None } else { base.map(|b| b + i as usize * plan.in_strides[d]) };
-                    }
-                    if let Some(b) = base {
-                        match prs {
-                            Gather::Run { o0, i0, count, ostep } => {
-                                // Slices bounded once: no check per element.
-                                let outs = orow[*o0..].iter_mut().step_by(*ostep).take(*count);
-                                for (y, &v) in outs.zip(&zt[b + i0..b + i0 + count]) {
-                                    *y = *y + v;
-                                }
-                            }
-                            Gather::List(list) => {
-                                for &(oi, ii) in list {
-                                    orow[oi] = orow[oi] + zt[b + ii];
-                                }
+                for (orow, base) in oo.chunks_mut(ol).zip(bases) {
+                    let Some(b) = *base else { continue };
+                    match prs {
+                        Gather::Run { o0, i0, count, ostep } => {
+                            // Slices bounded once: no check per element.
+                            let outs = orow[*o0..].iter_mut().step_by(*ostep).take(*count);
+                            for (y, &v) in outs.zip(&zt[b + i0..b + i0 + count]) {
+                                *y = *y + v;
                             }
                         }
-                    }
-                    for d in (0..last).rev() {
-                        pos[d] += 1;
-                        if pos[d] < plan.out_sp[d] {
-                            break;
+                        Gather::List(list) => {
+                            for &(oi, ii) in list {
+                                orow[oi] = orow[oi] + zt[b + ii];
+                            }
                         }
-                        pos[d] = 0;
                     }
                 }
             }
         }
     };
     let per_out = og * p;
-    let scratch = || (vec![T::zero(); kprod * og * isz], vec![0usize; 2 * s]);
+    let scratch = || vec![T::zero(); kprod * og * isz];
     match split(plan.n, kprod * og * cin * isz) {
         Split::Batch { items } => {
-            o.par_chunks_mut(items * per_out).enumerate().for_each_init(scratch, |(z, pos), (t, chunk)| {
+            o.par_chunks_mut(items * per_out).enumerate().for_each_init(scratch, |z, (t, chunk)| {
                 for (i, ob) in chunk.chunks_mut(per_out).enumerate() {
                     let b = t * items + i;
-                    one(&x[b * per_in..(b + 1) * per_in], ob, z, pos, false);
+                    one(&x[b * per_in..(b + 1) * per_in], ob, z, false);
                 }
             })
         }
         sp => {
-            let (mut z, mut pos) = scratch();
+            let mut z = scratch();
             for (b, ob) in o.chunks_mut(per_out).enumerate() {
-                one(&x[b * per_in..(b + 1) * per_in], ob, &mut z, &mut pos, sp == Split::Inner);
+                one(&x[b * per_in..(b + 1) * per_in], ob, &mut z, sp == Split::Inner);
             }
         }
     }

@@ -137,7 +137,12 @@ pub fn fold_constants(f: &Func, eval: impl FnOnce(Func) -> Option<Vec<Tensor>>) 
         return None;
     }
     // Constants first (they read nothing), then the equations that stay.
-    let loc_of = |v: Value| f.eqns.iter().find(|e| e.outputs.contains(&v)).and_then(|e| e.loc.clone());
+    let mut loc = vec![None; f.n_values()];
+    for e in &f.eqns {
+        for v in &e.outputs {
+            loc[v.index()].clone_from(&e.loc);
+        }
+    }
     let mut eqns: Vec<Eqn> = needed
         .iter()
         .zip(values)
@@ -145,7 +150,7 @@ pub fn fold_constants(f: &Func, eval: impl FnOnce(Func) -> Option<Vec<Tensor>>) 
             prim: Prim::Constant(Constant { value }),
             inputs: vec![],
             outputs: vec![v],
-            loc: loc_of(v),
+            loc: loc[v.index()].clone(),
         })
         .collect();
     eqns.extend(f.eqns.iter().zip(&fold).filter(|(_, folded)| !**folded).map(|(e, _)| e.clone()));
