@@ -203,7 +203,7 @@ G_INL vf64 g__minc64(vf64 x, double c) { return g__min64(x, g__f64(c)); }
 
 /* --------------------------------------------------- float arithmetic */
 
-#define G_FLOAT_BASIC(dt, V, M, SEL, ISNAN, ABS)                                        \
+#define G_FLOAT_BASIC(dt, V, M, SEL, ISNAN, ABS, MAX2, MIN2)                            \
     G_INL V g_add_##dt(V a, V b) { return a + b; }                                               \
     G_INL V g_sub_##dt(V a, V b) { return a - b; }                                               \
     G_INL V g_mul_##dt(V a, V b) { return a * b; }                                               \
@@ -216,13 +216,17 @@ G_INL vf64 g__minc64(vf64 x, double c) { return g__min64(x, g__f64(c)); }
         V r = SEL(x > 0, z + 1, SEL(x < 0, z - 1, z));                                           \
         return SEL(ISNAN(x), x, r);                                                              \
     }                                                                                            \
-    /* IEEE 754-2019 maximum/minimum: NaN propagates (a + b), -0 < +0. */                        \
+    /* IEEE 754-2019 maximum/minimum: NaN propagates (a + b), -0 < +0. Equal                 \
+     * operands differ only as zeros, where the maximum is the AND of the bits                \
+     * (+0 unless both are -0) and the minimum the OR; otherwise the x86-style                \
+     * max/min instruction picks (MAX2(a, b) = a > b ? a : b).                                 \
+     */                                                                                          \
     G_INL V g_max_##dt(V a, V b) {                                                               \
-        V r = SEL((a > b) | ((a == b) & ((M)b < 0)), a, b);                                      \
+        V r = SEL(a == b, (V)((M)a & (M)b), MAX2(a, b));                                         \
         return SEL(ISNAN(a) | ISNAN(b), a + b, r);                                               \
     }                                                                                            \
     G_INL V g_min_##dt(V a, V b) {                                                               \
-        V r = SEL((a < b) | ((a == b) & ((M)b >= 0)), a, b);                                     \
+        V r = SEL(a == b, (V)((M)a | (M)b), MIN2(a, b));                                         \
         return SEL(ISNAN(a) | ISNAN(b), a + b, r);                                               \
     }                                                                                            \
     G_INL V g_select_##dt(vbool p, V a, V b) { return SEL(G_MASK_##dt(p), a, b); }
@@ -232,8 +236,8 @@ G_INL vf64 g__minc64(vf64 x, double c) { return g__min64(x, g__f64(c)); }
 #define G_MASK_i32(p) (p)
 #define G_MASK_i64(p) g__wide(p)
 
-G_FLOAT_BASIC(f32, vf32, vi32, g__self32, g__isnan32, g__abs32)
-G_FLOAT_BASIC(f64, vf64, vi64, g__self64, g__isnan64, g__abs64)
+G_FLOAT_BASIC(f32, vf32, vi32, g__self32, g__isnan32, g__abs32, g__max32, g__min32)
+G_FLOAT_BASIC(f64, vf64, vi64, g__self64, g__isnan64, g__abs64, g__max64, g__min64)
 
 /* Round half to even: for |x| < 2^p adding and subtracting 2^p rounds to an
  * integer in the default rounding mode; larger |x|, inf and NaN are x. The
