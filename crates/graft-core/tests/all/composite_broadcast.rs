@@ -3,6 +3,7 @@
 //! written out in the test. Property tests draw random broadcast-compatible
 //! shape pairs; incompatible pairs must give an error naming both shapes.
 
+use crate::common::unravel;
 use graft_core::composite::broadcast;
 use graft_core::ops::binary::{Binary, Compare};
 use graft_core::{Builder, Executable, IrError, Tensor, TensorType, Value};
@@ -43,15 +44,6 @@ fn read(data: &[f64], s: &[usize], idx: &[usize]) -> f64 {
         flat = flat * d + i;
     }
     data[flat]
-}
-
-fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; shape.len()];
-    for k in (0..shape.len()).rev() {
-        idx[k] = i % shape[k];
-        i /= shape[k];
-    }
-    idx
 }
 
 fn tensor(shape: &[usize], seed: f64) -> Tensor {

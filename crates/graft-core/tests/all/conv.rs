@@ -8,6 +8,7 @@
 //! Data are small multiples of 1/4, so results are exact in f32 and f64 and
 //! compare with `==`.
 
+use crate::common::{ravel, unravel};
 use graft_core::ops::conv::ConvGeneral;
 use graft_core::ops::display_prim;
 use graft_core::{Builder, DType, Executable, IrError, Op, Tensor, TensorType};
@@ -24,19 +25,6 @@ fn run(p: &ConvGeneral, x: &Tensor, w: &Tensor) -> Tensor {
 fn data(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
     let ty = TensorType::new(dtype, shape.to_vec());
     Tensor::from_fn(&ty, |i| ((i.wrapping_mul(7919).wrapping_add(seed * 104_729)) % 17) as f64 * 0.25 - 2.0)
-}
-
-fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        idx[d] = i % shape[d];
-        i /= shape[d];
-    }
-    idx
-}
-
-fn ravel(idx: &[usize], shape: &[usize]) -> usize {
-    idx.iter().zip(shape).fold(0, |acc, (i, s)| acc * s + i)
 }
 
 /// A row-major array of f64 for the reference.

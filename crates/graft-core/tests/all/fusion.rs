@@ -4,10 +4,10 @@
 //! the parallel path, any thread count), values private to a group get no
 //! buffer (peak bytes drop), and the options/environment switch works.
 
+use crate::common::native::assert_bitwise_eq;
 use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::{Binary, Compare};
 use graft_core::ops::unary::Unary;
-use graft_core::tensor::Storage;
 use graft_core::Op;
 use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorType, Value};
 use proptest::prelude::*;
@@ -18,31 +18,6 @@ fn fused(block: Option<usize>) -> ExecOptions {
 
 fn unfused() -> ExecOptions {
     ExecOptions { fuse: false, ..ExecOptions::default() }
-}
-
-/// Element bits, so signed zeros compare exactly. Every NaN maps to one
-/// pattern: which NaN payload an operation propagates depends on operand
-/// order inside vector instructions and is not part of the guarantee.
-fn bits(t: &Tensor) -> (Vec<usize>, DType, Vec<u64>) {
-    let b: Vec<u64> = match t.storage() {
-        Storage::F32(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect(),
-        Storage::F64(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect(),
-        Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
-        Storage::I64(v) => v.iter().map(|&x| x as u64).collect(),
-        Storage::Bool(v) => v.iter().map(|&x| x as u64).collect(),
-    };
-    (t.shape().to_vec(), t.dtype(), b)
-}
-
-fn assert_bitwise_eq(a: &[Tensor], b: &[Tensor]) {
-    assert_eq!(a.len(), b.len());
-    for (k, (x, y)) in a.iter().zip(b).enumerate() {
-        let (bx, by) = (bits(x), bits(y));
-        assert_eq!((&bx.0, bx.1), (&by.0, by.1), "output {k}: type differs");
-        if let Some(i) = bx.2.iter().zip(&by.2).position(|(p, q)| p != q) {
-            panic!("output {k} differs at element {i}: {:?} vs {:?}", x.storage().get_f64(i), y.storage().get_f64(i));
-        }
-    }
 }
 
 /// Deterministic test data with NaN, infinities, signed zeros and huge values mixed in.

@@ -4,34 +4,16 @@
 //! close the group they read, and results stay bitwise identical to
 //! unfused execution on random programs mixing all of these.
 
+use crate::common::native::assert_bitwise_eq;
 use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::Binary;
 use graft_core::ops::unary::Unary;
-use graft_core::tensor::Storage;
 use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorType, Value};
 
 use proptest::prelude::*;
 
 fn opts(fuse: bool, block: Option<usize>) -> ExecOptions {
     ExecOptions { fuse, block_elems: block, compile: CompileMode::Off }
-}
-
-fn bits(t: &Tensor) -> (Vec<usize>, DType, Vec<u64>) {
-    let b: Vec<u64> = match t.storage() {
-        Storage::F32(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect(),
-        Storage::F64(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect(),
-        Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
-        Storage::I64(v) => v.iter().map(|&x| x as u64).collect(),
-        Storage::Bool(v) => v.iter().map(|&x| x as u64).collect(),
-    };
-    (t.shape().to_vec(), t.dtype(), b)
-}
-
-fn assert_bitwise_eq(a: &[Tensor], b: &[Tensor]) {
-    assert_eq!(a.len(), b.len());
-    for (k, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(bits(x) == bits(y), "output {k} differs");
-    }
 }
 
 fn data(ty: &TensorType, seed: u64) -> Tensor {

@@ -2,6 +2,7 @@
 //! dynamic_slice, dynamic_update_slice) against naive reference loops and
 //! hand-computed values, plus their shape-rule errors.
 
+use crate::common::{ravel, unravel};
 use graft_core::ops::index::{Gather, IndexMode, ScatterAdd};
 use graft_core::{Builder, DType, Executable, IrError, Tensor, TensorType, Value};
 use proptest::prelude::*;
@@ -54,19 +55,6 @@ fn idx_i64(shape: &[usize], v: &[i64]) -> Tensor {
 
 fn idx_i32(shape: &[usize], v: &[i64]) -> Tensor {
     Tensor::from_vec(shape.to_vec(), v.iter().map(|&x| x as i32).collect::<Vec<_>>()).unwrap()
-}
-
-fn unravel(mut j: usize, shape: &[usize]) -> Vec<usize> {
-    let mut m = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        m[d] = j % shape[d];
-        j /= shape[d];
-    }
-    m
-}
-
-fn ravel(m: &[usize], shape: &[usize]) -> usize {
-    m.iter().zip(shape).fold(0, |acc, (&i, &n)| acc * n + i)
 }
 
 /// Naive index geometry: the gather output shape, and for each output

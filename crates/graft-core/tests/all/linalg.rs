@@ -7,6 +7,7 @@
 //! exact in f32 and f64 and results compare with `==` regardless of the
 //! summation order the kernel uses.
 
+use crate::common::{ravel, unravel};
 use graft_core::ops::display_prim;
 use graft_core::ops::linalg::DotGeneral;
 use graft_core::{Builder, DType, Executable, IrError, Op, Tensor, TensorType};
@@ -29,19 +30,6 @@ fn data(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
     let ty = TensorType::new(dtype, shape.to_vec());
     let scale = if dtype.is_float() { 0.25 } else { 1.0 };
     Tensor::from_fn(&ty, |i| ((i.wrapping_mul(7919).wrapping_add(seed * 104_729)) % 17) as f64 * scale - 8.0 * scale)
-}
-
-fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; shape.len()];
-    for d in (0..shape.len()).rev() {
-        idx[d] = i % shape[d];
-        i /= shape[d];
-    }
-    idx
-}
-
-fn ravel(idx: &[usize], shape: &[usize]) -> usize {
-    idx.iter().zip(shape).fold(0, |acc, (i, s)| acc * s + i)
 }
 
 /// Naive dot_general over f64 values, straight from the XLA definition.

@@ -5,6 +5,7 @@
 //! type == kernel output == reference); large inputs that take the parallel
 //! and tiled paths; and shape-rule errors for every primitive.
 
+use crate::common::{ravel, unravel};
 use graft_core::ir::print_func;
 use graft_core::{Builder, DType, Executable, IrError, Tensor, TensorType, Value};
 use proptest::prelude::*;
@@ -51,27 +52,6 @@ fn sample(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
 
 fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
-}
-
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len()).rev().skip(1) {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
-fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; shape.len()];
-    for i in (0..shape.len()).rev() {
-        idx[i] = flat % shape[i];
-        flat /= shape[i];
-    }
-    idx
-}
-
-fn ravel(idx: &[usize], shape: &[usize]) -> usize {
-    idx.iter().zip(strides(shape)).map(|(i, s)| i * s).sum()
 }
 
 /// A reference result: shape plus values as f64.

@@ -9,6 +9,21 @@ use graft_core::{Executable, Func, Tensor, TensorType};
 pub mod native;
 pub mod vmap;
 
+/// Row-major coordinates of flat index `i` over `shape`.
+pub fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+    idx
+}
+
+/// The row-major flat index of coordinates `idx` over `shape`.
+pub fn ravel(idx: &[usize], shape: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |acc, (i, s)| acc * s + i)
+}
+
 /// A small deterministic PRNG (SplitMix64) for test inputs.
 pub struct Rng(pub u64);
 

@@ -28,6 +28,18 @@ pub fn bits(t: &Tensor) -> Vec<u64> {
     }
 }
 
+/// Outputs equal bit for bit (every NaN counts as one value): same types,
+/// and the first differing element named otherwise.
+pub fn assert_bitwise_eq(a: &[Tensor], b: &[Tensor]) {
+    assert_eq!(a.len(), b.len());
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.ty(), y.ty(), "output {k}: type differs");
+        if let Some(i) = bits(x).iter().zip(&bits(y)).position(|(p, q)| p != q) {
+            panic!("output {k} differs at element {i}: {:?} vs {:?}", x.storage().get_f64(i), y.storage().get_f64(i));
+        }
+    }
+}
+
 pub fn data(ty: &TensorType, seed: u64) -> Tensor {
     Tensor::from_fn(ty, |i| {
         let mut z = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
