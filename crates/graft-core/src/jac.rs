@@ -6,11 +6,11 @@
 //! respect to parameter `wrt` (shape `x`) has shape `y.shape ++ x.shape`,
 //! like `jax.jacfwd`/`jax.jacrev`.
 
-use crate::ad::{jvp_inline, linearize_transpose};
 use crate::batch::vmap_func;
 use crate::error::IrError;
 use crate::ir::{Builder, Func, Value};
 use crate::opt;
+use crate::transform::rewrite::{self, TangentOuts};
 use crate::types::TensorType;
 
 fn check(f: &Func, wrt: usize, transform: &str) -> Result<(TensorType, TensorType), IrError> {
@@ -87,16 +87,8 @@ fn assemble(
 /// Forward-mode Jacobian: one JVP per input element, vmapped.
 pub fn jacfwd(f: &Func, wrt: usize) -> Result<Func, IrError> {
     let (x, y) = check(f, wrt, "jacfwd")?;
-    let mut gb = Builder::new(format!("{}_jvp_col", f.name));
-    let ps: Vec<Value> = f.params.iter().map(|&p| gb.param(f.ty(p).clone())).collect();
-    let t = gb.param(x.clone());
-    let tangents: Vec<Option<Value>> = (0..ps.len()).map(|i| (i == wrt).then_some(t)).collect();
-    let (_, touts) = jvp_inline(&mut gb, f, &ps, &tangents)?;
-    let col = match touts[0] {
-        Some(v) => v,
-        None => gb.zeros(&y)?,
-    };
-    let g = gb.finish(&[col])?;
+    let only: Vec<bool> = (0..f.params.len()).map(|i| i == wrt).collect();
+    let g = rewrite::jvp(f, format!("{}_jvp_col", f.name), &only, false, TangentOuts::All)?;
     let mut shape = y.shape.clone();
     shape.extend(&x.shape);
     assemble(f, g, &x, shape, true, format!("jacfwd_{}", f.name))
@@ -105,16 +97,8 @@ pub fn jacfwd(f: &Func, wrt: usize) -> Result<Func, IrError> {
 /// Reverse-mode Jacobian: one VJP per output element, vmapped.
 pub fn jacrev(f: &Func, wrt: usize) -> Result<Func, IrError> {
     let (x, y) = check(f, wrt, "jacrev")?;
-    let mut gb = Builder::new(format!("{}_vjp_row", f.name));
-    let ps: Vec<Value> = f.params.iter().map(|&p| gb.param(f.ty(p).clone())).collect();
-    let ct = gb.param(y.clone());
-    let mask: Vec<bool> = (0..ps.len()).map(|i| i == wrt).collect();
-    let (_, grads) = linearize_transpose(&mut gb, f, &ps, &mask, &[Some(ct)])?;
-    let row = match grads[wrt] {
-        Some(v) => v,
-        None => gb.zeros(&x)?,
-    };
-    let g = gb.finish(&[row])?;
+    let only: Vec<bool> = (0..f.params.len()).map(|i| i == wrt).collect();
+    let g = rewrite::vjp(f, format!("{}_vjp_row", f.name), &only, &[true], false)?;
     let mut shape = y.shape.clone();
     shape.extend(&x.shape);
     assemble(f, g, &y, shape, false, format!("jacrev_{}", f.name))

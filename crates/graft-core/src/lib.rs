@@ -22,6 +22,7 @@ pub mod npy;
 pub mod ops;
 pub mod opt;
 pub mod tensor;
+pub mod transform;
 pub mod types;
 
 pub use dtype::DType;

@@ -174,51 +174,47 @@ pub enum UnOp {
     Not,
 }
 
-/// The transforms that are language features. Applying one always needs a
-/// function argument: a bare `grad` or `grad()` is a parse error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TransformKind {
-    Grad,
-    ValueAndGrad,
-    Jvp,
-    Vjp,
-    Vmap,
-    Checkpoint,
-    Jacfwd,
-    Jacrev,
-    Hessian,
+/// The transforms, shared with every front end (`graft_core::transform`).
+/// Most are reserved words (`grad`, `vmap`, ...): applying one always
+/// needs a function argument, so a bare `grad` or `grad()` is a parse
+/// error. `jacobian` and `linearize` are soft keywords (GradBench programs
+/// define a `def jacobian`): a call of the name is the transform unless a
+/// def or a local of that name is in scope. `custom_jvp` and `custom_vjp`
+/// are def attributes (`@custom_vjp(fwd, bwd)`).
+pub use graft_core::transform::Kind as TransformKind;
+
+/// The reserved transform keywords (see [`TransformKind`]).
+pub fn transform_keyword(s: &str) -> Option<TransformKind> {
+    Some(match s {
+        "grad" => TransformKind::Grad,
+        "value_and_grad" => TransformKind::ValueAndGrad,
+        "jvp" => TransformKind::Jvp,
+        "vjp" => TransformKind::Vjp,
+        "vmap" => TransformKind::Vmap,
+        "checkpoint" => TransformKind::Checkpoint,
+        "jacfwd" => TransformKind::Jacfwd,
+        "jacrev" => TransformKind::Jacrev,
+        "hessian" => TransformKind::Hessian,
+        _ => return None,
+    })
 }
 
-impl TransformKind {
-    /// The keyword as written in source.
-    pub fn keyword(self) -> &'static str {
-        match self {
-            TransformKind::Grad => "grad",
-            TransformKind::ValueAndGrad => "value_and_grad",
-            TransformKind::Jvp => "jvp",
-            TransformKind::Vjp => "vjp",
-            TransformKind::Vmap => "vmap",
-            TransformKind::Checkpoint => "checkpoint",
-            TransformKind::Jacfwd => "jacfwd",
-            TransformKind::Jacrev => "jacrev",
-            TransformKind::Hessian => "hessian",
-        }
-    }
+/// The soft transform keywords: transforms when called and not shadowed.
+pub fn soft_transform(s: &str) -> Option<TransformKind> {
+    Some(match s {
+        "jacobian" => TransformKind::Jacobian,
+        "linearize" => TransformKind::Linearize,
+        _ => return None,
+    })
+}
 
-    /// Looks a keyword up.
-    pub fn from_keyword(s: &str) -> Option<TransformKind> {
-        Some(match s {
-            "grad" => TransformKind::Grad,
-            "value_and_grad" => TransformKind::ValueAndGrad,
-            "jvp" => TransformKind::Jvp,
-            "vjp" => TransformKind::Vjp,
-            "vmap" => TransformKind::Vmap,
-            "checkpoint" => TransformKind::Checkpoint,
-            "jacfwd" => TransformKind::Jacfwd,
-            "jacrev" => TransformKind::Jacrev,
-            "hessian" => TransformKind::Hessian,
-            _ => return None,
-        })
+/// How the language spells a transform: a keyword, a soft keyword, or a
+/// def attribute. Every [`TransformKind`] has one (tested).
+pub fn transform_spelling(kind: TransformKind) -> &'static str {
+    match kind {
+        TransformKind::CustomJvp => "@custom_jvp(rule)",
+        TransformKind::CustomVjp => "@custom_vjp(fwd, bwd)",
+        other => other.name(),
     }
 }
 

@@ -108,6 +108,7 @@ impl<'a> R<'a> {
         self.defs.contains_key(n)
             || crate::lower::stdlib::is_builtin(n)
             || n == "none"
+            || crate::ast::soft_transform(n).is_some()
             || graft_core::DType::parse(n).is_some()
     }
 
@@ -277,7 +278,14 @@ impl<'a> R<'a> {
             }
             ExprKind::Call { func, args } => {
                 self.expr(func, scope);
-                args.iter().for_each(|a| self.expr(&a.value, scope));
+                // `wrt=` of a soft transform keyword names parameters, not values.
+                let soft = matches!(&func.kind, ExprKind::Var(id) if crate::ast::soft_transform(&id.name).is_some()
+                    && !scope.contains(&id.name) && !self.defs.contains_key(id.name.as_str()));
+                for a in args {
+                    if !(soft && a.name.as_ref().is_some_and(|n| n.name == "wrt")) {
+                        self.expr(&a.value, scope);
+                    }
+                }
             }
             ExprKind::Pipe { value, func } => {
                 self.expr(value, scope);

@@ -209,9 +209,13 @@ fn transform_params(kind: TransformKind) -> &'static [&'static str] {
         | TransformKind::ValueAndGrad
         | TransformKind::Jacfwd
         | TransformKind::Jacrev
+        | TransformKind::Jacobian
         | TransformKind::Hessian => &["wrt"],
         TransformKind::Vmap => &["axis"],
         TransformKind::Checkpoint => &[],
+        TransformKind::Linearize => &["primals"],
+        TransformKind::CustomJvp => &["rule"],
+        TransformKind::CustomVjp => &["fwd", "bwd"],
         TransformKind::Jvp => &["primals", "tangents"],
         TransformKind::Vjp => &["primals", "cotangent"],
     }
@@ -264,7 +268,7 @@ fn expr_node(e: &Expr) -> Node {
                 };
                 c.push(if canonical { expr_node(&a.value) } else { arg_node(a) });
             }
-            list(kind.keyword(), c)
+            list(kind.name(), c)
         }
         ExprKind::Lambda { params, body } => {
             let ps = params.iter().map(|p| typed(&p.pat, &p.ty)).collect();

@@ -4,8 +4,8 @@
 
 use crate::error::Error;
 use crate::trace::{trace, IntoOutputs, Tr};
-use graft_core::ad::{self, Wrt};
-use graft_core::batch::{place_out_axes, vmap_for_args};
+use graft_core::ad::Wrt;
+use graft_core::transform::{Transform, VmapAxes};
 use graft_core::{Executable, Func, IrError, RunStats, Tensor, TensorType};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -45,45 +45,35 @@ impl Compiled {
     }
 }
 
-/// A function-to-function transform applied after tracing. They compose in
-/// any order and depth (`f.grad(..).grad(..)` is the second derivative,
-/// `f.grad(..).vmap(..)` per-example gradients).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transform {
-    /// Gradient with respect to the listed parameters.
-    Grad(Wrt),
-    /// Value followed by the gradient.
-    ValueAndGrad(Wrt),
-    /// Vectorization over a batch axis (see [`Jit::vmap`]).
-    Vmap {
-        /// Where each argument's batch axis is (or `None`: shared).
-        in_axes: VmapAxes,
-        /// Where each output's batch axis goes (or `None`: unbatched).
-        out_axes: VmapAxes,
-    },
+/// A transform layer of a [`Jit`]: a [`Transform`] value, or a custom rule
+/// whose functions are traced closures, traced once the types they are
+/// called at are known.
+#[derive(Clone)]
+enum Layer {
+    Fixed(Transform),
+    CustomJvp(Rc<dyn TraceAt>),
+    CustomVjp { fwd: Rc<dyn TraceAt>, bwd: Rc<dyn TraceAt> },
 }
 
-/// The batch axes of a [`Transform::Vmap`], for its arguments or outputs.
-/// Axes may be negative: for an argument, `-1` is the last axis of the
-/// batched argument; for an output, `-1` puts the batch axis last. An
-/// output axis past the output's rank clamps to the nearest end
-/// (`min(k, rank)`; negative: `max(rank + 1 + k, 0)`), so outputs of any
-/// rank take the batch axis: under `vmap_axis(1)` a per-example scalar
-/// becomes a vector (see [`graft_core::batch::place_out_axes`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VmapAxes {
-    /// One entry per argument (or output); `None` = not batched.
-    Each(Vec<Option<isize>>),
-    /// Axis `k` for every argument of rank > 0, rank-0 arguments shared
-    /// (they have no axis to batch); for outputs, axis `k` for every output.
-    All(isize),
+/// Something that can be traced into a [`Func`] at given input types (a
+/// [`Jit`] of any closure type), so custom rules can be stored type-erased.
+trait TraceAt {
+    fn trace_at(&self, types: &[TensorType]) -> Result<Func, Error>;
+}
+
+impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> TraceAt for Jit<F> {
+    fn trace_at(&self, types: &[TensorType]) -> Result<Func, Error> {
+        self.trace(types)
+    }
 }
 
 /// A traced Rust closure, compiled lazily per input types and cached.
+/// Transforms stack on it as values (`f.grad(..).vmap(..)`), applied by
+/// [`Transform::apply`], the same path the language takes.
 pub struct Jit<F> {
     name: String,
     f: Rc<F>,
-    transforms: Vec<Transform>,
+    layers: Vec<Layer>,
     /// Number of inputs the closure expects, when fixed (`jit`'s one-input form).
     arity: Option<usize>,
     cache: Mutex<HashMap<Vec<TensorType>, Compiled>>,
@@ -106,30 +96,30 @@ pub fn jit_n<O: IntoOutputs, F: Fn(&[Tr]) -> O>(name: impl Into<String>, f: F) -
 impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     /// Wraps a closure taking all inputs as a slice.
     pub fn new(name: impl Into<String>, f: F) -> Self {
-        Jit { name: name.into(), f: Rc::new(f), transforms: Vec::new(), arity: None, cache: Mutex::new(HashMap::new()) }
+        Jit { name: name.into(), f: Rc::new(f), layers: Vec::new(), arity: None, cache: Mutex::new(HashMap::new()) }
     }
 
-    fn with(&self, t: Transform) -> Self {
-        let mut transforms = self.transforms.clone();
-        transforms.push(t);
-        Jit {
-            name: self.name.clone(),
-            f: self.f.clone(),
-            transforms,
-            arity: self.arity,
-            cache: Mutex::new(HashMap::new()),
-        }
+    fn with(&self, layer: Layer) -> Self {
+        let mut layers = self.layers.clone();
+        layers.push(layer);
+        Jit { name: self.name.clone(), f: self.f.clone(), layers, arity: self.arity, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// Any transform, as a value (see [`Transform`] for the signature of the
+    /// function each makes). The named methods below are shorthands.
+    pub fn transform(&self, t: Transform) -> Self {
+        self.with(Layer::Fixed(t))
     }
 
     /// The gradient function (same inputs; one output per `wrt` parameter).
     /// The traced function must return one floating-point scalar.
     pub fn grad(&self, wrt: Wrt) -> Self {
-        self.with(Transform::Grad(wrt))
+        self.transform(Transform::Grad { wrt })
     }
 
     /// Value and gradient from one forward pass: outputs `(value, grads...)`.
     pub fn value_and_grad(&self, wrt: Wrt) -> Self {
-        self.with(Transform::ValueAndGrad(wrt))
+        self.transform(Transform::ValueAndGrad { wrt })
     }
 
     /// The vectorized function (`jax.vmap`): argument `i` carries a batch
@@ -140,7 +130,7 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     /// must agree on the batch size. Negative axes count from the end (see
     /// [`VmapAxes`]).
     pub fn vmap(&self, in_axes: &[Option<isize>], out_axes: &[Option<isize>]) -> Self {
-        self.with(Transform::Vmap {
+        self.transform(Transform::Vmap {
             in_axes: VmapAxes::Each(in_axes.to_vec()),
             out_axes: VmapAxes::Each(out_axes.to_vec()),
         })
@@ -151,7 +141,62 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     /// output gets its batch axis at `k`, or last if the output has rank
     /// below `k` (see [`VmapAxes`]).
     pub fn vmap_axis(&self, k: isize) -> Self {
-        self.with(Transform::Vmap { in_axes: VmapAxes::All(k), out_axes: VmapAxes::All(k) })
+        self.transform(Transform::Vmap { in_axes: VmapAxes::All(k), out_axes: VmapAxes::All(k) })
+    }
+
+    /// Forward-mode Jacobian of the one output with respect to input `wrt`:
+    /// shape `output.shape ++ input.shape` (`jax.jacfwd`).
+    pub fn jacfwd(&self, wrt: usize) -> Self {
+        self.transform(Transform::Jacfwd { wrt })
+    }
+
+    /// Reverse-mode Jacobian, same result as [`Jit::jacfwd`] (`jax.jacrev`).
+    pub fn jacrev(&self, wrt: usize) -> Self {
+        self.transform(Transform::Jacrev { wrt })
+    }
+
+    /// The Jacobian in whichever mode needs fewer passes (`jax.jacobian`
+    /// picks reverse; graft picks forward when the input is no larger than
+    /// the output).
+    pub fn jacobian(&self, wrt: usize) -> Self {
+        self.transform(Transform::Jacobian { wrt })
+    }
+
+    /// The Hessian of a scalar function with respect to input `wrt`.
+    pub fn hessian(&self, wrt: usize) -> Self {
+        self.transform(Transform::Hessian { wrt })
+    }
+
+    /// The same function, rematerialised in reverse mode: the backward pass
+    /// recomputes its intermediates instead of keeping them (`jax.checkpoint`).
+    pub fn checkpoint(&self) -> Self {
+        self.transform(Transform::Checkpoint)
+    }
+
+    /// The same function with a custom JVP rule (`jax.custom_jvp`): `rule`
+    /// takes `(primals..., tangents of the float inputs...)` and returns
+    /// `(outputs..., tangents of the float outputs...)`, linear in the
+    /// tangents; every derivative of this function uses it.
+    pub fn custom_jvp<G, P>(&self, rule: Jit<G>) -> Self
+    where
+        P: IntoOutputs,
+        G: Fn(&[Tr]) -> P + 'static,
+    {
+        self.with(Layer::CustomJvp(Rc::new(rule)))
+    }
+
+    /// The same function with custom reverse mode (`jax.custom_vjp`):
+    /// `fwd(primals...)` returns `(outputs..., residuals...)` and
+    /// `bwd(residuals..., cotangents of the float outputs...)` returns one
+    /// cotangent per float input.
+    pub fn custom_vjp<G, P, H, Q>(&self, fwd: Jit<G>, bwd: Jit<H>) -> Self
+    where
+        P: IntoOutputs,
+        G: Fn(&[Tr]) -> P + 'static,
+        Q: IntoOutputs,
+        H: Fn(&[Tr]) -> Q + 'static,
+    {
+        self.with(Layer::CustomVjp { fwd: Rc::new(fwd), bwd: Rc::new(bwd) })
     }
 
     /// Calls this (transformed) function from inside another trace: it is
@@ -183,39 +228,75 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         first.lift_many(&others, n, |b, vals| b.call(inner, vals))
     }
 
-    /// Applies `transforms[..k]` to the closure traced at the types that
+    /// Applies `layers[..k]` to the closure traced at the types that
     /// layer `k` sees. Transforms are applied inside out, but types flow
     /// outside in: a vmap layer strips its batch axes before tracing below.
     fn trace_layer(&self, k: usize, types: &[TensorType]) -> Result<Func, Error> {
-        let Some(t) = k.checked_sub(1).map(|i| &self.transforms[i]) else {
+        let Some(layer) = k.checked_sub(1).map(|i| &self.layers[i]) else {
             return Ok(trace(&self.name, types, &*self.f)?);
         };
-        Ok(match t {
-            Transform::Grad(wrt) => ad::grad(&self.trace_layer(k - 1, types)?, wrt)?,
-            Transform::ValueAndGrad(wrt) => ad::value_and_grad(&self.trace_layer(k - 1, types)?, wrt)?,
-            Transform::Vmap { in_axes, out_axes } => {
-                let ia = resolve_in_axes(in_axes, types)?;
-                let per: Vec<TensorType> = types
-                    .iter()
-                    .zip(&ia)
-                    .map(|(t, a)| match a {
-                        Some(a) => {
-                            let mut shape = t.shape.clone();
-                            shape.remove(*a);
-                            TensorType::new(t.dtype, shape)
-                        }
-                        None => t.clone(),
-                    })
-                    .collect();
-                let inner = self.trace_layer(k - 1, &per)?;
-                let out_ranks: Vec<usize> = inner.output_types().iter().map(TensorType::rank).collect();
-                let oa = match out_axes {
-                    VmapAxes::Each(v) => place_out_axes(v, &out_ranks)?,
-                    VmapAxes::All(a) => place_out_axes(&vec![Some(*a); out_ranks.len()], &out_ranks)?,
-                };
-                vmap_for_args(&inner, &ia, &oa, types, None)?
+        let t = match layer {
+            Layer::Fixed(Transform::Vjp { wrt }) => return self.trace_vjp(k, wrt, types),
+            Layer::Fixed(t) => t.clone(),
+            Layer::CustomJvp(rule) => {
+                let inner = self.trace_layer(k - 1, types)?;
+                let mut rule_types = types.to_vec();
+                rule_types.extend(types.iter().filter(|t| t.dtype.is_float()).cloned());
+                let rule = Arc::new(rule.trace_at(&rule_types)?);
+                return Ok(Transform::CustomJvp { rule }.apply(&inner, types)?);
             }
-        })
+            Layer::CustomVjp { fwd, bwd } => {
+                let inner = self.trace_layer(k - 1, types)?;
+                let fwd = fwd.trace_at(types)?;
+                let n_out = inner.outputs.len();
+                let fwd_outs = fwd.output_types();
+                if fwd_outs.len() < n_out || fwd_outs[..n_out] != inner.output_types()[..] {
+                    return Err(IrError::invalid(
+                        "custom_vjp",
+                        format!(
+                            "fwd must return the function's outputs ({}) first, then the residuals; it returns ({})",
+                            fmt_types(&inner.output_types()),
+                            fmt_types(&fwd_outs)
+                        ),
+                    )
+                    .into());
+                }
+                let mut bwd_types = fwd_outs[n_out..].to_vec();
+                bwd_types.extend(inner.output_types().into_iter().filter(|t| t.dtype.is_float()));
+                let bwd = Arc::new(bwd.trace_at(&bwd_types)?);
+                return Ok(Transform::CustomVjp { fwd: Arc::new(fwd), bwd }.apply(&inner, types)?);
+            }
+        };
+        let inner = self.trace_layer(k - 1, &t.inner_types(types)?)?;
+        Ok(t.apply(&inner, types)?)
+    }
+
+    /// A `vjp` layer: its arguments are the primals, then one cotangent per
+    /// float output of the layer below. The count of those outputs is read
+    /// off a trace at all the arguments (a closure that reads fewer inputs
+    /// than it is given ignores the rest, so this never indexes past what
+    /// it was given), then the layer below is traced at the primals alone.
+    fn trace_vjp(&self, k: usize, wrt: &Wrt, types: &[TensorType]) -> Result<Func, Error> {
+        let float_outs =
+            |f: &Func| -> Vec<TensorType> { f.output_types().into_iter().filter(|t| t.dtype.is_float()).collect() };
+        let mismatch = || -> Error {
+            IrError::invalid(
+                "vjp",
+                format!(
+                    "the arguments ({}) are not primals followed by one cotangent per floating-point output of `{}`",
+                    fmt_types(types),
+                    self.name
+                ),
+            )
+            .into()
+        };
+        let m = float_outs(&self.trace_layer(k - 1, types)?).len();
+        let p = types.len().checked_sub(m).filter(|&p| p < types.len()).ok_or_else(mismatch)?;
+        let inner = self.trace_layer(k - 1, &types[..p])?;
+        if float_outs(&inner)[..] != types[p..] {
+            return Err(mismatch());
+        }
+        Ok(Transform::Vjp { wrt: wrt.clone() }.apply(&inner, types)?)
     }
 
     /// Traces the closure for the given input types and applies the
@@ -231,7 +312,7 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
                 .into());
             }
         }
-        self.trace_layer(self.transforms.len(), types)
+        self.trace_layer(self.layers.len(), types)
     }
 
     /// Forward mode at a point: `(outputs, output tangents)`. One tangent per
@@ -239,7 +320,9 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     pub fn jvp(&self, primals: &[&Tensor], tangents: &[&Tensor]) -> Result<(Vec<Tensor>, Vec<Tensor>), Error> {
         let types: Vec<TensorType> = primals.iter().map(|t| t.ty()).collect();
         let f = self.trace(&types)?;
-        let j = compile(ad::jvp_func(&f)?)?;
+        let mut all = types.clone();
+        all.extend(tangents.iter().map(|t| t.ty()));
+        let j = compile(Transform::Jvp { wrt: Wrt::All }.apply(&f, &all)?)?;
         let mut ins: Vec<&Tensor> = primals.to_vec();
         ins.extend_from_slice(tangents);
         let mut outs = j.call(&ins)?;
@@ -258,12 +341,25 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     /// Runs the forward pass once and returns its outputs with a pullback that
     /// maps output cotangents to input cotangents, reusable for many cotangents.
     pub fn pullback(&self, primals: &[&Tensor]) -> Result<Pullback, Error> {
+        let (outputs, residuals, rest) = self.staged(Transform::Vjp { wrt: Wrt::All }, primals)?;
+        Ok(Pullback { outputs, residuals, pullback: rest })
+    }
+
+    /// `jax.linearize`: runs the forward pass once and returns its outputs
+    /// with the linear map from input tangents (one per float input) to
+    /// output tangents at that point, reusable for many tangents.
+    pub fn linearize(&self, primals: &[&Tensor]) -> Result<Pullback, Error> {
+        let (outputs, residuals, rest) = self.staged(Transform::Linearize { wrt: Wrt::All }, primals)?;
+        Ok(Pullback { outputs, residuals, pullback: rest })
+    }
+
+    fn staged(&self, t: Transform, primals: &[&Tensor]) -> Result<(Vec<Tensor>, Vec<Tensor>, Compiled), Error> {
         let types: Vec<TensorType> = primals.iter().map(|t| t.ty()).collect();
         let f = self.trace(&types)?;
-        let split = ad::vjp_split(&f, &Wrt::All)?;
-        let mut fwd = compile(split.forward)?.call(primals)?;
-        let residuals = fwd.split_off(split.n_outputs);
-        Ok(Pullback { outputs: fwd, residuals, pullback: compile(split.rest)? })
+        let staged = t.stage(&f)?;
+        let mut fwd = compile(staged.forward)?.call(primals)?;
+        let residuals = fwd.split_off(staged.n_outputs);
+        Ok((fwd, residuals, compile(staged.rest)?))
     }
 
     /// The compiled form for these input types (traced and planned on first use).
@@ -289,54 +385,12 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     }
 }
 
-/// Resolves a vmap's argument axes against the actual (batched) argument
-/// types: axis `a` of an argument of rank `r` must be in `-r ..= r - 1`.
-fn resolve_in_axes(axes: &VmapAxes, types: &[TensorType]) -> Result<Vec<Option<usize>>, IrError> {
-    let each: Vec<Option<isize>> = match axes {
-        VmapAxes::Each(v) => {
-            if v.len() != types.len() {
-                return Err(IrError::invalid(
-                    "vmap",
-                    format!(
-                        "in_axes has {} entries but the function was called with {} arguments",
-                        v.len(),
-                        types.len()
-                    ),
-                ));
-            }
-            v.clone()
-        }
-        VmapAxes::All(a) => types.iter().map(|t| (t.rank() > 0).then_some(*a)).collect(),
-    };
-    each.iter()
-        .zip(types)
-        .enumerate()
-        .map(|(i, (a, t))| {
-            let Some(a) = *a else { return Ok(None) };
-            let r = t.rank() as isize;
-            let res = if a < 0 { a + r } else { a };
-            if (0..r).contains(&res) {
-                Ok(Some(res as usize))
-            } else if r == 0 {
-                Err(IrError::invalid(
-                    "vmap",
-                    format!("in_axes[{i}] = {a}, but argument {i} has type {t}, a scalar with no axis to batch"),
-                ))
-            } else {
-                Err(IrError::invalid(
-                    "vmap",
-                    format!(
-                        "in_axes[{i}] = {a} is out of range for argument {i} of type {t} (expected {} ..= {})",
-                        -r,
-                        r - 1
-                    ),
-                ))
-            }
-        })
-        .collect()
+fn fmt_types(types: &[TensorType]) -> String {
+    types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
 }
 
-/// The result of [`Jit::pullback`]: forward outputs and the saved residuals.
+/// The result of [`Jit::pullback`] and [`Jit::linearize`]: the forward
+/// outputs, the saved residuals, and the linear map that reads them.
 #[derive(Debug)]
 pub struct Pullback {
     /// The forward outputs.
@@ -346,8 +400,10 @@ pub struct Pullback {
 }
 
 impl Pullback {
-    /// Input cotangents (one per floating-point input) for the given output
-    /// cotangents (one per floating-point output).
+    /// The linear map at the saved point: for a pullback, input cotangents
+    /// (one per floating-point input) from output cotangents (one per
+    /// floating-point output); for a linearization, output tangents from
+    /// input tangents (one per floating-point input).
     pub fn call(&self, cotangents: &[&Tensor]) -> Result<Vec<Tensor>, Error> {
         let mut ins: Vec<&Tensor> = self.residuals.iter().collect();
         ins.extend_from_slice(cotangents);

@@ -66,11 +66,12 @@ pub mod ops {
 }
 
 pub use error::Error;
-pub use function::{compile, jit, jit_n, Compiled, Jit, Pullback, Transform, VmapAxes};
+pub use function::{compile, jit, jit_n, Compiled, Jit, Pullback};
 pub use graft_core::ad;
 pub use graft_core::ad::Wrt;
 pub use graft_core::composite;
 pub use graft_core::npy;
+pub use graft_core::transform::{self, Kind as TransformKind, Transform, VmapAxes};
 pub use graft_core::{
     Builder, DType, Element, ExecError, Executable, Func, IrError, RunStats, Tensor, TensorType, Value,
 };

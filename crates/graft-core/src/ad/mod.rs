@@ -29,7 +29,8 @@ pub mod helpers;
 mod jvp;
 mod vjp;
 
-pub use api::{grad, hvp_func, jvp_func, linearize, value_and_grad, vjp_func, vjp_split, Split, Wrt};
+pub use crate::transform::rewrite::Staged;
+pub use api::{grad, hvp_func, jvp_func, linearize, value_and_grad, vjp_func, vjp_split, Wrt};
 pub use jvp::jvp_inline;
 pub use vjp::linearize_transpose;
 

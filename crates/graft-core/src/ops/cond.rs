@@ -24,7 +24,6 @@
 //!   pass, but, as in JAX, a NaN in an untaken branch's derivative can leak
 //!   into gradients through the select's transpose (zero times NaN).
 
-use super::scan::body::{jvp_body, prune, split, transpose_body};
 use super::{check, Op};
 use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::batch::{vmap_func, Batch, BatchCx, Batched};
@@ -32,6 +31,7 @@ use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Func, Value};
 use crate::tensor::Tensor;
+use crate::transform::rewrite::{self, prune, split_loop, transpose_linear, TangentOuts};
 use crate::types::TensorType;
 use std::fmt;
 use std::sync::Arc;
@@ -157,7 +157,10 @@ impl Diff for Cond {
         let splits = self
             .branches
             .iter()
-            .map(|f| split(&jvp_body(f, &nz, &out_t)?, ops.len(), 0, n_out))
+            .map(|f| {
+                let jf = rewrite::jvp(f, format!("{}_jvp", f.name), &nz, true, TangentOuts::Marked(&out_t))?;
+                split_loop(&jf, ops.len(), 0, n_out)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         // Residuals of all branches, in branch order: invariant ones computed
         // here, per-branch ones returned by the primal cond.
@@ -234,7 +237,7 @@ impl Diff for Cond {
         let branches = self
             .branches
             .iter()
-            .map(|f| transpose_body(f, &linear, &ct_present).map(Arc::new))
+            .map(|f| transpose_linear(f, &linear, &ct_present).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let args: Vec<Value> = cx.inputs[1..].iter().flatten().chain(cx.cts.iter().flatten()).copied().collect();
         let mut cts = b.switch(idx, &branches, &args)?.into_iter();

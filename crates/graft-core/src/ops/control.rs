@@ -15,6 +15,7 @@ use super::{check, Op};
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Func, Value};
 use crate::tensor::Tensor;
+use crate::transform::rewrite::{self, TangentOuts};
 use crate::types::TensorType;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -208,24 +209,14 @@ impl crate::ad::Diff for Checkpoint {
     fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let f = &self.func;
         // tan_f(primals..., present tangents...) -> tangents of float outputs.
-        let mut tb = Builder::new(format!("{}_jvp", f.name));
-        let ps: Vec<Value> = f.params.iter().map(|&p| tb.param(f.ty(p).clone())).collect();
-        let ts: Vec<Option<Value>> =
-            cx.tangents.iter().zip(&f.params).map(|(t, &p)| t.map(|_| tb.param(f.ty(p).clone()))).collect();
-        let (outs, touts) = crate::ad::jvp_inline(&mut tb, f, &ps, &ts)?;
-        let float_outs: Vec<usize> = (0..outs.len()).filter(|&i| f.ty(f.outputs[i]).dtype.is_float()).collect();
-        let mut results = Vec::with_capacity(float_outs.len());
-        for &i in &float_outs {
-            results.push(match touts[i] {
-                Some(t) => t,
-                None => tb.zeros(&f.ty(f.outputs[i]).clone())?,
-            });
-        }
-        let tan_f = crate::opt::simplify(&tb.finish(&results)?);
+        let present: Vec<bool> = cx.tangents.iter().map(Option::is_some).collect();
+        let tan_f = rewrite::jvp(f, format!("{}_jvp", f.name), &present, false, TangentOuts::Float)?;
+        let n_out = f.outputs.len();
+        let float_outs: Vec<usize> = (0..n_out).filter(|&i| f.ty(f.outputs[i]).dtype.is_float()).collect();
         let mut args = cx.primals.to_vec();
         args.extend(cx.tangents.iter().flatten());
         let tan_outs = b.checkpoint(Arc::new(tan_f), &args)?;
-        let mut res = vec![None; outs.len()];
+        let mut res = vec![None; n_out];
         for (&i, v) in float_outs.iter().zip(tan_outs) {
             res[i] = Some(v);
         }
@@ -235,11 +226,10 @@ impl crate::ad::Diff for Checkpoint {
     fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let g = &self.func;
         let linear: Vec<usize> = (0..cx.inputs.len()).filter(|&i| cx.is_linear(i)).collect();
-        // vjp of g in its linear operands; keep only the cotangent outputs.
-        let mut v = crate::ad::vjp_func(g, &crate::ad::Wrt::Positions(linear.clone()))?;
-        let n_out = g.outputs.len();
-        v.outputs.drain(..n_out);
-        let v = crate::opt::dce(&v);
+        // vjp of g in its linear operands, only the cotangent outputs.
+        let mask: Vec<bool> = (0..cx.inputs.len()).map(|i| cx.is_linear(i)).collect();
+        let ct_in: Vec<bool> = g.outputs.iter().map(|&o| g.ty(o).dtype.is_float()).collect();
+        let v = rewrite::vjp(g, format!("vjp_{}", g.name), &mask, &ct_in, false)?;
         // The linear operands' values are not needed by a transpose: drop them
         // from the parameters (an error if g was not linear in them after all).
         let drop: Vec<Value> = linear.iter().map(|&i| v.params[i]).collect();

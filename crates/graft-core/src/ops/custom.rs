@@ -20,6 +20,7 @@ use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Func, Value};
 use crate::tensor::Tensor;
+use crate::transform::rewrite::{self, TangentOuts};
 use crate::types::TensorType;
 use std::fmt;
 use std::sync::Arc;
@@ -212,23 +213,9 @@ impl Diff for CustomVjp {
         let fwd_outs = b.call(self.fwd.clone(), cx.primals)?;
         let residuals = &fwd_outs[n_out..];
         // jvp(func) restricted to the float-output tangents.
-        let mut jb = Builder::new(format!("{}_tangent", f.name));
-        let ps: Vec<Value> = f.params.iter().map(|&p| jb.param(f.ty(p).clone())).collect();
-        let ts: Vec<Option<Value>> = f
-            .params
-            .iter()
-            .map(|&p| if f.ty(p).dtype.is_float() { Some(jb.param(f.ty(p).clone())) } else { None })
-            .collect();
-        let (_, touts) = crate::ad::jvp_inline(&mut jb, f, &ps, &ts)?;
+        let all_float: Vec<bool> = f.params.iter().map(|&p| f.ty(p).dtype.is_float()).collect();
+        let jvp = Arc::new(rewrite::jvp(f, format!("{}_tangent", f.name), &all_float, false, TangentOuts::Float)?);
         let float_outs: Vec<usize> = (0..n_out).filter(|&i| f.ty(f.outputs[i]).dtype.is_float()).collect();
-        let mut tan_outs = Vec::new();
-        for &i in &float_outs {
-            tan_outs.push(match touts[i] {
-                Some(t) => t,
-                None => jb.zeros(&f.ty(f.outputs[i]).clone())?,
-            });
-        }
-        let jvp = Arc::new(crate::opt::simplify(&jb.finish(&tan_outs)?));
         let mut args = cx.primals.to_vec();
         args.extend_from_slice(residuals);
         for (i, &p) in cx.primals.iter().enumerate() {

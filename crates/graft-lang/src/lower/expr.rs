@@ -68,6 +68,16 @@ impl Lower<'_> {
                 self.binary(*op, l, r, &lhs.span, &rhs.span, span)
             }
             ExprKind::Call { func, args } => {
+                if let Some(kind) = self.soft_transform(func, env) {
+                    return match args.split_first() {
+                        Some((first, rest)) if first.name.is_none() => {
+                            super::transform::make(self, kind, &first.value, rest, env, span)
+                        }
+                        _ => Err(self
+                            .err(Stage::Transform, span, format!("`{}` must be applied to a function", kind.name()))
+                            .with_note(format!("help: pass the function first: `{}(f, ...)`", kind.name()))),
+                    };
+                }
                 let f = self.expr(func, env)?;
                 let args = self.args(args, env)?;
                 self.set_span(span);
@@ -184,6 +194,17 @@ impl Lower<'_> {
         }
     }
 
+    /// `jacobian(...)` / `linearize(...)` where the name is the transform
+    /// (not a local or a def of that name; see `ast::soft_transform`).
+    fn soft_transform(&self, func: &crate::ast::Expr, env: &Env) -> Option<crate::ast::TransformKind> {
+        match &func.kind {
+            ExprKind::Var(id) if env.get(&id.name).is_none() && !self.p.defs.contains_key(id.name.as_str()) => {
+                crate::ast::soft_transform(&id.name)
+            }
+            _ => None,
+        }
+    }
+
     fn lookup(&mut self, name: &str, span: &Span, env: &Env) -> Result<Val, Diagnostic> {
         if let Some(v) = env.get(name) {
             return Ok(v.clone());
@@ -196,6 +217,11 @@ impl Lower<'_> {
         }
         if name == "none" {
             return Ok(Val::None);
+        }
+        if let Some(kind) = crate::ast::soft_transform(name) {
+            return Err(self
+                .err(Stage::Transform, span, format!("`{name}` must be applied to a function"))
+                .with_note(format!("help: write `{}`", super::transform::usage(kind))));
         }
         if graft_core::DType::parse(name).is_some() {
             return Ok(Val::Str(name.into()));
@@ -229,6 +255,7 @@ impl Lower<'_> {
             FnVal::Def(i, _) => self.call_def(*i, true, args, span),
             FnVal::DefBody(i, _) => self.call_def(*i, false, args, span),
             FnVal::Builtin(n) => super::stdlib::call(self, n, args, span),
+            FnVal::Linear(lf) => super::transform::call_linear(self, lf, args, span),
             FnVal::Lambda { params, body, env, .. } => {
                 if let Some(a) = args.iter().find(|a| a.name.is_some()) {
                     return Err(self.err(Stage::Type, &a.span, "a lambda takes positional arguments only"));

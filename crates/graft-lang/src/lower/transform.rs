@@ -25,14 +25,13 @@
 //!   takes the def's arguments plus one tangent per `@jvp` parameter and
 //!   returns the output tangent.
 
-use super::value::{FnVal, TransformFn, Tree, Tv, Val, WrtSpec};
+use super::value::{FnVal, LinearFn, TransformFn, Tree, Tv, Val, WrtSpec};
 use super::{ArgVal, Env, Lower, Standalone};
 use crate::ast::{Arg, Attr, ExprKind, Span, TransformKind};
 use crate::diag::{Diagnostic, Stage};
-use graft_core::ad::{self, Wrt};
-use graft_core::{batch, jac, Func, IrError, Value};
+use graft_core::transform::{Transform, VmapAxes, Wrt};
+use graft_core::{Func, IrError, Value};
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// Evaluates a transform expression: a function value, or for `jvp`/`vjp`
 /// (which take their arguments directly) the result.
@@ -50,7 +49,7 @@ pub fn make(
             return Err(l.err(
                 Stage::Transform,
                 &func.span,
-                format!("`{}` must be applied to a function, found {}", kind.keyword(), other.describe()),
+                format!("`{}` must be applied to a function, found {}", kind.name(), other.describe()),
             ))
         }
     };
@@ -64,15 +63,32 @@ pub fn make(
         span: span.clone(),
     };
     match kind {
+        TransformKind::Linearize => {
+            let [p] = args else {
+                return Err(l.err(Stage::Transform, span, "`linearize` takes a function and the primals").with_note(
+                    "help: write `linearize(f, (x, y))`; it returns `(y, f_jvp)`: the value and the tangent map",
+                ));
+            };
+            let pv = l.expr(&p.value, env)?;
+            l.set_span(span);
+            let prims = match pv {
+                Val::Tuple(items) => items.to_vec(),
+                other => vec![other],
+            };
+            let desc = format!("linearize({})", f.describe());
+            let pos = l.p.pos(span);
+            return linearize_call(l, &f, prims, &p.span, span).map_err(|d| chain(d, &desc, &pos));
+        }
+        TransformKind::CustomJvp | TransformKind::CustomVjp => {
+            return Err(l
+                .err(Stage::Transform, span, format!("`{}` is a def attribute, not an expression", kind.name()))
+                .with_note(format!("help: write `{}` above the def", crate::ast::transform_spelling(kind))))
+        }
         TransformKind::Jvp | TransformKind::Vjp => {
             let [p, t] = args else {
                 let what = if kind == TransformKind::Jvp { "jvp(f, (x, y), (tx, ty))" } else { "vjp(f, (x, y), ct)" };
                 return Err(l
-                    .err(
-                        Stage::Transform,
-                        span,
-                        format!("`{}` takes a function and two more arguments", kind.keyword()),
-                    )
+                    .err(Stage::Transform, span, format!("`{}` takes a function and two more arguments", kind.name()))
                     .with_note(format!("help: write `{what}`")));
             };
             let pv = l.expr(&p.value, env)?;
@@ -82,7 +98,7 @@ pub fn make(
                 Val::Tuple(items) => items.to_vec(),
                 other => vec![other],
             };
-            let desc = format!("{}({})", kind.keyword(), f.describe());
+            let desc = format!("{}({})", kind.name(), f.describe());
             let pos = l.p.pos(span);
             let r = if kind == TransformKind::Jvp {
                 let tans: Vec<Option<Val>> = match tv {
@@ -111,6 +127,7 @@ pub fn make(
                 | TransformKind::ValueAndGrad
                 | TransformKind::Jacfwd
                 | TransformKind::Jacrev
+                | TransformKind::Jacobian
                 | TransformKind::Hessian,
                 Some("wrt"),
             ) => {
@@ -133,8 +150,8 @@ pub fn make(
             (TransformKind::Vmap, Some("out_axes")) => tf.out_axes = Some(l.expr(&a.value, env)?),
             (_, name) => {
                 let msg = match name {
-                    Some(n) => format!("`{}` has no option `{n}`", kind.keyword()),
-                    None => format!("`{}` takes only the function as a positional argument", kind.keyword()),
+                    Some(n) => format!("`{}` has no option `{n}`", kind.name()),
+                    None => format!("`{}` takes only the function as a positional argument", kind.name()),
                 };
                 return Err(l.err(Stage::Transform, &a.span, msg).with_note(format!("help: {}", usage(kind))));
             }
@@ -146,15 +163,21 @@ pub fn make(
     Ok(Val::F(Rc::new(FnVal::Transform(tf))))
 }
 
-fn usage(kind: TransformKind) -> &'static str {
+pub fn usage(kind: TransformKind) -> &'static str {
     match kind {
         TransformKind::Grad => "grad(f) or grad(f, wrt=(a, b))",
         TransformKind::ValueAndGrad => "value_and_grad(f) or value_and_grad(f, wrt=(a, b))",
         TransformKind::Vmap => "vmap(f, axis=0) or vmap(f, in_axes=(0, none), out_axes=0)",
         TransformKind::Checkpoint => "checkpoint(f)",
-        TransformKind::Jacfwd | TransformKind::Jacrev | TransformKind::Hessian => "jacfwd(f) or jacfwd(f, wrt=x)",
+        TransformKind::Jacfwd => "jacfwd(f) or jacfwd(f, wrt=x)",
+        TransformKind::Jacrev => "jacrev(f) or jacrev(f, wrt=x)",
+        TransformKind::Jacobian => "jacobian(f) or jacobian(f, wrt=x)",
+        TransformKind::Hessian => "hessian(f) or hessian(f, wrt=x)",
         TransformKind::Jvp => "jvp(f, (x, y), (tx, ty))",
         TransformKind::Vjp => "vjp(f, (x, y), ct)",
+        TransformKind::Linearize => "linearize(f, (x, y))",
+        TransformKind::CustomJvp => "@custom_jvp(rule) above a def",
+        TransformKind::CustomVjp => "@custom_vjp(fwd, bwd) above a def",
     }
 }
 
@@ -207,6 +230,16 @@ fn tf_err(l: &Lower<'_>, e: IrError, desc: &str, span: &Span) -> Diagnostic {
     }
 }
 
+/// Applies a core transform to a standalone function (whose parameters are
+/// the call's leaves, then the captures), with errors as diagnostics.
+fn apply_core(l: &Lower<'_>, t: &Transform, f: &Func, desc: &str, span: &Span) -> Result<Func, Diagnostic> {
+    let mut outer = f.param_types();
+    if let Transform::Jvp { wrt: Wrt::Positions(ps) } | Transform::Linearize { wrt: Wrt::Positions(ps) } = t {
+        outer.extend(ps.iter().map(|&p| f.ty(f.params[p]).clone()));
+    }
+    t.apply(f, &outer).map_err(|e| tf_err(l, e, desc, span))
+}
+
 /// Parameter names of a function value, where it has them.
 pub fn param_names(l: &Lower<'_>, f: &FnVal) -> Option<Vec<String>> {
     match f {
@@ -227,10 +260,11 @@ pub fn param_names(l: &Lower<'_>, f: &FnVal) -> Option<Vec<String>> {
             | TransformKind::Checkpoint
             | TransformKind::Jacfwd
             | TransformKind::Jacrev
+            | TransformKind::Jacobian
             | TransformKind::Hessian => param_names(l, &t.inner),
             _ => None,
         },
-        FnVal::Builtin(_) => None,
+        FnVal::Builtin(_) | FnVal::Linear(_) => None,
     }
 }
 
@@ -343,7 +377,7 @@ fn offsets(trees: &[Tree]) -> Vec<usize> {
 
 /// Calls a transformed function.
 pub fn apply(l: &mut Lower<'_>, tf: &TransformFn, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
-    let desc = format!("{}({})", tf.kind.keyword(), tf.inner.describe());
+    let desc = format!("{}({})", tf.kind.name(), tf.inner.describe());
     let pos = l.p.pos(span);
     apply_inner(l, tf, args, span, &desc).map_err(|d| chain(d, &desc, &pos))
 }
@@ -383,12 +417,9 @@ fn apply_inner(
                 pos.extend(offs[p]..offs[p] + pr.trees[p].n_leaves());
             }
             let wrt = Wrt::Positions(pos);
-            let g = if tf.kind == TransformKind::Grad {
-                ad::grad(&st.func, &wrt)
-            } else {
-                ad::value_and_grad(&st.func, &wrt)
-            };
-            let g = g.map_err(|e| tf_err(l, e, desc, span))?;
+            let t =
+                if tf.kind == TransformKind::Grad { Transform::Grad { wrt } } else { Transform::ValueAndGrad { wrt } };
+            let g = apply_core(l, &t, &st.func, desc, span)?;
             l.set_span(span);
             let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
             let (value, rest) =
@@ -414,16 +445,12 @@ fn apply_inner(
         TransformKind::Checkpoint => {
             let pr = prepare(l, f, args, span)?;
             let st = lower_fn(l, f, &pr.trees, &pr.spans, span)?;
-            let mut ins = pr.leaves.clone();
-            for &c in &st.captures {
-                ins.push(l.import(c));
-            }
+            let g = apply_core(l, &Transform::Checkpoint, &st.func, desc, span)?;
             l.set_span(span);
-            let r = l.b().checkpoint(Arc::new(st.func), &ins);
-            let outs = l.ir(r, span)?;
+            let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
             Ok(rebuild(l, &st.out, &outs))
         }
-        TransformKind::Jacfwd | TransformKind::Jacrev | TransformKind::Hessian => {
+        TransformKind::Jacfwd | TransformKind::Jacrev | TransformKind::Jacobian | TransformKind::Hessian => {
             let pr = prepare(l, f, args, span)?;
             let st = lower_fn(l, f, &pr.trees, &pr.spans, span)?;
             if !matches!(st.out, Tree::Leaf(_)) {
@@ -443,7 +470,7 @@ fn apply_inner(
                         span,
                         format!(
                             "`{}` differentiates with respect to one parameter; name it with `wrt=x`",
-                            tf.kind.keyword()
+                            tf.kind.name()
                         ),
                     ))
                 }
@@ -452,22 +479,26 @@ fn apply_inner(
                 return Err(l.err(
                     Stage::Transform,
                     span,
-                    format!("`{}` needs a tensor parameter, not a tuple", tf.kind.keyword()),
+                    format!("`{}` needs a tensor parameter, not a tuple", tf.kind.name()),
                 ));
             }
             let leaf = offsets(&pr.trees)[p];
-            let g = match tf.kind {
-                TransformKind::Jacfwd => jac::jacfwd(&st.func, leaf),
-                TransformKind::Jacrev => jac::jacrev(&st.func, leaf),
-                _ => jac::hessian(&st.func, leaf),
-            }
-            .map_err(|e| tf_err(l, e, desc, span))?;
+            let t = match tf.kind {
+                TransformKind::Jacfwd => Transform::Jacfwd { wrt: leaf },
+                TransformKind::Jacrev => Transform::Jacrev { wrt: leaf },
+                TransformKind::Jacobian => Transform::Jacobian { wrt: leaf },
+                _ => Transform::Hessian { wrt: leaf },
+            };
+            let g = apply_core(l, &t, &st.func, desc, span)?;
             l.set_span(span);
             let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
             Ok(Val::T(l.tv(outs[0])))
         }
-        TransformKind::Jvp | TransformKind::Vjp => {
-            Err(l.err(Stage::Transform, span, "internal error: jvp/vjp are applied directly"))
+        TransformKind::Jvp | TransformKind::Vjp | TransformKind::Linearize => {
+            Err(l.err(Stage::Transform, span, "internal error: jvp, vjp and linearize are applied directly"))
+        }
+        TransformKind::CustomJvp | TransformKind::CustomVjp => {
+            Err(l.err(Stage::Transform, span, "internal error: custom rules are def attributes, not function values"))
         }
     }
 }
@@ -655,11 +686,11 @@ fn vmap_apply(
             }
         }
     }
-    let Some((size, _)) = size else {
+    if size.is_none() {
         return Err(l
             .err(Stage::Transform, span, format!("{desc}: no argument has a batch axis"))
             .with_note("help: scalars are shared by every example; pass at least one tensor to batch over"));
-    };
+    }
     let mut it = per.into_iter();
     let per_trees: Vec<Tree> = pr.trees.iter().map(|t| retype(t, &mut it)).collect();
     let st = lower_fn(l, f, &per_trees, &pr.spans, span)?;
@@ -673,11 +704,14 @@ fn vmap_apply(
         }
         None => out_axes.extend(std::iter::repeat_n(Some(tf.axis.unwrap_or(0) as isize), n_out)),
     }
-    let mut ia = in_axes;
+    // The axes are resolved above (for located messages); the core
+    // resolves them again against the batched types, which agree.
+    let mut ia: Vec<Option<isize>> = in_axes.iter().map(|a| a.map(|a| a as isize)).collect();
     ia.extend(std::iter::repeat_n(None, st.captures.len()));
-    let out_ranks: Vec<usize> = st.func.output_types().iter().map(graft_core::TensorType::rank).collect();
-    let oa = batch::place_out_axes(&out_axes, &out_ranks).map_err(|e| tf_err(l, e, desc, span))?;
-    let g = batch::vmap_func(&st.func, &ia, &oa, size).map_err(|e| tf_err(l, e, desc, span))?;
+    let mut outer = flat;
+    outer.extend(st.func.param_types().drain(st.n_real..));
+    let t = Transform::Vmap { in_axes: VmapAxes::Each(ia), out_axes: VmapAxes::Each(out_axes) };
+    let g = t.apply(&st.func, &outer).map_err(|e| tf_err(l, e, desc, span))?;
     l.set_span(span);
     let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
     Ok(rebuild(l, &st.out, &outs))
@@ -732,36 +766,75 @@ pub fn jvp_call(
         }
     }
     has_tangent.extend(st.captures.iter().map(|_| false));
-    let g = jvp_some(&st.func, &has_tangent).map_err(|e| tf_err(l, e, &desc, span))?;
+    let wrt = Wrt::Positions((0..has_tangent.len()).filter(|&i| has_tangent[i]).collect());
+    let g = apply_core(l, &Transform::Jvp { wrt }, &st.func, &desc, span)?;
     l.set_span(span);
     let outs = l.inline(&g, &ins, span)?;
     let n = st.out.n_leaves();
     Ok((rebuild(l, &st.out, &outs[..n]), rebuild(l, &st.out, &outs[n..])))
 }
 
-/// Forward mode of `f` with tangents only for the params marked in
-/// `has_tangent`: `(primals..., tangents of the marked params...) ->
-/// (outputs..., output tangents...)`. Unmarked params are symbolic zeros,
-/// so a `jvp` through a lambda does no tangent work for what it captures.
-fn jvp_some(f: &Func, has_tangent: &[bool]) -> Result<Func, IrError> {
-    let mut b = graft_core::Builder::new(format!("jvp_{}", f.name));
-    let primals: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
-    let tangents: Vec<Option<Value>> =
-        f.params.iter().zip(has_tangent).map(|(&p, &has)| has.then(|| b.param(f.ty(p).clone()))).collect();
-    let (outs, touts) = ad::jvp_inline(&mut b, f, &primals, &tangents)?;
-    let mut all = outs.clone();
-    for (t, &o) in touts.into_iter().zip(&outs) {
-        let z = match t {
-            Some(t) => t,
-            None => {
-                let ty = b.ty(o)?.clone();
-                b.zeros(&ty)?
-            }
-        };
-        all.push(z);
+/// `linearize(f, primals)`: `(f(primals), f_jvp)`, where `f_jvp` maps
+/// tangents shaped like the primals to output tangents, reusing the
+/// forward values saved here (the forward pass runs once however often
+/// `f_jvp` is called).
+pub fn linearize_call(
+    l: &mut Lower<'_>,
+    f: &Rc<FnVal>,
+    prims: Vec<Val>,
+    pspan: &Span,
+    span: &Span,
+) -> Result<Val, Diagnostic> {
+    let args = prims.into_iter().map(|val| ArgVal { name: None, val, span: pspan.clone() }).collect();
+    let pr = prepare(l, f, args, span)?;
+    let st = lower_fn(l, f, &pr.trees, &pr.spans, span)?;
+    let desc = format!("linearize({})", f.describe());
+    // Tangents for the float leaves of the real arguments; captures are constants.
+    let types = st.func.param_types();
+    let pos: Vec<usize> = (0..pr.leaves.len()).filter(|&i| types[i].dtype.is_float()).collect();
+    let staged =
+        Transform::Linearize { wrt: Wrt::Positions(pos) }.stage(&st.func).map_err(|e| tf_err(l, e, &desc, span))?;
+    l.set_span(span);
+    let fwd = inline_with(l, &staged.forward, &pr.leaves, &st.captures, span)?;
+    let n = staged.n_outputs;
+    let out = rebuild(l, &st.out, &fwd[..n]);
+    let residuals: Vec<Tv> = fwd[n..].iter().map(|&v| l.tv(v)).collect();
+    let lf = LinearFn {
+        rest: staged.rest,
+        residuals,
+        primals: pr.trees,
+        out: st.out,
+        name: format!("{}_jvp", f.describe()),
+    };
+    Ok(Val::tuple(vec![out, Val::F(Rc::new(FnVal::Linear(Rc::new(lf))))]))
+}
+
+/// Calls the tangent map `linearize` returned: one tangent per primal,
+/// shaped like it (integer leaves take no tangent and are ignored).
+pub fn call_linear(l: &mut Lower<'_>, lf: &LinearFn, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
+    if let Some(a) = args.iter().find(|a| a.name.is_some()) {
+        return Err(l.err(Stage::Type, &a.span, format!("`{}` takes positional arguments only", lf.name)));
     }
-    let g = b.finish(&all)?;
-    Ok(graft_core::opt::simplify(&g))
+    if args.len() != lf.primals.len() {
+        return Err(l.err(
+            Stage::Type,
+            span,
+            format!(
+                "`{}` takes {} tangents (one per primal), but {} were given",
+                lf.name,
+                lf.primals.len(),
+                args.len()
+            ),
+        ));
+    }
+    let mut ins: Vec<Value> = lf.residuals.iter().map(|&r| l.import(r)).collect();
+    for (a, t) in args.iter().zip(&lf.primals) {
+        let (vals, types) = flatten_as(l, &a.val, t, &a.span)?;
+        ins.extend(vals.into_iter().zip(&types).filter(|(_, ty)| ty.dtype.is_float()).map(|(v, _)| v));
+    }
+    l.set_span(span);
+    let outs = l.inline(&lf.rest, &ins, span)?;
+    Ok(rebuild(l, &lf.out, &outs))
 }
 
 /// `v` flattened with literals given the dtypes of `like`'s leaves and
@@ -816,7 +889,7 @@ pub fn vjp_call(
     let desc = format!("vjp({})", f.describe());
     let all: Vec<graft_core::TensorType> = pr.trees.iter().flat_map(Tree::leaves).collect();
     let pos: Vec<usize> = (0..all.len()).filter(|&i| all[i].dtype.is_float()).collect();
-    let g = ad::vjp_func(&st.func, &Wrt::Positions(pos.clone())).map_err(|e| tf_err(l, e, &desc, span))?;
+    let g = apply_core(l, &Transform::Vjp { wrt: Wrt::Positions(pos.clone()) }, &st.func, &desc, span)?;
     let mut ins = pr.leaves.clone();
     for &c in &st.captures {
         ins.push(l.import(c));

@@ -196,6 +196,23 @@ pub enum FnVal {
         span: Span,
     },
     Transform(TransformFn),
+    /// The tangent map `linearize(f, primals)` returns.
+    Linear(Rc<LinearFn>),
+}
+
+/// The linear part of `f`'s JVP at the primals `linearize` was given:
+/// `rest(residuals..., tangents of the float leaves...) -> (output tangents...)`,
+/// with the residuals computed once, where `linearize` was applied.
+#[derive(Debug)]
+pub struct LinearFn {
+    pub rest: graft_core::Func,
+    pub residuals: Vec<Tv>,
+    /// Structure of the primals, which the tangents must have.
+    pub primals: Vec<Tree>,
+    /// Structure of `f`'s result (and of the output tangents).
+    pub out: Tree,
+    /// How the function is named in messages (`f_jvp`).
+    pub name: String,
 }
 
 impl FnVal {
@@ -205,7 +222,8 @@ impl FnVal {
             FnVal::Def(_, n) | FnVal::DefBody(_, n) => n.to_string(),
             FnVal::Builtin(n) => n.to_string(),
             FnVal::Lambda { .. } => "fn".into(),
-            FnVal::Transform(t) => format!("{}({})", t.kind.keyword(), t.inner.describe()),
+            FnVal::Transform(t) => format!("{}({})", t.kind.name(), t.inner.describe()),
+            FnVal::Linear(lf) => lf.name.clone(),
         }
     }
 }

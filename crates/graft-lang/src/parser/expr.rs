@@ -235,7 +235,7 @@ impl Parser<'_> {
                 lit(ExprKind::Bool(t.tok == Tok::True))
             }
             Tok::Ident(name) => {
-                if let Some(kind) = TransformKind::from_keyword(&name) {
+                if let Some(kind) = crate::ast::transform_keyword(&name) {
                     return self.transform(kind);
                 }
                 if name == "_" {
@@ -267,7 +267,7 @@ impl Parser<'_> {
     /// `grad(f, ...)` etc.: the first positional argument is the function.
     fn transform(&mut self, kind: TransformKind) -> PResult<Expr> {
         let kw = self.bump().span;
-        let name = kind.keyword();
+        let name = kind.name();
         let example = match kind {
             TransformKind::Vmap => "`vmap(f, axis=0)`",
             TransformKind::Jvp => "`jvp(f, (x,), (t,))`",

@@ -271,7 +271,7 @@ impl<'t> Parser<'t> {
         match self.tok().clone() {
             Tok::Ident(name) => {
                 let span = self.span();
-                if TransformKind::from_keyword(&name).is_some() {
+                if crate::ast::transform_keyword(&name).is_some() {
                     return Err(err(span, format!("`{name}` is a transform and cannot be used as a name"))
                         .with_label("reserved word")
                         .with_note(format!("help: pick another name, e.g. `{name}_`")));

@@ -201,7 +201,8 @@ fn every_function_a_message_suggests_exists() {
                             if called && !after_dot && !snippet[..start].ends_with('{') {
                                 checked += 1;
                                 let ok = graft_lang::lower::stdlib::is_builtin(name)
-                                    || graft_lang::ast::TransformKind::from_keyword(name).is_some()
+                                    || graft_lang::ast::transform_keyword(name).is_some()
+                                    || graft_lang::ast::soft_transform(name).is_some()
                                     || keywords.contains(&name)
                                     || defined.contains(&name);
                                 if !ok {

@@ -2,6 +2,7 @@
 //! instead of one per file). Each module is a former `tests/<module>.rs`,
 //! so `cargo test -p graft <module>::` still selects one topic.
 
+mod front_ends;
 mod layers;
 mod tr_control;
 mod tr_reduce_nn;

@@ -7,12 +7,12 @@
 //! broadcast). Stacked ys that depend on a batched input come out batched at
 //! axis 1; the others stay unbatched.
 
-use super::body::outputs_depending;
 use super::Scan;
 use crate::batch::helpers::{bdim_to_front, move_bdim};
 use crate::batch::{vmap_func, Batch, BatchCx, Batched};
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
+use crate::transform::rewrite::outputs_depending;
 use std::sync::Arc;
 
 impl Batch for Scan {

@@ -3,7 +3,7 @@
 //! JVP (as JAX's partial evaluation of loops): find which carries have a
 //! nonzero tangent (a fixed point: a carry whose next value depends on a
 //! tangent needs one from the start), take the JVP of the body and split it
-//! ([`body::split`]) into values hoisted out of the loop, a primal scan that
+//! ([`rewrite::split_loop`]) into values hoisted out of the loop, a primal scan that
 //! also stacks the per-step residuals, and a scan linear in the tangents
 //! whose other operands are only residuals. Reverse mode then copies the
 //! primal scan into the forward pass and transposes the linear one.
@@ -29,11 +29,13 @@
 //! residuals right before transposing it. Same arithmetic, so the gradients
 //! are the same as without checkpointing.
 
-use super::body::{jvp_body, permute_params, prune, split, tangent_outputs, transpose_body};
 use super::{Checkpointing, Scan};
 use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::error::IrError;
 use crate::ir::{Builder, Func, Value};
+use crate::transform::rewrite::{
+    self, permute_params, prune, split_loop, tangent_outputs, transpose_linear, TangentOuts,
+};
 use crate::types::TensorType;
 use std::sync::Arc;
 
@@ -65,8 +67,8 @@ impl Diff for Scan {
         if !out_t.iter().any(|&t| t) {
             return Ok(vec![None; nk + ny]);
         }
-        let jf = jvp_body(body, &nz, &out_t)?;
-        let sp = split(&jf, nc + nk + nx, nc, nk + ny)?;
+        let jf = rewrite::jvp(body, format!("{}_jvp", body.name), &nz, true, TangentOuts::Marked(&out_t))?;
+        let sp = split_loop(&jf, nc + nk + nx, nc, nk + ny)?;
         let (n_inv, n_step) = (sp.n_inv(), sp.n_step());
         let inv = b.inline(&sp.hoist, &cx.primals[..nc])?;
         let (results, steps) = self.residual_scan(b, &sp.fwd, cx.primals)?;
@@ -123,7 +125,7 @@ impl Diff for Scan {
         let np = nc + nk + nx;
         let linear: Vec<bool> = (0..np).map(|i| (i >= nc && i < nc + nk) || cx.is_linear(i)).collect();
         let ct_present: Vec<bool> = (0..nk + ny).map(|j| j < nk || cx.cts[j].is_some()).collect();
-        let tb = transpose_body(body, &linear, &ct_present)?;
+        let tb = transpose_linear(body, &linear, &ct_present)?;
         // tb: (nl consts, nl xs, ct carry, ct ys present) -> (ct lin consts, ct carries, ct lin xs).
         let nl_c: Vec<usize> = (0..nc).filter(|&i| !linear[i]).collect();
         let lin_c: Vec<usize> = (0..nc).filter(|&i| linear[i]).collect();

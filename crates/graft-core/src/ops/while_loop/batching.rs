@@ -15,24 +15,9 @@ use super::{Loop, While, WhileHvp, WhileJvp, WhileVjp};
 use crate::batch::helpers::{all_to_front, materialize, move_bdim};
 use crate::batch::{vmap_func, Batch, BatchCx, Batched};
 use crate::error::IrError;
-use crate::ir::{Builder, Func, Value};
+use crate::ir::{Builder, Value};
+use crate::transform::rewrite::outputs_depending as depends;
 use std::sync::Arc;
-
-/// Which outputs of `f` read (transitively) a parameter marked in `dep`.
-fn depends(f: &Func, dep: &[bool]) -> Vec<bool> {
-    let mut d = vec![false; f.n_values()];
-    for (&p, &x) in f.params.iter().zip(dep) {
-        d[p.index()] = x;
-    }
-    for e in &f.eqns {
-        if e.inputs.iter().any(|v| d[v.index()]) {
-            for o in &e.outputs {
-                d[o.index()] = true;
-            }
-        }
-    }
-    f.outputs.iter().map(|v| d[v.index()]).collect()
-}
 
 /// The batched loop, given which consts and initial carries are batched (at
 /// axis 0); also returns which carries the batched loop holds batched.
