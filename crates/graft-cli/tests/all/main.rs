@@ -3,4 +3,5 @@
 //! so `cargo test -p graft-cli <module>::` still selects one topic.
 
 mod cli;
+mod docs;
 mod ir_kernels;
