@@ -9,6 +9,7 @@ pub mod ad;
 pub mod batch;
 pub mod composite;
 pub mod dtype;
+pub mod eager;
 pub mod error;
 pub mod exec;
 pub mod format;
@@ -27,7 +28,7 @@ pub mod types;
 
 pub use dtype::DType;
 pub use error::{ExecError, IrError, TypeError};
-pub use exec::{ExecOptions, Executable, RunStats};
+pub use exec::{compile_enabled, disable_compile, enable_compile, ExecOptions, Executable, RunStats};
 pub use ir::{Builder, Func, Value};
 pub use ops::{Op, Prim};
 pub use tensor::{Element, Tensor, TensorError};

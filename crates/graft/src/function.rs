@@ -76,7 +76,9 @@ pub struct Jit<F> {
     layers: Vec<Layer>,
     /// Number of inputs the closure expects, when fixed (`jit`'s one-input form).
     arity: Option<usize>,
-    cache: Mutex<HashMap<Vec<TensorType>, Compiled>>,
+    /// Compiled forms per input types: `[0]` planned op by op (while
+    /// compilation is disabled, see [`graft_core::disable_compile`]), `[1]` compiled.
+    cache: Mutex<[HashMap<Vec<TensorType>, Compiled>; 2]>,
 }
 
 /// Wraps a closure over traced tensors. The closure receives one [`Tr`] per
@@ -96,13 +98,25 @@ pub fn jit_n<O: IntoOutputs, F: Fn(&[Tr]) -> O>(name: impl Into<String>, f: F) -
 impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     /// Wraps a closure taking all inputs as a slice.
     pub fn new(name: impl Into<String>, f: F) -> Self {
-        Jit { name: name.into(), f: Rc::new(f), layers: Vec::new(), arity: None, cache: Mutex::new(HashMap::new()) }
+        Jit {
+            name: name.into(),
+            f: Rc::new(f),
+            layers: Vec::new(),
+            arity: None,
+            cache: Mutex::new([HashMap::new(), HashMap::new()]),
+        }
     }
 
     fn with(&self, layer: Layer) -> Self {
         let mut layers = self.layers.clone();
         layers.push(layer);
-        Jit { name: self.name.clone(), f: self.f.clone(), layers, arity: self.arity, cache: Mutex::new(HashMap::new()) }
+        Jit {
+            name: self.name.clone(),
+            f: self.f.clone(),
+            layers,
+            arity: self.arity,
+            cache: Mutex::new([HashMap::new(), HashMap::new()]),
+        }
     }
 
     /// Any transform, as a value (see [`Transform`] for the signature of the
@@ -362,20 +376,25 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         Ok((fwd, residuals, compile(staged.rest)?))
     }
 
-    /// The compiled form for these input types (traced and planned on first use).
+    /// The compiled form for these input types (traced and planned on first
+    /// use, and again after [`graft_core::disable_compile`] or
+    /// [`graft_core::enable_compile`] changed how functions are planned).
     pub fn compiled(&self, types: &[TensorType]) -> Result<Compiled, Error> {
+        let mode = usize::from(graft_core::compile_enabled());
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = cache.get(types) {
+        if let Some(c) = cache[mode].get(types) {
             return Ok(c.clone());
         }
         let c = compile(self.trace(types)?)?;
-        cache.insert(types.to_vec(), c.clone());
+        cache[mode].insert(types.to_vec(), c.clone());
         Ok(c)
     }
 
-    /// Number of distinct input-type signatures compiled so far.
-    pub fn cache_len(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
+    /// How many compilations the function holds (`jax`'s `_cache_size()`):
+    /// one per distinct input-type signature it was called with (per compile
+    /// mode). Tests and users can see when a call recompiled.
+    pub fn cache_size(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).iter().map(HashMap::len).sum()
     }
 
     /// Calls the function on tensors, compiling for their types if needed.

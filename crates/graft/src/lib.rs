@@ -62,7 +62,8 @@ pub mod ops {
     pub use crate::tr_control::{cond, fori, scan, switch};
     pub use crate::tr_linalg::{einsum, matmul};
     pub use crate::tr_shape::{concat, stack, where_};
-    pub use graft_core::ops::scan::{Checkpointing, ScanOpts};
+    pub use graft_core::ops::remat::Remat;
+    pub use graft_core::ops::scan::ScanOpts;
 }
 
 pub use error::Error;
@@ -73,6 +74,7 @@ pub use graft_core::composite;
 pub use graft_core::npy;
 pub use graft_core::transform::{self, Kind as TransformKind, Transform, VmapAxes};
 pub use graft_core::{
-    Builder, DType, Element, ExecError, Executable, Func, IrError, RunStats, Tensor, TensorType, Value,
+    compile_enabled, disable_compile, enable_compile, Builder, DType, Element, ExecError, Executable, Func, IrError,
+    RunStats, Tensor, TensorType, Value,
 };
 pub use trace::{trace, Axes, IntoOutputs, Tr};

@@ -7,7 +7,8 @@
 //! tensor poisons the trace with an error, it never panics.
 
 use crate::trace::{trace, Tr};
-use graft_core::ops::scan::{Checkpointing, ScanOpts};
+use graft_core::ops::remat::Remat;
+use graft_core::ops::scan::ScanOpts;
 use graft_core::{IrError, TensorType};
 use std::sync::Arc;
 
@@ -71,7 +72,7 @@ pub fn fori(
     n: usize,
     consts: &[Tr],
     init: &[Tr],
-    checkpoint: Checkpointing,
+    remat: Remat,
     body: impl Fn(&[Tr], &Tr, &[Tr]) -> Vec<Tr>,
 ) -> Vec<Tr> {
     let nc = consts.len();
@@ -83,7 +84,7 @@ pub fn fori(
         body_tys.extend_from_slice(&tys[nc..]);
         trace("fori_body", &body_tys, |p| body(&p[..nc], &p[nc], &p[nc + 1..]))
     })();
-    emit(&args, init.len(), |b, vals| b.fori(n, &traced?, &vals[..nc], &vals[nc..], checkpoint))
+    emit(&args, init.len(), |b, vals| b.fori(n, &traced?, &vals[..nc], &vals[nc..], remat))
 }
 
 /// The result count of the first branch that traced; 1 when none did (the

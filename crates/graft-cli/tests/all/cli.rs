@@ -751,3 +751,12 @@ fn examples_are_bitwise_deterministic_across_threads_and_runs() {
     }
     assert_eq!(compared, 3 * files.len());
 }
+
+#[test]
+fn disable_compile_env_runs_op_by_op_with_the_same_output() {
+    for file in ["syntax.graft", "rk4_ode.graft", "hvp.graft"] {
+        let compiled = stdout(graft().arg("run").arg(examples().join(file)));
+        let op_by_op = stdout(graft().env("GRAFT_DISABLE_COMPILE", "1").arg("run").arg(examples().join(file)));
+        assert_eq!(compiled, op_by_op, "{file}");
+    }
+}

@@ -5,15 +5,13 @@
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
 
-/// A constant with the type of `like`, filled with `value`.
-pub fn full_like(b: &mut Builder, value: f64, like: Value) -> Result<Value, IrError> {
-    let ty = b.ty(like)?.clone();
-    b.full(value, &ty)
-}
+/// A constant with the type of `like`, filled with `value` (`jnp.full_like`
+/// argument order; one definition, in the shape composites).
+pub use crate::composite::shape::full_like;
 
 /// Zeros with the type of `like`.
 pub fn zeros_like(b: &mut Builder, like: Value) -> Result<Value, IrError> {
-    full_like(b, 0.0, like)
+    full_like(b, like, 0.0)
 }
 
 /// `t * c` where `t` is a tangent and `c` a primal coefficient of the same type.

@@ -77,10 +77,48 @@ impl ExecOptions {
     /// The defaults, with fusion off when the environment variable
     /// `GRAFT_NO_FUSION` is set to anything but empty or `0`, and the
     /// compile mode from `GRAFT_COMPILE` ([`CompileMode::from_env`]).
+    /// While compilation is disabled ([`disable_compile`]) every function
+    /// runs op by op: no fusion and no native code.
     pub fn from_env() -> Self {
-        let off = std::env::var_os("GRAFT_NO_FUSION").is_some_and(|v| !v.is_empty() && v != "0");
+        if !compile_enabled() {
+            return ExecOptions { fuse: false, compile: CompileMode::Off, ..ExecOptions::default() };
+        }
+        let off = env_flag("GRAFT_NO_FUSION");
         ExecOptions { fuse: !off, compile: CompileMode::from_env(), ..ExecOptions::default() }
     }
+}
+
+/// Whether an environment variable is set to anything but empty or `0`.
+fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The process-wide compile switch (seed 002's `enable_compile` /
+/// `disable_compile`), initially off when `GRAFT_DISABLE_COMPILE` is set.
+fn compile_switch() -> &'static std::sync::atomic::AtomicBool {
+    static SWITCH: std::sync::OnceLock<std::sync::atomic::AtomicBool> = std::sync::OnceLock::new();
+    SWITCH.get_or_init(|| std::sync::atomic::AtomicBool::new(!env_flag("GRAFT_DISABLE_COMPILE")))
+}
+
+/// Runs every function planned from now on op by op, for debugging: each
+/// equation runs its own interpreter kernel over whole tensors, with no
+/// fusion and no native code. Results are bitwise the same as compiled
+/// runs (the kernels share their math and reduction order). Functions
+/// already planned keep their plan; the Rust `Jit` plans again on its next
+/// call. `GRAFT_DISABLE_COMPILE=1` starts a process in this mode.
+pub fn disable_compile() {
+    compile_switch().store(false, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Undoes [`disable_compile`]: functions planned from now on fuse and
+/// compile as [`ExecOptions::from_env`] says.
+pub fn enable_compile() {
+    compile_switch().store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether functions planned now fuse and compile (see [`disable_compile`]).
+pub fn compile_enabled() -> bool {
+    compile_switch().load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// A verified, planned function ready to run.

@@ -520,7 +520,7 @@ impl crate::ad::Diff for Binary {
             Binary::Pow => {
                 let a = match x_dot {
                     Some(t) => {
-                        let one = full_like(b, 1.0, x)?;
+                        let one = full_like(b, x, 1.0)?;
                         let ym1 = b.sub(y, one)?;
                         let p = b.pow(x, ym1)?;
                         let c = b.mul(y, p)?;
@@ -530,8 +530,8 @@ impl crate::ad::Diff for Binary {
                 };
                 let c = match y_dot {
                     Some(t) => {
-                        let zero = full_like(b, 0.0, x)?;
-                        let one = full_like(b, 1.0, x)?;
+                        let zero = full_like(b, x, 0.0)?;
+                        let one = full_like(b, x, 1.0)?;
                         let is_zero = b.eq(x, zero)?;
                         let safe = b.select(is_zero, one, x)?;
                         let l = b.log(safe)?;
@@ -548,10 +548,10 @@ impl crate::ad::Diff for Binary {
                 let ties = b.eq(x, y)?;
                 let w = mask_like(b, wins, x)?;
                 let tie = mask_like(b, ties, x)?;
-                let half = full_like(b, 0.5, x)?;
+                let half = full_like(b, x, 0.5)?;
                 let half_tie = b.mul(half, tie)?;
                 let cx_ = b.add(w, half_tie)?;
-                let one = full_like(b, 1.0, x)?;
+                let one = full_like(b, x, 1.0)?;
                 let cy_ = b.sub(one, cx_)?;
                 // Where either operand is NaN both coefficients are irrelevant
                 // (the output is NaN); the formula keeps them finite.

@@ -24,7 +24,7 @@
 //! do not depend on the thread count.
 
 use super::kernel::{input, output, Real};
-use super::linalg::{gemm_into, split, MatRef, Split};
+use super::linalg::{gemm_into, parallelism, MatRef, Parallelism};
 use super::{check, Op};
 use crate::dispatch_float;
 use crate::error::{ExecError, IrError, TypeError};
@@ -409,7 +409,7 @@ impl Plan {
         let kdim = self.cg * self.kprod;
         let gout = self.og * self.p;
         let per_group = self.og * kdim * self.p;
-        if parallel && matches!(split(self.groups, per_group), Split::Batch { .. }) {
+        if parallel && matches!(parallelism(self.groups, per_group), Parallelism::Batch { .. }) {
             // Many small per-group products (e.g. depthwise): split over groups.
             let col_len = col.len();
             out.par_chunks_mut(gout)
@@ -455,8 +455,8 @@ fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> 
     let per_in = plan.groups * plan.cg * plan.in_size;
     let col_len = if plan.identity { 0 } else { plan.cg * plan.kprod * plan.p };
     let flops = plan.groups * plan.og * plan.cg * plan.kprod * plan.p;
-    match split(plan.n, flops) {
-        Split::Batch { items } => o.par_chunks_mut(items * per_out).enumerate().for_each(|(t, chunk)| {
+    match parallelism(plan.n, flops) {
+        Parallelism::Batch { items } => o.par_chunks_mut(items * per_out).enumerate().for_each(|(t, chunk)| {
             let mut col = vec![T::zero(); col_len];
             for (i, ob) in chunk.chunks_mut(per_out).enumerate() {
                 let b = t * items + i;
@@ -466,7 +466,7 @@ fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> 
         s => {
             let mut col = vec![T::zero(); col_len];
             for (b, ob) in o.chunks_mut(per_out).enumerate() {
-                plan.one(&x[b * per_in..(b + 1) * per_in], w, ob, &mut col, s == Split::Inner);
+                plan.one(&x[b * per_in..(b + 1) * per_in], w, ob, &mut col, s == Parallelism::Inner);
             }
         }
     }
@@ -644,8 +644,8 @@ fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
     };
     let per_out = og * p;
     let scratch = || vec![T::zero(); kprod * og * isz];
-    match split(plan.n, kprod * og * cin * isz) {
-        Split::Batch { items } => {
+    match parallelism(plan.n, kprod * og * cin * isz) {
+        Parallelism::Batch { items } => {
             o.par_chunks_mut(items * per_out).enumerate().for_each_init(scratch, |z, (t, chunk)| {
                 for (i, ob) in chunk.chunks_mut(per_out).enumerate() {
                     let b = t * items + i;
@@ -656,7 +656,7 @@ fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
         sp => {
             let mut z = scratch();
             for (b, ob) in o.chunks_mut(per_out).enumerate() {
-                one(&x[b * per_in..(b + 1) * per_in], ob, &mut z, sp == Split::Inner);
+                one(&x[b * per_in..(b + 1) * per_in], ob, &mut z, sp == Parallelism::Inner);
             }
         }
     }

@@ -14,7 +14,7 @@
 //! scan order); cumprod's rule never divides by `x`, so it is exact at zeros.
 
 use super::kernel::{input, output, worth_parallel, CHUNK};
-use super::reduce::{split_at_axis, with_monoid, Combine, Monoid, RedElem, COLS};
+use super::monoid::{split_at_axis, with_monoid, Combine, Monoid, RedElem, COLS};
 use super::{check, Op};
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Value};

@@ -331,7 +331,7 @@ const BIG_PRODUCT_FLOPS: usize = 1 << 24;
 
 /// How to run `batch` independent products of `per` multiply-adds each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Split {
+pub(crate) enum Parallelism {
     /// One thread for everything.
     Serial,
     /// Batch items in parallel, each product single-threaded; `items` per task.
@@ -341,21 +341,21 @@ pub(crate) enum Split {
 }
 
 /// Chooses between batch-level and `gemm`-level parallelism.
-pub(crate) fn split(batch: usize, per: usize) -> Split {
+pub(crate) fn parallelism(batch: usize, per: usize) -> Parallelism {
     let threads = rayon::current_num_threads();
     let total = batch.saturating_mul(per);
     if threads <= 1 || total < BATCH_PAR_FLOPS {
-        return Split::Serial;
+        return Parallelism::Serial;
     }
     let even = batch >= 4 * threads || batch / threads * threads == batch;
     if batch > 1 && (per < BIG_PRODUCT_FLOPS || even) {
         // Enough items per task that each carries real work, yet enough tasks to balance.
         let items = (BATCH_PAR_FLOPS / per.max(1)).clamp(1, batch.div_ceil(threads));
-        Split::Batch { items }
+        Parallelism::Batch { items }
     } else if per >= GEMM_PAR_FLOPS {
-        Split::Inner
+        Parallelism::Inner
     } else {
-        Split::Serial
+        Parallelism::Serial
     }
 }
 
@@ -467,15 +467,15 @@ fn float_dot<T: Real>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: 
         let bm = MatRef { data: &b[bi * sb.b..], rs: sb.r, cs: sb.c };
         gemm_into(d.m, d.n, d.k, ob, am, bm, parallel);
     };
-    match split(d.batch, d.m * d.n * d.k) {
-        Split::Batch { items } => o.par_chunks_mut(items * mn).enumerate().for_each(|(t, chunk)| {
+    match parallelism(d.batch, d.m * d.n * d.k) {
+        Parallelism::Batch { items } => o.par_chunks_mut(items * mn).enumerate().for_each(|(t, chunk)| {
             for (i, ob) in chunk.chunks_mut(mn).enumerate() {
                 one(t * items + i, ob, false);
             }
         }),
         s => {
             for (bi, ob) in o.chunks_mut(mn).enumerate() {
-                one(bi, ob, s == Split::Inner);
+                one(bi, ob, s == Parallelism::Inner);
             }
         }
     }

@@ -309,28 +309,28 @@ impl crate::ad::Diff for Unary {
             Unary::Exp => y,
             // f'(x) = e^x = y + 1
             Unary::Expm1 => {
-                let one = full_like(b, 1.0, x)?;
+                let one = full_like(b, x, 1.0)?;
                 b.add(y, one)?
             }
             // f'(x) = 1/x
             Unary::Log => {
-                let one = full_like(b, 1.0, x)?;
+                let one = full_like(b, x, 1.0)?;
                 b.div(one, x)?
             }
             // f'(x) = 1/(1+x)
             Unary::Log1p => {
-                let one = full_like(b, 1.0, x)?;
+                let one = full_like(b, x, 1.0)?;
                 let d = b.add(one, x)?;
                 b.div(one, d)?
             }
             // f'(x) = 1/(2 sqrt x) = 0.5 / y
             Unary::Sqrt => {
-                let half = full_like(b, 0.5, x)?;
+                let half = full_like(b, x, 0.5)?;
                 b.div(half, y)?
             }
             // f'(x) = -1/2 x^(-3/2) = -0.5 * y / x
             Unary::Rsqrt => {
-                let h = full_like(b, -0.5, x)?;
+                let h = full_like(b, x, -0.5)?;
                 let yx = b.div(y, x)?;
                 b.mul(h, yx)?
             }
@@ -344,18 +344,18 @@ impl crate::ad::Diff for Unary {
             // f'(x) = 1 + tan^2 x = 1 + y^2
             Unary::Tan => {
                 let y2 = b.mul(y, y)?;
-                let one = full_like(b, 1.0, x)?;
+                let one = full_like(b, x, 1.0)?;
                 b.add(one, y2)?
             }
             // f'(x) = 1 - tanh^2 x = 1 - y^2
             Unary::Tanh => {
                 let y2 = b.mul(y, y)?;
-                let one = full_like(b, 1.0, x)?;
+                let one = full_like(b, x, 1.0)?;
                 b.sub(one, y2)?
             }
             // f'(x) = y (1 - y)
             Unary::Logistic => {
-                let one = full_like(b, 1.0, x)?;
+                let one = full_like(b, x, 1.0)?;
                 let one_minus = b.sub(one, y)?;
                 b.mul(y, one_minus)?
             }
@@ -364,7 +364,7 @@ impl crate::ad::Diff for Unary {
                 let x2 = b.mul(x, x)?;
                 let minus_x2 = b.neg(x2)?;
                 let e = b.exp(minus_x2)?;
-                let k = full_like(b, std::f64::consts::FRAC_2_SQRT_PI, x)?;
+                let k = full_like(b, x, std::f64::consts::FRAC_2_SQRT_PI)?;
                 b.mul(k, e)?
             }
         };

@@ -28,7 +28,7 @@
 //! derivative 0.
 
 use super::kernel::{input, output, worth_parallel, CHUNK};
-use super::reduce::{with_monoid, Combine, Monoid, RedElem};
+use super::monoid::{with_monoid, Combine, Monoid, RedElem};
 use super::{check, Op};
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Value};

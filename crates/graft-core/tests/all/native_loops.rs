@@ -14,7 +14,8 @@ use graft_core::composite::reduce;
 use graft_core::kernel::loops::{native_loop_runs, Loc};
 use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::Compare;
-use graft_core::ops::scan::{Checkpointing, ScanOpts};
+use graft_core::ops::remat::Remat;
+use graft_core::ops::scan::ScanOpts;
 use graft_core::{Builder, DType, Executable, Func, Op, Tensor, TensorType, Value};
 use std::sync::Arc;
 
@@ -94,7 +95,7 @@ fn ode(n: usize, s: usize) -> Func {
     let mut b = Builder::new("ode");
     let x = b.param(t64(&[n]));
     let y0 = b.param(t64(&[n]));
-    let out = b.fori(s, &body, &[x], &[y0], Checkpointing::None).unwrap();
+    let out = b.fori(s, &body, &[x], &[y0], Remat::Off).unwrap();
     b.finish(&out).unwrap()
 }
 

@@ -11,7 +11,8 @@ use common::{check_grads, run, Rng};
 use graft_core::ad::{grad, value_and_grad, Wrt};
 use graft_core::batch::vmap_func;
 use graft_core::composite::math::sigmoid;
-use graft_core::ops::scan::{Checkpointing, ScanOpts};
+use graft_core::ops::remat::Remat;
+use graft_core::ops::scan::ScanOpts;
 use graft_core::{Builder, DType, Executable, Func, IrError, Op, Tensor, TensorType, Value};
 use loops_util::{assert_all_close, func, stack, t64, take};
 use std::sync::Arc;
@@ -38,10 +39,10 @@ fn scan_types(n: usize) -> Vec<TensorType> {
 }
 
 /// (w, h0, s0, xs[n,3]) -> (h, s, ys1[n,3], ys2[n]) as one scan.
-fn scan_func(n: usize, reverse: bool, ck: Checkpointing) -> Func {
+fn scan_func(n: usize, reverse: bool, ck: Remat) -> Func {
     let body = cell_func();
     func("scanned", &scan_types(n), |b, p| {
-        b.scan(body, &p[..1], &p[1..3], &p[3..], ScanOpts::new(n).reverse(reverse).checkpoint(ck))
+        b.scan(body, &p[..1], &p[1..3], &p[3..], ScanOpts::new(n).reverse(reverse).remat(ck))
     })
 }
 
@@ -79,7 +80,7 @@ fn forward_matches_unrolled_graph() {
     for n in [1, 2, 7] {
         for reverse in [false, true] {
             let ins = scan_inputs(n, &mut rng);
-            let got = run(&scan_func(n, reverse, Checkpointing::None), &ins);
+            let got = run(&scan_func(n, reverse, Remat::Off), &ins);
             let want = run(&unrolled_func(n, reverse), &ins);
             assert_all_close(&format!("n={n} reverse={reverse}"), &got, &want, 1e-15);
         }
@@ -105,13 +106,13 @@ fn reverse_scan_walks_from_the_end_and_writes_in_place() {
 fn length_zero_passes_the_carry_through() {
     let mut rng = Rng(2);
     let ins = scan_inputs(0, &mut rng);
-    let out = run(&scan_func(0, false, Checkpointing::None), &ins);
+    let out = run(&scan_func(0, false, Remat::Off), &ins);
     assert_eq!(out[0], ins[1]);
     assert_eq!(out[1], ins[2]);
     assert_eq!(out[2].shape(), &[0, 3]);
     assert_eq!(out[3].shape(), &[0]);
     // Its gradient: identity on the carry, zero for w.
-    let loss = loss_of(&scan_func(0, false, Checkpointing::None));
+    let loss = loss_of(&scan_func(0, false, Remat::Off));
     let g = run(&grad(&loss, &Wrt::All).unwrap(), &ins);
     assert_eq!(g[0].to_f64_vec(), vec![0.0; 3]);
     assert_eq!(g[2].to_f64_vec(), vec![1.0]);
@@ -135,11 +136,11 @@ fn scan_shape_errors_are_type_errors() {
 fn scan_derivatives_match_finite_differences() {
     let mut rng = Rng(3);
     for (n, reverse, ck) in [
-        (6, false, Checkpointing::None),
-        (6, true, Checkpointing::None),
-        (7, false, Checkpointing::Every(2)),
-        (7, true, Checkpointing::Every(3)),
-        (9, false, Checkpointing::Sqrt),
+        (6, false, Remat::Off),
+        (6, true, Remat::Off),
+        (7, false, Remat::Every(2)),
+        (7, true, Remat::Every(3)),
+        (9, false, Remat::Sqrt),
     ] {
         let ins = scan_inputs(n, &mut rng);
         check_grads(
@@ -175,7 +176,7 @@ fn gradients_match_unrolled_and_checkpointed() {
         let n = 11;
         let ins = scan_inputs(n, &mut rng);
         let want = run(&value_and_grad(&loss_of(&unrolled_func(n, reverse)), &Wrt::All).unwrap(), &ins);
-        for ck in [Checkpointing::None, Checkpointing::Every(3), Checkpointing::Sqrt, Checkpointing::Every(11)] {
+        for ck in [Remat::Off, Remat::Every(3), Remat::Sqrt, Remat::Every(11)] {
             let got = run(&value_and_grad(&loss_of(&scan_func(n, reverse, ck)), &Wrt::All).unwrap(), &ins);
             assert_all_close(&format!("reverse={reverse} ck={ck}"), &got, &want, 1e-12);
         }
@@ -398,7 +399,7 @@ fn rk4_body() -> Func {
 }
 
 /// (x0, z0, a, b, d, g) -> (x_N, z_N).
-fn rk4(ck: Checkpointing) -> Func {
+fn rk4(ck: Remat) -> Func {
     let body = rk4_body();
     func("integrate", &vec![t64(&[]); 6], |b, p| b.fori(STEPS, &body, &p[2..], &p[..2], ck))
 }
@@ -407,7 +408,7 @@ fn rk4(ck: Checkpointing) -> Func {
 fn rk4_fori_gradients_match_finite_differences() {
     let ins: Vec<Tensor> = [1.2, 0.8, 1.1, 0.4, 0.3, 0.9].iter().map(|&v| Tensor::scalar(v)).collect();
     let mut rng = Rng(7);
-    let f = rk4(Checkpointing::None);
+    let f = rk4(Remat::Off);
     assert_eq!(f.eqns.len(), 2, "fori is one scan (plus its counter's init)");
     check_grads("rk4", &f, &ins, &mut rng, 1e-6, 1e-7);
     // Gradient of x_N + 2 z_N against central differences, per input.
@@ -420,7 +421,7 @@ fn rk4_fori_gradients_match_finite_differences() {
     };
     let l = loss(&f);
     let g = run(&grad(&l, &Wrt::All).unwrap(), &ins);
-    let gck = run(&grad(&loss(&rk4(Checkpointing::Sqrt)), &Wrt::All).unwrap(), &ins);
+    let gck = run(&grad(&loss(&rk4(Remat::Sqrt)), &Wrt::All).unwrap(), &ins);
     assert_all_close("rk4 checkpointed grads", &gck, &g, 1e-12);
     let eps = 1e-6;
     for k in 0..6 {
@@ -470,7 +471,7 @@ fn vmap_of_scan_equals_per_example_runs() {
     let size = 3;
     let mut rng = Rng(8);
     for rev in [false, true] {
-        let f = scan_func(n, rev, Checkpointing::None);
+        let f = scan_func(n, rev, Remat::Off);
         for (what, axes) in [
             ("xs only", [None, None, None, Some(0)]),
             ("init only", [None, Some(0), None, None]),
@@ -489,12 +490,12 @@ fn vmap_of_grad_through_scan() {
     let n = 6;
     let size = 4;
     let mut rng = Rng(9);
-    let g = grad(&loss_of(&scan_func(n, false, Checkpointing::None)), &Wrt::All).unwrap();
+    let g = grad(&loss_of(&scan_func(n, false, Remat::Off)), &Wrt::All).unwrap();
     let axes = [None, Some(0), None, Some(0)];
     let ins = batched(&scan_types(n), &axes, size, &mut rng);
     check_vmap("vmap(grad)", &g, &axes, &ins, size);
     // And grad of a vmapped scan (summed), against per-example gradients.
-    let gck = grad(&loss_of(&scan_func(n, false, Checkpointing::Every(2))), &Wrt::All).unwrap();
+    let gck = grad(&loss_of(&scan_func(n, false, Remat::Every(2))), &Wrt::All).unwrap();
     check_vmap("vmap(grad checkpointed)", &gck, &axes, &ins, size);
 }
 
@@ -503,7 +504,7 @@ fn vmap_of_grad_through_scan() {
 const W: usize = 16;
 
 /// (wm[W,W], h0[W]) -> sum(h_n) for h' = tanh(wm h + h/2), n steps.
-fn long_loop(n: usize, ck: Checkpointing) -> Func {
+fn long_loop(n: usize, ck: Remat) -> Func {
     let body = Arc::new(func("long_step", &[t64(&[W, W]), t64(&[W])], |b, p| {
         let wh = b.dot_general(p[0], p[1], &[1], &[0], &[], &[])?;
         let half = b.full(0.5, &t64(&[W]))?;
@@ -512,7 +513,7 @@ fn long_loop(n: usize, ck: Checkpointing) -> Func {
         Ok(vec![b.tanh(z)?])
     }));
     func("long", &[t64(&[W, W]), t64(&[W])], |b, p| {
-        let o = b.scan(body, &p[..1], &p[1..], &[], ScanOpts::new(n).checkpoint(ck))?;
+        let o = b.scan(body, &p[..1], &p[1..], &[], ScanOpts::new(n).remat(ck))?;
         Ok(vec![b.reduce_sum(o[0], &[0])?])
     })
 }
@@ -524,8 +525,8 @@ fn checkpointed_10000_step_scan_uses_10x_less_memory_with_same_gradients() {
     let s = 1.0 / (W as f64).sqrt();
     let ins = [rng.tensor(&t64(&[W, W]), -s, s), rng.tensor(&t64(&[W]), -1.0, 1.0)];
     let refs: Vec<&Tensor> = ins.iter().collect();
-    let plain = Executable::new(value_and_grad(&long_loop(n, Checkpointing::None), &Wrt::All).unwrap()).unwrap();
-    let remat = Executable::new(value_and_grad(&long_loop(n, Checkpointing::Sqrt), &Wrt::All).unwrap()).unwrap();
+    let plain = Executable::new(value_and_grad(&long_loop(n, Remat::Off), &Wrt::All).unwrap()).unwrap();
+    let remat = Executable::new(value_and_grad(&long_loop(n, Remat::Sqrt), &Wrt::All).unwrap()).unwrap();
     let (gp, sp) = plain.run_with_stats(&refs).unwrap();
     let (gr, sr) = remat.run_with_stats(&refs).unwrap();
     assert_all_close("checkpointed vs plain", &gr, &gp, 1e-12);
@@ -543,7 +544,7 @@ fn checkpointed_10000_step_scan_uses_10x_less_memory_with_same_gradients() {
 #[test]
 fn graph_size_does_not_depend_on_the_trip_count() {
     let sizes = |n: usize| {
-        let f = long_loop(n, Checkpointing::None);
+        let f = long_loop(n, Remat::Off);
         let g = value_and_grad(&f, &Wrt::All).unwrap();
         let eqns = |f: &Func| -> usize {
             f.eqns.iter().map(|e| 1 + e.prim.subfuncs().iter().map(|s| s.eqns.len()).sum::<usize>()).sum()
@@ -551,18 +552,15 @@ fn graph_size_does_not_depend_on_the_trip_count() {
         (f.eqns.len(), eqns(&g))
     };
     assert_eq!(sizes(10), sizes(10_000));
-    let f = scan_func(10, false, Checkpointing::None);
-    let g = scan_func(10_000, false, Checkpointing::None);
+    let f = scan_func(10, false, Remat::Off);
+    let g = scan_func(10_000, false, Remat::Off);
     assert_eq!(f.eqns.len(), g.eqns.len());
     assert_eq!(f.eqns.len(), 1);
 }
 
 #[test]
 fn scan_prints_its_body_once() {
-    let text = scan_func(4, true, Checkpointing::Every(2)).to_string();
+    let text = scan_func(4, true, Remat::Every(2)).to_string();
     assert!(text.contains("func @cell("), "{text}");
-    assert!(
-        text.contains("scan[body=@cell, consts=1, carry=2, length=4, reverse=true, checkpoint=every(2)]"),
-        "{text}"
-    );
+    assert!(text.contains("scan[body=@cell, consts=1, carry=2, length=4, reverse=true, remat=every(2)]"), "{text}");
 }

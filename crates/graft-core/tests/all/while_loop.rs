@@ -9,7 +9,8 @@ use common::{check_grads, run, Rng};
 use graft_core::ad::{grad, jvp_func, value_and_grad, vjp_func, Wrt};
 use graft_core::ad::{Diff, TransposeCx};
 use graft_core::batch::vmap_func;
-use graft_core::ops::while_loop::{Loop, Remat, WhileHvp, WhileJvp, WhileVjp};
+use graft_core::ops::remat::Remat;
+use graft_core::ops::while_loop::{Loop, WhileHvp, WhileJvp, WhileVjp};
 use graft_core::{Builder, DType, Executable, Func, Prim, Tensor, TensorType, Value};
 use std::sync::Arc;
 

@@ -17,8 +17,8 @@ use super::value::{FnVal, Tree, Tv, Val};
 use super::{ArgVal, Env, Lower, Standalone};
 use crate::ast::{Expr, Span};
 use crate::diag::{Diagnostic, Stage};
-use graft_core::ops::scan::{Checkpointing, ScanOpts};
-use graft_core::ops::while_loop::Remat;
+use graft_core::ops::remat::Remat;
+use graft_core::ops::scan::ScanOpts;
 use graft_core::{Builder, Func, TensorType, Value};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -240,7 +240,7 @@ fn fori_at(
     l.set_span(span);
     let r = match (dynamic, k) {
         (Some(nv), _) => l.b().fori_dynamic(nv, &body, &cs, &init_l, Remat::Off),
-        (None, k) => l.b().fori(k.unwrap_or(0) as usize, &body, &cs, &init_l, Checkpointing::None),
+        (None, k) => l.b().fori(k.unwrap_or(0) as usize, &body, &cs, &init_l, Remat::Off),
     };
     let outs = l.ir(r, span)?;
     Ok(rebuild(l, &init_t, &outs))

@@ -4,6 +4,7 @@
 
 mod front_ends;
 mod layers;
+mod modes;
 mod tr_control;
 mod tr_reduce_nn;
 mod tr_shape_math;

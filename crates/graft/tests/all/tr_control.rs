@@ -2,7 +2,7 @@
 //! against host loops, gradients against central differences, and errors
 //! from bodies surfacing as trace errors.
 
-use graft::ops::{cond, fori, scan, switch, Checkpointing, ScanOpts};
+use graft::ops::{cond, fori, scan, switch, Remat, ScanOpts};
 use graft::{jit_n, Tensor, Tr, Wrt};
 
 fn vec64(xs: &[f64]) -> Tensor {
@@ -49,7 +49,7 @@ fn traced_scan_matches_host_loop_and_differentiates() {
 fn traced_fori_and_cond() {
     // x <- x * r for 5 steps, then cond on the sign of the result.
     let f = jit_n("f", |v| {
-        let out = fori(5, &v[1..2], &v[..1], Checkpointing::None, |c, _i, x| vec![&x[0] * &c[0]]);
+        let out = fori(5, &v[1..2], &v[..1], Remat::Off, |c, _i, x| vec![&x[0] * &c[0]]);
         let x = out[0].clone();
         let pos = x.gt(&x.scalar_like(0.0));
         cond(&pos, &[x], |o| vec![o[0].sqrt()], |o| vec![-&o[0]]).remove(0)

@@ -177,7 +177,7 @@ fn each_batch_size_is_compiled_once() {
         let out = vf.call(&[&t64(&[n, 2], vec![0.0; 2 * n])]).unwrap().remove(0);
         assert_eq!(out.to_f64_vec(), vec![2.0; n]);
     }
-    assert_eq!(vf.cache_len(), 2);
+    assert_eq!(vf.cache_size(), 2);
 }
 
 #[test]

@@ -30,7 +30,7 @@
 //! stacks the per-step residuals plus a scan linear in the tangents; the
 //! transpose of that linear scan is a scan running the other way over the
 //! transposed body, carrying the cotangents of the consts as accumulators.
-//! `checkpoint` changes only what reverse mode saves (see [`Checkpointing`]).
+//! `checkpoint` changes only what reverse mode saves (see [`Remat`]).
 
 mod batching;
 pub(crate) mod body;
@@ -45,42 +45,7 @@ use crate::types::TensorType;
 use std::fmt;
 use std::sync::Arc;
 
-/// What the reverse pass of a scan keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checkpointing {
-    /// Every step's residuals are saved by the forward pass.
-    None,
-    /// Only the carry at the start of every segment of `k` steps is saved;
-    /// the reverse sweep recomputes a segment's residuals from it just before
-    /// transposing that segment (memory ~ `n/k` carries + `k` steps' residuals).
-    Every(usize),
-    /// `Every(ceil(sqrt(n)))`: memory ~ `2 sqrt(n)` steps for about one extra
-    /// forward sweep.
-    Sqrt,
-}
-
-impl Checkpointing {
-    /// The segment length for a scan of `n` steps, or `None` when no
-    /// checkpointing applies (none requested, or one segment would hold everything).
-    pub fn segment(self, n: usize) -> Option<usize> {
-        let k = match self {
-            Checkpointing::None => return None,
-            Checkpointing::Every(k) => k,
-            Checkpointing::Sqrt => (n as f64).sqrt().ceil() as usize,
-        };
-        (k >= 1 && k < n).then_some(k)
-    }
-}
-
-impl fmt::Display for Checkpointing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Checkpointing::None => f.write_str("none"),
-            Checkpointing::Every(k) => write!(f, "every({k})"),
-            Checkpointing::Sqrt => f.write_str("sqrt"),
-        }
-    }
-}
+use super::remat::Remat;
 
 /// The loop primitive (see the module docs).
 #[derive(Clone)]
@@ -96,14 +61,14 @@ pub struct Scan {
     /// Walk the steps from `length - 1` down to 0.
     pub reverse: bool,
     /// What reverse mode saves.
-    pub checkpoint: Checkpointing,
+    pub remat: Remat,
 }
 
 impl PartialEq for Scan {
     fn eq(&self, o: &Self) -> bool {
         Arc::ptr_eq(&self.body, &o.body)
-            && (self.n_consts, self.n_carry, self.length, self.reverse, self.checkpoint)
-                == (o.n_consts, o.n_carry, o.length, o.reverse, o.checkpoint)
+            && (self.n_consts, self.n_carry, self.length, self.reverse, self.remat)
+                == (o.n_consts, o.n_carry, o.length, o.reverse, o.remat)
     }
 }
 
@@ -121,13 +86,13 @@ pub struct ScanOpts {
     /// Walk from the end.
     pub reverse: bool,
     /// What reverse mode saves.
-    pub checkpoint: Checkpointing,
+    pub remat: Remat,
 }
 
 impl ScanOpts {
     /// A forward scan of `length` steps without checkpointing.
     pub fn new(length: usize) -> ScanOpts {
-        ScanOpts { length, reverse: false, checkpoint: Checkpointing::None }
+        ScanOpts { length, reverse: false, remat: Remat::Off }
     }
 
     /// Walks the steps from the end.
@@ -137,8 +102,8 @@ impl ScanOpts {
     }
 
     /// Sets what reverse mode saves.
-    pub fn checkpoint(mut self, c: Checkpointing) -> ScanOpts {
-        self.checkpoint = c;
+    pub fn remat(mut self, r: Remat) -> ScanOpts {
+        self.remat = r;
         self
     }
 }
@@ -166,9 +131,13 @@ impl Op for Scan {
     }
 
     fn params(&self) -> String {
+        let remat = match self.remat {
+            Remat::Off => String::new(),
+            r => format!(", remat={r}"),
+        };
         format!(
-            "body=@{}, consts={}, carry={}, length={}, reverse={}, checkpoint={}",
-            self.body.name, self.n_consts, self.n_carry, self.length, self.reverse, self.checkpoint
+            "body=@{}, consts={}, carry={}, length={}, reverse={}{remat}",
+            self.body.name, self.n_consts, self.n_carry, self.length, self.reverse
         )
     }
 
@@ -187,7 +156,7 @@ impl Op for Scan {
                 format!("@{name} must take at least {} parameters and return at least {nk} values", nc + nk),
             ));
         }
-        if let Checkpointing::Every(0) = self.checkpoint {
+        if let Remat::Every(0) = self.remat {
             return Err(check::err(self, ins, "checkpoint segments must hold at least one step"));
         }
         let params = body::param_types(f, 0..f.params.len());
@@ -315,7 +284,7 @@ impl Builder {
                 n_carry: init.len(),
                 length: opts.length,
                 reverse: opts.reverse,
-                checkpoint: opts.checkpoint,
+                remat: opts.remat,
             },
             &args,
         )
@@ -324,14 +293,14 @@ impl Builder {
     /// A loop of `n` steps (known now): `carry = body(consts..., i, carry...)`
     /// for `i = 0..n` (`i` an i32 scalar); returns the final carry. Lowered to
     /// a scan whose carry also holds `i`, so the graph size does not depend
-    /// on `n` and all scan rules (and `checkpoint`) apply.
+    /// on `n` and all scan rules (and `remat`) apply.
     pub fn fori(
         &mut self,
         n: usize,
         body: &Func,
         consts: &[Value],
         init: &[Value],
-        checkpoint: Checkpointing,
+        remat: Remat,
     ) -> Result<Vec<Value>, IrError> {
         let nc = consts.len();
         let want = nc + 1 + init.len();
@@ -361,7 +330,7 @@ impl Builder {
         let zero = self.scalar(0.0, DType::I32)?;
         let mut init_all = vec![zero];
         init_all.extend_from_slice(init);
-        let res = self.scan(wrapped, consts, &init_all, &[], ScanOpts::new(n).checkpoint(checkpoint))?;
+        let res = self.scan(wrapped, consts, &init_all, &[], ScanOpts::new(n).remat(remat))?;
         Ok(res[1..].to_vec())
     }
 }

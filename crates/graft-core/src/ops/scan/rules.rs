@@ -21,7 +21,7 @@
 //! more). The residual scan keeps every carry and `y` even when only the
 //! gradient is used (e.g. a fori counter, or `ys` only the primal value needs).
 //!
-//! Checkpointing: the JVP of a checkpointed scan is the JVP of the same loop
+//! Remat: the JVP of a checkpointed scan is the JVP of the same loop
 //! written as a scan over segments whose body is a `checkpoint` of an inner
 //! scan over the segment's steps (plus a plain scan over the leftover steps).
 //! The outer scan's residuals are then only each segment's first carry (and
@@ -29,7 +29,7 @@
 //! residuals right before transposing it. Same arithmetic, so the gradients
 //! are the same as without checkpointing.
 
-use super::{Checkpointing, Scan};
+use super::{Remat, Scan};
 use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::error::IrError;
 use crate::ir::{Builder, Func, Value};
@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 impl Diff for Scan {
     fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
-        if let Some(k) = self.checkpoint.segment(self.length) {
+        if let Some(k) = self.remat.segment(self.length) {
             return self.jvp_checkpointed(b, cx, k);
         }
         let (nc, nk, nx, ny) = (self.n_consts, self.n_carry, self.n_xs(), self.n_ys());
@@ -108,13 +108,8 @@ impl Diff for Scan {
                 args.push(tangent(cx, i)?);
             }
         }
-        let lin_scan = Scan {
-            body: Arc::new(lin),
-            n_consts: n_inv + n_ct,
-            n_carry: n_kt,
-            checkpoint: Checkpointing::None,
-            ..self.clone()
-        };
+        let lin_scan =
+            Scan { body: Arc::new(lin), n_consts: n_inv + n_ct, n_carry: n_kt, remat: Remat::Off, ..self.clone() };
         let mut touts = b.emit(lin_scan, &args)?.into_iter();
         Ok(out_t.iter().map(|&t| if t { touts.next() } else { None }).collect())
     }
@@ -171,7 +166,7 @@ impl Diff for Scan {
             n_consts: nl_c.len(),
             n_carry: nk + lin_c.len(),
             reverse: !self.reverse,
-            checkpoint: Checkpointing::None,
+            remat: Remat::Off,
             ..self.clone()
         };
         let res = b.emit(rev, &ops)?;
@@ -215,8 +210,7 @@ impl Scan {
             if (0..nk).any(|k| !kept[nc + k]) { restore_params(fwd, &body, &kept, &need, nc)? } else { (body, kept) };
         let n_c = (0..nc).filter(|&i| kept[i]).count();
         let args: Vec<Value> = ops.iter().zip(&kept).filter(|(_, &k)| k).map(|(&v, _)| v).collect();
-        let scan =
-            Scan { body: Arc::new(body), n_consts: n_c, n_carry: nk, checkpoint: Checkpointing::None, ..self.clone() };
+        let scan = Scan { body: Arc::new(body), n_consts: n_c, n_carry: nk, remat: Remat::Off, ..self.clone() };
         let mut outs = b.emit(scan, &args)?;
         let mut stacked = outs.split_off(nk + ny).into_iter();
         let res = alias
@@ -278,7 +272,7 @@ impl Scan {
         let body = &self.body;
         let n = self.length;
         let (m, r) = (n / k, n % k);
-        let plain = |length| Scan { length, checkpoint: Checkpointing::None, ..self.clone() };
+        let plain = |length| Scan { length, remat: Remat::Off, ..self.clone() };
         let with_len = |t: &TensorType, lead: &[usize]| {
             let mut s = lead.to_vec();
             s.extend_from_slice(&t.shape);
@@ -329,7 +323,7 @@ impl Scan {
         }
         let run_outer = |fb: &mut Builder, carry: &[Value]| -> Result<Vec<Value>, IrError> {
             let args: Vec<Value> = consts.iter().chain(carry).chain(&xs_main).copied().collect();
-            let outer = Scan { body: outer_body.clone(), length: m, checkpoint: Checkpointing::None, ..self.clone() };
+            let outer = Scan { body: outer_body.clone(), length: m, remat: Remat::Off, ..self.clone() };
             fb.emit(outer, &args)
         };
         let run_tail = |fb: &mut Builder, carry: &[Value]| -> Result<Vec<Value>, IrError> {

@@ -64,17 +64,7 @@ use crate::DType;
 use std::fmt;
 use std::sync::Arc;
 
-/// How reverse mode keeps the carries of a loop for the backward sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Remat {
-    /// Store every carry (fastest, memory grows with the trip count).
-    #[default]
-    Off,
-    /// Store every k-th carry and recompute the others (k >= 1).
-    Every(usize),
-    /// Count the trips first, then store every ceil(sqrt(n))-th carry.
-    Sqrt,
-}
+use super::remat::Remat;
 
 /// A loop: `cond` and `body` over `(consts..., carry...)`.
 #[derive(Clone)]
@@ -254,8 +244,7 @@ impl Loop {
     fn params(&self) -> String {
         let remat = match self.remat {
             Remat::Off => String::new(),
-            Remat::Every(k) => format!(", remat=every({k})"),
-            Remat::Sqrt => ", remat=sqrt".into(),
+            r => format!(", remat={r}"),
         };
         format!("cond=@{}, body=@{}, n_consts={}{remat}", self.cond.name, self.body.name, self.n_consts)
     }
