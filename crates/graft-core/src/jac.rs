@@ -70,7 +70,7 @@ fn assemble(
     in_axes.push(Some(0));
     let vg = vmap_func(&g, &in_axes, &[Some(0)], n)?;
     let mut b = Builder::new(name);
-    let ps: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let ps: Vec<Value> = f.params.iter().map(|&p| b.param_like(f, p)).collect();
     let e = basis(&mut b, col_ty)?;
     let mut args = ps;
     args.push(e);

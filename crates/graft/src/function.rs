@@ -5,7 +5,7 @@
 use crate::error::Error;
 use crate::trace::{trace, IntoOutputs, Tr};
 use graft_core::ad::Wrt;
-use graft_core::transform::{Transform, VmapAxes};
+use graft_core::transform::{Policy, Transform, VmapAxes};
 use graft_core::{Executable, Func, IrError, RunStats, Tensor, TensorType};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -184,7 +184,13 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     /// The same function, rematerialised in reverse mode: the backward pass
     /// recomputes its intermediates instead of keeping them (`jax.checkpoint`).
     pub fn checkpoint(&self) -> Self {
-        self.transform(Transform::Checkpoint)
+        self.checkpoint_with(Policy::Nothing)
+    }
+
+    /// [`Jit::checkpoint`] with a saving policy: `Policy::Dots` keeps the
+    /// results of matrix products and convolutions (`jax`'s `dots_saveable`).
+    pub fn checkpoint_with(&self, policy: Policy) -> Self {
+        self.transform(Transform::Checkpoint { policy })
     }
 
     /// The same function with a custom JVP rule (`jax.custom_jvp`): `rule`

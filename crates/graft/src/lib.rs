@@ -72,7 +72,7 @@ pub use graft_core::ad;
 pub use graft_core::ad::Wrt;
 pub use graft_core::composite;
 pub use graft_core::npy;
-pub use graft_core::transform::{self, Kind as TransformKind, Transform, VmapAxes};
+pub use graft_core::transform::{self, Kind as TransformKind, Policy, Transform, VmapAxes};
 pub use graft_core::{
     compile_enabled, disable_compile, enable_compile, Builder, DType, Element, ExecError, Executable, Func, IrError,
     RunStats, Tensor, TensorType, Value,

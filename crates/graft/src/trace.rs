@@ -320,6 +320,16 @@ impl Tr {
         self.shape().len()
     }
 
+    /// This value, named for printing (`%3:h` in the traced `Func` and in
+    /// every transform of it, whose tangents and cotangents print as
+    /// `h_dot` and `h_bar`). Names change nothing else.
+    pub fn named(&self, name: &str) -> Tr {
+        self.lift(|b, v| {
+            b.set_name(v, name);
+            Ok(v)
+        })
+    }
+
     /// A scalar constant of this tensor's dtype.
     pub fn scalar_like(&self, value: f64) -> Tr {
         self.lift(|b, v| broadcast::scalar_like(b, value, v))

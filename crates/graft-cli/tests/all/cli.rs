@@ -98,7 +98,9 @@ fn check_ast_ir_and_exit_codes() {
             .arg(examples().join("syntax.graft"))
             .args(["--entry", "dloss_dw", "--shapes", "w=f32[3]", "--shapes", "x=f32[3]", "--shapes", "y=f32"]),
     );
-    assert!(s.starts_with("func @dloss_dw(%0: f32[3], %1: f32[3], %2: f32[]) -> (f32[3]) {"), "{s}");
+    // Values print with the names they have in the program and their roles.
+    assert!(s.starts_with("func @dloss_dw(%0:w: f32[3], %1:x: f32[3], %2:y: f32[]) -> (f32[3]) {"), "{s}");
+    assert!(s.contains("return %8:w_bar"), "{s}");
     assert!(s.contains("reduce_sum"), "{s}");
     // Usage error: 2.
     let out = graft().arg("run").output().unwrap();

@@ -57,7 +57,7 @@ impl Wrt {
 }
 
 fn copy_params(b: &mut Builder, f: &Func) -> Vec<Value> {
-    f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect()
+    f.params.iter().map(|&p| b.param_like(f, p)).collect()
 }
 
 fn float_params(f: &Func) -> Vec<bool> {

@@ -19,6 +19,21 @@ pub fn jvp_inline(
     primals: &[Value],
     tangents: &[Option<Value>],
 ) -> Result<(Vec<Value>, Vec<Option<Value>>), IrError> {
+    jvp_inline_given(b, f, primals, tangents, &[])
+}
+
+/// [`jvp_inline`] where some primal values are already known: an equation
+/// all of whose results have a value in `given` (indexed by `f`'s values;
+/// shorter than `f` means unknown) is not re-emitted, its tangent rule sees
+/// the given values as its results. A checkpoint that saved the results of
+/// its matrix products uses this, so its tangent map does not recompute them.
+pub fn jvp_inline_given(
+    b: &mut Builder,
+    f: &Func,
+    primals: &[Value],
+    tangents: &[Option<Value>],
+    given: &[Option<Value>],
+) -> Result<(Vec<Value>, Vec<Option<Value>>), IrError> {
     if primals.len() != f.params.len() || tangents.len() != f.params.len() {
         return Err(IrError::invalid(
             "jvp",
@@ -56,7 +71,11 @@ pub fn jvp_inline(
     for eqn in &f.eqns {
         let ins: Vec<Value> = eqn.inputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;
         b.set_loc(eqn.loc.clone());
-        let mut outs = b.emit(eqn.prim.clone(), &ins).map_err(|e| e.at(eqn.loc.as_ref()))?;
+        let known: Option<Vec<Value>> = eqn.outputs.iter().map(|v| given.get(v.index()).copied().flatten()).collect();
+        let mut outs = match known {
+            Some(outs) if !outs.is_empty() => outs,
+            _ => b.emit(eqn.prim.clone(), &ins).map_err(|e| e.at(eqn.loc.as_ref()))?,
+        };
         let tins: Vec<Option<Value>> = eqn.inputs.iter().map(|&v| tan[v.index()]).collect();
         if tins.iter().any(Option::is_some) {
             let replaced = std::cell::RefCell::new(None);
@@ -86,11 +105,17 @@ pub fn jvp_inline(
             for ((&v, &o), t) in eqn.outputs.iter().zip(&outs).zip(touts) {
                 if b.ty(o)?.dtype.is_float() {
                     tan[v.index()] = t;
+                    if let (Some(t), Some(name)) = (t, f.name_of(v)) {
+                        b.name_if_unnamed(t, format!("{name}_dot"));
+                    }
                 }
             }
         }
         for (&v, &o) in eqn.outputs.iter().zip(&outs) {
             env[v.index()] = Some(o);
+            if let Some(name) = f.names.get(v) {
+                b.name_if_unnamed(o, name.clone());
+            }
         }
     }
     b.set_loc(None);

@@ -31,7 +31,7 @@ mod vjp;
 
 pub use crate::transform::rewrite::Staged;
 pub use api::{grad, hvp_func, jvp_func, linearize, value_and_grad, vjp_func, vjp_split, Wrt};
-pub use jvp::jvp_inline;
+pub use jvp::{jvp_inline, jvp_inline_given};
 pub use vjp::linearize_transpose;
 
 use crate::error::IrError;

@@ -39,7 +39,12 @@ pub fn linearize_transpose(
     let mut j_tangents = Vec::with_capacity(f.params.len());
     for (i, &p) in f.params.iter().enumerate() {
         let ty = f.ty(p);
-        j_tangents.push(if wrt[i] && ty.dtype.is_float() { Some(j.param(ty.clone())) } else { None });
+        let t = (wrt[i] && ty.dtype.is_float()).then(|| j.param(ty.clone()));
+        if let (Some(t), Some(name)) = (t, f.name_of(p)) {
+            j.set_name(j_primals[i], name);
+            j.set_name(t, format!("{name}_dot"));
+        }
+        j_tangents.push(t);
     }
     let (j_outs, j_touts) = jvp_inline(&mut j, f, &j_primals, &j_tangents)?;
     let jf = j.func();
@@ -62,14 +67,14 @@ pub fn linearize_transpose(
     for (&jp, &bp) in j_primals.iter().zip(primals) {
         map[jp.index()] = Some(bp);
     }
-    copy_eqns(b, jf.eqns.iter().filter(|e| !e.outputs.iter().any(|v| linear[v.index()])), &mut map)?;
+    copy_eqns(b, jf, jf.eqns.iter().filter(|e| !e.outputs.iter().any(|v| linear[v.index()])), &mut map)?;
 
     // 4. Transpose the linear part.
     let mut ct: Vec<Option<Value>> = vec![None; jf.n_values()];
     for (t, c) in j_touts.iter().zip(cts) {
         if let (Some(t), Some(c)) = (t, c) {
             if linear[t.index()] {
-                accumulate(b, &mut ct, *t, *c)?;
+                accumulate(b, jf, &mut ct, *t, *c)?;
             }
         }
     }
@@ -103,7 +108,7 @@ pub fn linearize_transpose(
         }
         for (&v, c) in eqn.inputs.iter().zip(in_cts) {
             if let (true, Some(c)) = (linear[v.index()], c) {
-                accumulate(b, &mut ct, v, c)?;
+                accumulate(b, jf, &mut ct, v, c)?;
             }
         }
     }
@@ -113,10 +118,17 @@ pub fn linearize_transpose(
     Ok((outs, grads))
 }
 
-fn accumulate(b: &mut Builder, ct: &mut [Option<Value>], v: Value, c: Value) -> Result<(), IrError> {
-    ct[v.index()] = Some(match ct[v.index()] {
+/// Adds `c` to the cotangent of the scratch value `v`. The running sum is
+/// named after `v`'s role: the cotangent of `x_dot` (the tangent of `x`) is
+/// `x_bar`.
+fn accumulate(b: &mut Builder, jf: &Func, ct: &mut [Option<Value>], v: Value, c: Value) -> Result<(), IrError> {
+    let sum = match ct[v.index()] {
         None => c,
         Some(prev) => b.add(prev, c)?,
-    });
+    };
+    if let Some(name) = jf.name_of(v) {
+        b.name_if_unnamed(sum, format!("{}_bar", name.strip_suffix("_dot").unwrap_or(name)));
+    }
+    ct[v.index()] = Some(sum);
     Ok(())
 }

@@ -219,7 +219,11 @@ pub fn vmap_func(
             None => per.clone(),
             Some(a) => TensorType::new(per.dtype, batched_shape(&per.shape, a, size)),
         };
-        env[p.index()] = Some((b.param(ty), a));
+        let v = b.param(ty);
+        if let Some(name) = f.names.get(p) {
+            b.set_name(v, name.clone());
+        }
+        env[p.index()] = Some((v, a));
     }
     let get = |env: &[Option<(Value, Option<usize>)>], v: Value| {
         env[v.index()].ok_or_else(|| {
@@ -251,6 +255,9 @@ pub fn vmap_func(
                     &eqn.prim,
                     format!("result has type {} but batch dim {d:?} of {per} needs {expected}", b.ty(o)?),
                 ));
+            }
+            if let Some(name) = f.names.get(v) {
+                b.name_if_unnamed(o, name.clone());
             }
             env[v.index()] = Some((o, d));
         }

@@ -1,5 +1,11 @@
 //! Elementwise fusion: an executor planning decision (the IR is untouched).
 //!
+//! A group is also the unit the kernel compiler works on: `kernel::lower`
+//! turns each group into one kernel of the kernel IR, compiled to native
+//! code (see `crate::kernel`). What this module describes is how the
+//! interpreter runs a group: always when compilation is off, and until the
+//! group's native kernel is ready otherwise; both give the same bits.
+//!
 //! Unfused, a chain like `tanh(x * 2 + 1)` makes one full pass over memory
 //! per primitive, each reading and writing whole tensors. A fused group
 //! instead walks the element range once, in cache-sized blocks, running every

@@ -28,6 +28,7 @@ impl Builder {
                 params: Vec::new(),
                 eqns: Vec::new(),
                 outputs: Vec::new(),
+                names: Default::default(),
             },
             loc: None,
         }
@@ -43,6 +44,21 @@ impl Builder {
     /// The function name.
     pub fn name(&self) -> &str {
         &self.func.name
+    }
+
+    /// Names `v` for printing (see [`super::Names`]); replaces any earlier name.
+    pub fn set_name(&mut self, v: Value, name: impl Into<Arc<str>>) {
+        self.func.names.set(v, name.into());
+    }
+
+    /// Names `v` unless it already has a name.
+    pub fn name_if_unnamed(&mut self, v: Value, name: impl Into<Arc<str>>) {
+        self.func.names.set_if_unnamed(v, name.into());
+    }
+
+    /// The name of `v`, if it has one.
+    pub fn name_of(&self, v: Value) -> Option<Arc<str>> {
+        self.func.names.get(v).cloned()
     }
 
     /// Sets the source location attached to subsequently emitted equations.

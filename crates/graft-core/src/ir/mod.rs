@@ -86,6 +86,45 @@ pub struct Func {
     pub eqns: Vec<Eqn>,
     /// Returned values (a function may return several).
     pub outputs: Vec<Value>,
+    /// What values are called (`x`, `h`, `x_bar`), for printing only.
+    pub names: Names,
+}
+
+/// Optional names of a function's values, for printing only: the front ends
+/// name parameters and `let` bindings, and the transforms name what they
+/// make after its role (`x_dot` a tangent of `x`, `x_bar` its cotangent,
+/// `x_resid` a residual saved for a linear map), so `graft ir` of
+/// `vmap(grad(f))` can be followed. No pass reads them, and two functions
+/// that differ only in names are equal.
+#[derive(Debug, Clone, Default)]
+pub struct Names(Vec<Option<Arc<str>>>);
+
+impl PartialEq for Names {
+    fn eq(&self, _: &Names) -> bool {
+        true
+    }
+}
+
+impl Names {
+    /// The name of `v`, if it has one.
+    pub fn get(&self, v: Value) -> Option<&Arc<str>> {
+        self.0.get(v.index()).and_then(Option::as_ref)
+    }
+
+    /// Names `v` (replacing any name it had).
+    pub fn set(&mut self, v: Value, name: Arc<str>) {
+        if self.0.len() <= v.index() {
+            self.0.resize(v.index() + 1, None);
+        }
+        self.0[v.index()] = Some(name);
+    }
+
+    /// Names `v` unless it already has a name.
+    pub fn set_if_unnamed(&mut self, v: Value, name: Arc<str>) {
+        if self.get(v).is_none() {
+            self.set(v, name);
+        }
+    }
 }
 
 impl Func {
@@ -110,6 +149,11 @@ impl Func {
     /// Number of values (params plus equation outputs).
     pub fn n_values(&self) -> usize {
         self.types.len()
+    }
+
+    /// The name of `v`, if it has one (see [`Names`]).
+    pub fn name_of(&self, v: Value) -> Option<&str> {
+        self.names.get(v).map(|n| &**n)
     }
 
     /// Counts equations whose primitive has the given name (for structure tests).

@@ -8,6 +8,7 @@
 //! }
 //! ```
 //! Functions called by `call` equations are printed first, once each.
+//! A value with a name (see [`super::Names`]) prints as `%3:h`.
 
 use super::Func;
 use crate::ops::Op;
@@ -38,19 +39,24 @@ fn print_callees(func: &Func, seen: &mut Vec<*const Func>, out: &mut String) {
 }
 
 fn print_one(func: &Func, out: &mut String) {
-    let params: Vec<String> = func.params.iter().map(|&p| format!("{p}: {}", func.ty(p))).collect();
+    // A named value prints as `%17:x_bar` wherever it appears.
+    let show = |v: &super::Value| match func.name_of(*v) {
+        Some(n) => format!("{v}:{n}"),
+        None => v.to_string(),
+    };
+    let params: Vec<String> = func.params.iter().map(|p| format!("{}: {}", show(p), func.ty(*p))).collect();
     let results: Vec<String> = func.outputs.iter().map(|&v| func.ty(v).to_string()).collect();
     let _ = writeln!(out, "func @{}({}) -> ({}) {{", func.name, params.join(", "), results.join(", "));
     for eqn in &func.eqns {
-        let outs: Vec<String> = eqn.outputs.iter().map(|v| v.to_string()).collect();
-        let ins: Vec<String> = eqn.inputs.iter().map(|v| v.to_string()).collect();
+        let outs: Vec<String> = eqn.outputs.iter().map(show).collect();
+        let ins: Vec<String> = eqn.inputs.iter().map(show).collect();
         let tys: Vec<String> = eqn.outputs.iter().map(|&v| func.ty(v).to_string()).collect();
         let params = eqn.prim.params();
         let params = if params.is_empty() { String::new() } else { format!("[{params}]") };
         let args = if ins.is_empty() { String::new() } else { format!(" {}", ins.join(", ")) };
         let _ = writeln!(out, "  {} = {}{}{} : {}", outs.join(", "), eqn.prim.name(), params, args, tys.join(", "));
     }
-    let rets: Vec<String> = func.outputs.iter().map(|v| v.to_string()).collect();
+    let rets: Vec<String> = func.outputs.iter().map(show).collect();
     let _ = writeln!(out, "  return {}", rets.join(", "));
     out.push('}');
     out.push('\n');

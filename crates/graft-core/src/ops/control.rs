@@ -147,15 +147,61 @@ impl crate::ad::Diff for Call {
 /// checkpoint is a checkpoint of its VJP, which recomputes the forward values
 /// it needs from the saved primals when the backward pass runs. Both rules
 /// emit checkpoints again, so remat survives higher-order differentiation.
+///
+/// With [`Policy::Dots`] the forward pass also keeps the results of the
+/// matrix products and convolutions inside (JAX's `dots_saveable`): the JVP
+/// runs `func` extended with those results as outputs, and the tangent map
+/// takes them as operands, so the backward pass recomputes only the cheap
+/// work between them.
 #[derive(Clone)]
 pub struct Checkpoint {
     /// The function whose intermediates are recomputed.
     pub func: Arc<Func>,
+    /// What reverse mode keeps besides the inputs.
+    pub policy: Policy,
+}
+
+/// What reverse mode saves inside a checkpointed function (JAX's
+/// checkpoint policies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Policy {
+    /// Only the inputs; every intermediate is recomputed (`nothing_saveable`).
+    #[default]
+    Nothing,
+    /// The inputs and the results of `dot_general` and `conv_general`
+    /// (`dots_saveable`): the costly work runs once, the elementwise work
+    /// between it is recomputed.
+    Dots,
+}
+
+impl Policy {
+    /// The policy by name: `nothing` or `dots`.
+    pub fn parse(s: &str) -> Option<Policy> {
+        match s {
+            "nothing" => Some(Policy::Nothing),
+            "dots" => Some(Policy::Dots),
+            _ => None,
+        }
+    }
+
+    /// Whether the policy keeps the results of this equation.
+    fn saves(self, prim: &crate::ops::Prim) -> bool {
+        self == Policy::Dots && matches!(prim.name(), "dot_general" | "conv_general")
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Policy::Nothing => "nothing",
+            Policy::Dots => "dots",
+        })
+    }
 }
 
 impl PartialEq for Checkpoint {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.func, &other.func)
+        Arc::ptr_eq(&self.func, &other.func) && self.policy == other.policy
     }
 }
 
@@ -164,12 +210,13 @@ impl Eq for Checkpoint {}
 impl Hash for Checkpoint {
     fn hash<H: Hasher>(&self, state: &mut H) {
         Arc::as_ptr(&self.func).hash(state);
+        self.policy.hash(state);
     }
 }
 
 impl fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Checkpoint(@{})", self.func.name)
+        write!(f, "Checkpoint(@{}, {})", self.func.name, self.policy)
     }
 }
 
@@ -179,7 +226,10 @@ impl Op for Checkpoint {
     }
 
     fn params(&self) -> String {
-        format!("func=@{}", self.func.name)
+        match self.policy {
+            Policy::Nothing => format!("func=@{}", self.func.name),
+            p => format!("func=@{}, policy={p}", self.func.name),
+        }
     }
 
     fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
@@ -199,15 +249,30 @@ impl Op for Checkpoint {
 }
 
 impl Builder {
-    /// Applies `func` under rematerialisation (see [`Checkpoint`]).
+    /// Applies `func` under rematerialisation, saving only its inputs (see [`Checkpoint`]).
     pub fn checkpoint(&mut self, func: Arc<Func>, args: &[Value]) -> Result<Vec<Value>, IrError> {
-        self.emit(Checkpoint { func }, args)
+        self.checkpoint_with(func, args, Policy::Nothing)
+    }
+
+    /// Applies `func` under rematerialisation with a saving policy.
+    pub fn checkpoint_with(&mut self, func: Arc<Func>, args: &[Value], policy: Policy) -> Result<Vec<Value>, IrError> {
+        self.emit(Checkpoint { func, policy }, args)
     }
 }
 
 impl crate::ad::Diff for Checkpoint {
     fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
         let f = &self.func;
+        let saved: Vec<Value> = f
+            .eqns
+            .iter()
+            .filter(|e| self.policy.saves(&e.prim))
+            .flat_map(|e| e.outputs.iter().copied())
+            .filter(|&v| f.ty(v).dtype.is_float())
+            .collect();
+        if !saved.is_empty() {
+            return self.jvp_saving(b, cx, &saved);
+        }
         // tan_f(primals..., present tangents...) -> tangents of float outputs.
         let present: Vec<bool> = cx.tangents.iter().map(Option::is_some).collect();
         let tan_f = rewrite::jvp(f, format!("{}_jvp", f.name), &present, false, TangentOuts::Float)?;
@@ -224,6 +289,7 @@ impl crate::ad::Diff for Checkpoint {
     }
 
     fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        // Only a tangent map (emitted by `jvp`, policy `Nothing`) is linear.
         let g = &self.func;
         let linear: Vec<usize> = (0..cx.inputs.len()).filter(|&i| cx.is_linear(i)).collect();
         // vjp of g in its linear operands, only the cotangent outputs.
@@ -264,6 +330,57 @@ impl crate::ad::Diff for Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// The JVP under a saving policy: the forward pass runs `func` extended
+    /// with the `saved` values as outputs (and stands for the equation's
+    /// results), and the tangent map reads them as operands instead of
+    /// recomputing them: `tan(primals..., saved..., tangents...)`.
+    fn jvp_saving(
+        &self,
+        b: &mut Builder,
+        cx: &crate::ad::JvpCx<'_>,
+        saved: &[Value],
+    ) -> Result<Vec<Option<Value>>, IrError> {
+        let f = &self.func;
+        let n_out = f.outputs.len();
+        let mut aug = (**f).clone();
+        aug.name = format!("{}_saving", f.name);
+        aug.outputs.extend_from_slice(saved);
+        let fwd = b.checkpoint_with(Arc::new(aug), cx.primals, Policy::Nothing)?;
+        cx.replace_outputs(fwd[..n_out].to_vec());
+
+        let mut tb = Builder::new(format!("{}_jvp", f.name));
+        let ps: Vec<Value> = f.params.iter().map(|&p| tb.param_like(f, p)).collect();
+        let mut given: Vec<Option<Value>> = vec![None; f.n_values()];
+        for &v in saved {
+            let sv = tb.param(f.ty(v).clone());
+            tb.set_name(sv, format!("{}_saved", f.name_of(v).unwrap_or("dot")));
+            given[v.index()] = Some(sv);
+        }
+        let ts: Vec<Option<Value>> =
+            cx.tangents.iter().zip(&f.params).map(|(t, &p)| t.map(|_| tb.param(f.ty(p).clone()))).collect();
+        let (_, touts) = crate::ad::jvp_inline_given(&mut tb, f, &ps, &ts, &given)?;
+        let float_outs: Vec<usize> = (0..n_out).filter(|&i| f.ty(f.outputs[i]).dtype.is_float()).collect();
+        let mut results = Vec::with_capacity(float_outs.len());
+        for &i in &float_outs {
+            results.push(match touts[i] {
+                Some(t) => t,
+                None => tb.zeros(f.ty(f.outputs[i]))?,
+            });
+        }
+        let tan_f = crate::opt::simplify(&tb.finish(&results)?);
+        let mut args = cx.primals.to_vec();
+        args.extend_from_slice(&fwd[n_out..]);
+        args.extend(cx.tangents.iter().flatten());
+        let tan_outs = b.checkpoint(Arc::new(tan_f), &args)?;
+        let mut res = vec![None; n_out];
+        for (&i, v) in float_outs.iter().zip(tan_outs) {
+            res[i] = Some(v);
+        }
+        Ok(res)
+    }
+}
+
 // Batching rules: vmap the callee with the operands' batch dims as in_axes
 // (every result batched at 0) and call it; a checkpoint stays a checkpoint.
 mod batching {
@@ -285,7 +402,7 @@ mod batching {
     impl Batch for Checkpoint {
         fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
             let f = batched_callee(&self.func, cx)?;
-            Ok(b.checkpoint(f, cx.args)?.into_iter().map(|o| (o, Some(0))).collect())
+            Ok(b.checkpoint_with(f, cx.args, self.policy)?.into_iter().map(|o| (o, Some(0))).collect())
         }
     }
 }

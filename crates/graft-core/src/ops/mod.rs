@@ -1,9 +1,14 @@
-//! Every primitive of graft, one op family per file.
+//! Every primitive of graft, one op family per file (a folder once a family
+//! outgrows one file: `scan/`, `while_loop/`, `mathfn/`).
 //!
 //! A family file holds, for each of its primitives: the parameter type, the
-//! shape rule (`infer`), the kernel, and the builder entry point. Later
-//! transforms add their rules (jvp, vjp, batching) to the same [`Op`] trait,
-//! so the compiler walks every family through every new rule.
+//! [`Op`] impl (name, printed parameters, the shape rule `infer`, the
+//! interpreter kernel), the builder entry point, and its rules for the two
+//! other traits every primitive implements: [`crate::ad::Diff`] (JVP and
+//! transpose) and [`crate::batch::Batch`] (vmap). None of the traits has
+//! default rules, so a family that lacks one fails the build. What families
+//! share lives beside them: `kernel.rs` (block loops, dtype dispatch, SIMD),
+//! `monoid.rs` (combiners), `remat.rs` (the loops' rematerialisation policy).
 //!
 //! Adding a primitive: add it to its family file (or a new file) and, for a
 //! new family, one line in `define_prims!` below. See docs/adding-a-primitive.md.

@@ -49,5 +49,11 @@ pub(crate) fn renumber(f: &Func, keep: &[bool]) -> Func {
         .iter()
         .map(|v| map[v.index()].expect("internal error: an output is defined by a dropped equation"))
         .collect();
-    Func { name: f.name.clone(), types, params, eqns, outputs }
+    let mut names = crate::ir::Names::default();
+    for (v, nv) in map.iter().enumerate() {
+        if let (Some(nv), Some(name)) = (nv, f.names.get(Value(v as u32))) {
+            names.set(*nv, name.clone());
+        }
+    }
+    Func { name: f.name.clone(), types, params, eqns, outputs, names }
 }

@@ -131,6 +131,7 @@ pub fn fold_constants(f: &Func, eval: impl FnOnce(Func) -> Option<Vec<Tensor>>) 
         params: Vec::new(),
         eqns: f.eqns.iter().zip(&eval_eqns).filter(|(_, k)| **k).map(|(e, _)| e.clone()).collect(),
         outputs: needed.clone(),
+        names: Default::default(),
     };
     let values = eval(super::dce(&sub))?;
     if values.len() != needed.len() || values.iter().zip(&needed).any(|(t, &v)| t.ty() != *f.ty(v)) {
@@ -160,6 +161,7 @@ pub fn fold_constants(f: &Func, eval: impl FnOnce(Func) -> Option<Vec<Tensor>>) 
         params: f.params.clone(),
         eqns,
         outputs: f.outputs.clone(),
+        names: f.names.clone(),
     };
     // Drops the values no equation defines any more.
     Some(super::dce(&folded))

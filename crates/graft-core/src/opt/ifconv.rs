@@ -39,7 +39,7 @@ fn convert(f: &Func) -> Result<Func, IrError> {
     let mut b = Builder::new(&f.name);
     let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
     for &p in &f.params {
-        map[p.index()] = Some(b.param(f.ty(p).clone()));
+        map[p.index()] = Some(b.param_like(f, p));
     }
     let get = |map: &[Option<Value>], v: Value| {
         map[v.index()].ok_or_else(|| IrError::invalid("if_convert", "operand defined later"))

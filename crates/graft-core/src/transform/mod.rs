@@ -26,6 +26,7 @@
 pub mod rewrite;
 
 pub use crate::ad::Wrt;
+pub use crate::ops::control::Policy;
 pub use rewrite::Staged;
 
 use crate::batch::{place_out_axes, vmap_for_args};
@@ -114,9 +115,13 @@ pub enum Transform {
         /// The parameter.
         wrt: usize,
     },
-    /// Same function; reverse mode saves only its inputs and recomputes its
-    /// intermediates in the backward pass (`jax.checkpoint`).
-    Checkpoint,
+    /// Same function; reverse mode saves only its inputs (and what `policy`
+    /// keeps) and recomputes its other intermediates in the backward pass
+    /// (`jax.checkpoint`).
+    Checkpoint {
+        /// What is saved besides the inputs.
+        policy: Policy,
+    },
     /// Same function; every derivative uses `rule(primals..., tangents of
     /// float params...) -> (outputs..., tangents of float outputs...)`.
     CustomJvp {
@@ -222,7 +227,7 @@ impl fmt::Debug for Transform {
             | Transform::Jacrev { wrt }
             | Transform::Jacobian { wrt }
             | Transform::Hessian { wrt } => write!(f, "{}(wrt={wrt})", self.kind()),
-            Transform::Checkpoint => f.write_str("checkpoint"),
+            Transform::Checkpoint { policy } => write!(f, "checkpoint(policy={policy})"),
             Transform::CustomJvp { rule } => write!(f, "custom_jvp(rule=@{})", rule.name),
             Transform::CustomVjp { fwd, bwd } => write!(f, "custom_vjp(fwd=@{}, bwd=@{})", fwd.name, bwd.name),
         }
@@ -243,7 +248,7 @@ impl Transform {
             Transform::Jacrev { .. } => Kind::Jacrev,
             Transform::Jacobian { .. } => Kind::Jacobian,
             Transform::Hessian { .. } => Kind::Hessian,
-            Transform::Checkpoint => Kind::Checkpoint,
+            Transform::Checkpoint { .. } => Kind::Checkpoint,
             Transform::CustomJvp { .. } => Kind::CustomJvp,
             Transform::CustomVjp { .. } => Kind::CustomVjp,
         }
@@ -310,7 +315,9 @@ impl Transform {
             Transform::Jacrev { wrt } => jac::jacrev(f, *wrt)?,
             Transform::Jacobian { wrt } => jac::jacobian(f, *wrt)?,
             Transform::Hessian { wrt } => jac::hessian(f, *wrt)?,
-            Transform::Checkpoint => wrap(f, "checkpoint", |b, f, args| b.checkpoint(f, args))?,
+            Transform::Checkpoint { policy } => {
+                wrap(f, "checkpoint", |b, f, args| b.checkpoint_with(f, args, *policy))?
+            }
             Transform::CustomJvp { rule } => wrap(f, "custom_jvp", |b, f, args| b.custom_jvp(f, rule.clone(), args))?,
             Transform::CustomVjp { fwd, bwd } => {
                 wrap(f, "custom_vjp", |b, f, args| b.custom_vjp(f, fwd.clone(), bwd.clone(), args))?
@@ -353,7 +360,7 @@ fn wrap(
     emit: impl FnOnce(&mut Builder, Arc<Func>, &[Value]) -> Result<Vec<Value>, IrError>,
 ) -> Result<Func, IrError> {
     let mut b = Builder::new(format!("{what}_{}", f.name));
-    let args: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let args: Vec<Value> = f.params.iter().map(|&p| b.param_like(f, p)).collect();
     let outs = emit(&mut b, Arc::new(f.clone()), &args)?;
     b.finish(&outs)
 }

@@ -80,7 +80,7 @@ pub fn jvp(
     outs: TangentOuts<'_>,
 ) -> Result<Func, IrError> {
     let mut b = Builder::new(name);
-    let primals: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let primals = copy_params(&mut b, f);
     let tangents = tangent_params(&mut b, f, tangent_in);
     let (outs_p, touts) = jvp_inline(&mut b, f, &primals, &tangents)?;
     let mut all = if keep_primal { outs_p.clone() } else { Vec::new() };
@@ -101,23 +101,34 @@ pub fn jvp(
     Ok(opt::simplify(&b.finish(&all)?))
 }
 
-/// Tangent parameters for the params marked in `marked`; marks on integer
-/// parameters are ignored (integers have no tangent).
+/// Tangent parameters for the params marked in `marked` (named `x_dot` for
+/// a parameter `x`); marks on integer parameters are ignored (integers have
+/// no tangent).
 fn tangent_params(b: &mut Builder, f: &Func, marked: &[bool]) -> Vec<Option<Value>> {
     f.params
         .iter()
         .enumerate()
         .map(|(i, &p)| {
-            (marked.get(i).copied().unwrap_or(false) && f.ty(p).dtype.is_float()).then(|| b.param(f.ty(p).clone()))
+            let t = (marked.get(i).copied().unwrap_or(false) && f.ty(p).dtype.is_float())
+                .then(|| b.param(f.ty(p).clone()))?;
+            if let Some(name) = f.name_of(p) {
+                b.set_name(t, format!("{name}_dot"));
+            }
+            Some(t)
         })
         .collect()
+}
+
+/// `f`'s parameters copied into `b`, with their names.
+fn copy_params(b: &mut Builder, f: &Func) -> Vec<Value> {
+    f.params.iter().map(|&p| b.param_like(f, p)).collect()
 }
 
 /// Which outputs of `f` get a (possibly) nonzero tangent when the float
 /// parameters marked in `nz` carry tangents, as the JVP rules decide it.
 pub fn tangent_outputs(f: &Func, nz: &[bool]) -> Result<Vec<bool>, IrError> {
     let mut b = Builder::new(format!("{}_probe", f.name));
-    let ps: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let ps = copy_params(&mut b, f);
     let ts = tangent_params(&mut b, f, nz);
     let (_, touts) = jvp_inline(&mut b, f, &ps, &ts)?;
     Ok(touts.iter().map(Option::is_some).collect())
@@ -129,9 +140,19 @@ pub fn tangent_outputs(f: &Func, nz: &[bool]) -> Result<Vec<bool>, IrError> {
 ///   parameter marked in `wrt`, in parameter order (zeros where none flows).
 pub fn vjp(f: &Func, name: String, wrt: &[bool], ct_in: &[bool], keep_primal: bool) -> Result<Func, IrError> {
     let mut b = Builder::new(name);
-    let primals: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
-    let cts: Vec<Option<Value>> =
-        f.outputs.iter().zip(ct_in).map(|(&o, &c)| c.then(|| b.param(f.ty(o).clone()))).collect();
+    let primals = copy_params(&mut b, f);
+    let cts: Vec<Option<Value>> = f
+        .outputs
+        .iter()
+        .zip(ct_in)
+        .map(|(&o, &c)| {
+            let ct = c.then(|| b.param(f.ty(o).clone()))?;
+            if let Some(name) = f.name_of(o) {
+                b.set_name(ct, format!("{name}_bar"));
+            }
+            Some(ct)
+        })
+        .collect();
     let (outs, grads) = linearize_transpose(&mut b, f, &primals, wrt, &cts)?;
     let mut all = if keep_primal { outs } else { Vec::new() };
     for (i, g) in grads.into_iter().enumerate() {
@@ -225,6 +246,11 @@ fn cut(jf: &Func, n_primal: usize, n_const: Option<usize>, n_out: usize) -> Resu
             res.into_iter().partition(|v| !varying[v.index()])
         }
     };
+    // A stage's parameters that are residuals are named for their role.
+    let mut is_param = vec![false; jf.n_values()];
+    for p in &jf.params {
+        is_param[p.index()] = true;
+    }
     let stage = |name: String,
                  params: &mut dyn Iterator<Item = Value>,
                  eqns: &mut dyn Iterator<Item = &Eqn>,
@@ -232,9 +258,16 @@ fn cut(jf: &Func, n_primal: usize, n_const: Option<usize>, n_out: usize) -> Resu
         let mut b = Builder::new(name);
         let mut map: Vec<Option<Value>> = vec![None; jf.n_values()];
         for p in params {
-            map[p.index()] = Some(b.param(jf.ty(p).clone()));
+            let v = b.param(jf.ty(p).clone());
+            match (jf.name_of(p), is_param[p.index()]) {
+                (Some(name), true) => b.set_name(v, name),
+                (Some(name), false) => b.set_name(v, format!("{name}_resid")),
+                (None, false) => b.set_name(v, "resid"),
+                (None, true) => {}
+            }
+            map[p.index()] = Some(v);
         }
-        copy_eqns(&mut b, eqns, &mut map)?;
+        copy_eqns(&mut b, jf, eqns, &mut map)?;
         let outs: Vec<Value> = outs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
         Ok::<Func, IrError>(opt::simplify(&b.finish(&outs)?))
     };
@@ -271,7 +304,7 @@ pub fn permute_params(f: &Func, order: &[usize]) -> Result<Func, IrError> {
     let mut b = Builder::new(f.name.clone());
     let mut args: Vec<Option<Value>> = vec![None; f.params.len()];
     for &i in order {
-        args[i] = Some(b.param(f.ty(f.params[i]).clone()));
+        args[i] = Some(b.param_like(f, f.params[i]));
     }
     let args: Vec<Value> = args
         .into_iter()
@@ -291,12 +324,16 @@ pub fn transpose_linear(f: &Func, linear: &[bool], ct_present: &[bool]) -> Resul
     let mut primals: Vec<Option<Value>> = vec![None; f.params.len()];
     for (i, &p) in f.params.iter().enumerate() {
         if !linear[i] {
-            primals[i] = Some(b.param(f.ty(p).clone()));
+            primals[i] = Some(b.param_like(f, p));
         }
     }
     let mut cts = Vec::with_capacity(f.outputs.len());
     for (j, &o) in f.outputs.iter().enumerate() {
-        cts.push(ct_present[j].then(|| b.param(f.ty(o).clone())));
+        let ct = ct_present[j].then(|| b.param(f.ty(o).clone()));
+        if let (Some(ct), Some(name)) = (ct, f.name_of(o)) {
+            b.set_name(ct, format!("{name}_bar"));
+        }
+        cts.push(ct);
     }
     for (i, &p) in f.params.iter().enumerate() {
         if linear[i] {

@@ -115,3 +115,54 @@ fn checkpoint_under_second_order() {
         assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     }
 }
+
+/// `Policy::Dots` (jax's `dots_saveable`): the same gradient bits as no
+/// checkpoint and as `Policy::Nothing`, but the backward pass recomputes no
+/// matrix product of the forward pass.
+#[test]
+fn dots_policy_saves_the_products_and_keeps_the_bits() {
+    use graft_core::transform::{Policy, Transform};
+    let block = block_func();
+    let with = |policy: Option<Policy>| {
+        let mut b = Builder::new("mlp");
+        let x = b.param(t64(&[BATCH, WIDTH]));
+        let ws: Vec<Value> = (0..BLOCK).map(|_| b.param(t64(&[WIDTH, WIDTH]))).collect();
+        let mut args = vec![x];
+        args.extend_from_slice(&ws);
+        let h = match policy {
+            Some(p) => b.checkpoint_with(block.clone(), &args, p).unwrap()[0],
+            None => b.inline(&block, &args).unwrap()[0],
+        };
+        let sq = b.mul(h, h).unwrap();
+        let loss = b.reduce_sum(sq, &[0, 1]).unwrap();
+        grad(&b.finish(&[loss]).unwrap(), &Wrt::All).unwrap()
+    };
+    let (plain, nothing, dots) = (with(None), with(Some(Policy::Nothing)), with(Some(Policy::Dots)));
+    let mut rng = Rng(7);
+    let ins: Vec<Tensor> = plain.param_types().iter().map(|t| rng.tensor(t, -0.3, 0.3)).collect();
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let run_bits = |f: &Func| -> Vec<Vec<u64>> {
+        Executable::new(f.clone())
+            .unwrap()
+            .run(&refs)
+            .unwrap()
+            .iter()
+            .map(|t| t.to_vec::<f64>().unwrap().iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    let want = run_bits(&plain);
+    assert_eq!(run_bits(&nothing), want);
+    assert_eq!(run_bits(&dots), want);
+    // Matrix products anywhere in the gradient graph, sub-functions included.
+    fn dots_in(f: &Func) -> usize {
+        use graft_core::Op;
+        f.count_prim("dot_general") + f.eqns.iter().flat_map(|e| e.prim.subfuncs()).map(|g| dots_in(&g)).sum::<usize>()
+    }
+    // Forward: 5 products; backward: 2 per layer. `Nothing` adds the 5 forward
+    // products again inside the backward pass (more with the nested tangent map);
+    // `Dots` reads them back.
+    assert!(dots_in(&dots) < dots_in(&nothing), "dots {} vs nothing {}", dots_in(&dots), dots_in(&nothing));
+    let t = Transform::Checkpoint { policy: Policy::Dots };
+    assert!(format!("{t:?}").contains("dots"));
+    assert!(dots.to_string().contains("func @block_saving("), "the forward pass returns the products: {dots}");
+}

@@ -143,6 +143,7 @@ fn verifier_rejects_wrong_argument_types() {
             loc: None,
         }],
         outputs: vec![graft_core::Value(2)],
+        names: Default::default(),
     };
     let e = verify(&bad).unwrap_err();
     let IrError::Verify { func, eqn, msg } = &e else { panic!("expected a verify error, got {e:?}") };
@@ -156,6 +157,7 @@ fn verifier_rejects_wrong_argument_types() {
         params: vec![graft_core::Value(0), graft_core::Value(1)],
         eqns: vec![],
         outputs: vec![graft_core::Value(2)],
+        names: Default::default(),
     };
     wrong_out.eqns.push(Eqn {
         prim: Prim::from(Call { func: g }),

@@ -298,9 +298,27 @@ impl Lower<'_> {
     }
 
     /// Binds a pattern (let, lambda parameter) to a value.
+    /// Names the tensors of `v` after the name it is bound to (`x`, or
+    /// `x.0`, `x.1` for a tuple's leaves) for `graft ir`, unless they
+    /// already have a name (a value keeps the first name it was bound to).
+    pub fn name_value(&mut self, v: &Val, name: &str) {
+        match v {
+            Val::T(tv) if tv.level == self.level() => self.b().name_if_unnamed(tv.v, name),
+            Val::Tuple(items) => {
+                for (i, it) in items.iter().enumerate() {
+                    self.name_value(it, &format!("{name}.{i}"));
+                }
+            }
+            _ => {}
+        }
+    }
+
     pub fn bind_pattern(&mut self, pat: &Pattern, v: Val, env: Env, span: &Span) -> Result<Env, Diagnostic> {
         match &pat.kind {
-            PatternKind::Var(id) => Ok(env.bind(&id.name, v)),
+            PatternKind::Var(id) => {
+                self.name_value(&v, &id.name);
+                Ok(env.bind(&id.name, v))
+            }
             PatternKind::Wildcard => Ok(env),
             PatternKind::Tuple(ps) => {
                 let Val::Tuple(items) = &v else {

@@ -679,6 +679,7 @@ impl<'p> Lower<'p> {
                 env = env.bind(d, Val::Dim(d.as_str().into(), *n));
             }
             for (v, prm) in bound.into_iter().zip(&def.params) {
+                this.name_value(&v, &prm.name.name);
                 env = env.bind(&prm.name.name, v);
             }
             let out = this.expr(&def.body, &env)?;

@@ -941,6 +941,7 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
                 axis: Some(0),
                 in_axes: None,
                 out_axes: None,
+                policy: Default::default(),
                 span: span.clone(),
             };
             let iv = out(l, i);

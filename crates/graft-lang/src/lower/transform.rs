@@ -29,7 +29,7 @@ use super::value::{FnVal, LinearFn, TransformFn, Tree, Tv, Val, WrtSpec};
 use super::{ArgVal, Env, Lower, Standalone};
 use crate::ast::{Arg, Attr, ExprKind, Span, TransformKind};
 use crate::diag::{Diagnostic, Stage};
-use graft_core::transform::{Transform, VmapAxes, Wrt};
+use graft_core::transform::{Policy, Transform, VmapAxes, Wrt};
 use graft_core::{Func, IrError, Value};
 use std::rc::Rc;
 
@@ -60,6 +60,7 @@ pub fn make(
         axis: None,
         in_axes: None,
         out_axes: None,
+        policy: Default::default(),
         span: span.clone(),
     };
     match kind {
@@ -146,6 +147,20 @@ pub fn make(
                     }
                 }
             }
+            (TransformKind::Checkpoint, Some("policy")) => {
+                let v = l.expr(&a.value, env)?;
+                tf.policy = match &v {
+                    Val::Str(s) => Policy::parse(s),
+                    _ => None,
+                }
+                .ok_or_else(|| {
+                    l.err(
+                        Stage::Transform,
+                        &a.value.span,
+                        format!("`policy` is \"nothing\" or \"dots\", found {}", v.describe()),
+                    )
+                })?;
+            }
             (TransformKind::Vmap, Some("in_axes")) => tf.in_axes = Some(l.expr(&a.value, env)?),
             (TransformKind::Vmap, Some("out_axes")) => tf.out_axes = Some(l.expr(&a.value, env)?),
             (_, name) => {
@@ -168,7 +183,7 @@ pub fn usage(kind: TransformKind) -> &'static str {
         TransformKind::Grad => "grad(f) or grad(f, wrt=(a, b))",
         TransformKind::ValueAndGrad => "value_and_grad(f) or value_and_grad(f, wrt=(a, b))",
         TransformKind::Vmap => "vmap(f, axis=0) or vmap(f, in_axes=(0, none), out_axes=0)",
-        TransformKind::Checkpoint => "checkpoint(f)",
+        TransformKind::Checkpoint => "checkpoint(f) or checkpoint(f, policy=\"dots\")",
         TransformKind::Jacfwd => "jacfwd(f) or jacfwd(f, wrt=x)",
         TransformKind::Jacrev => "jacrev(f) or jacrev(f, wrt=x)",
         TransformKind::Jacobian => "jacobian(f) or jacobian(f, wrt=x)",
@@ -445,7 +460,7 @@ fn apply_inner(
         TransformKind::Checkpoint => {
             let pr = prepare(l, f, args, span)?;
             let st = lower_fn(l, f, &pr.trees, &pr.spans, span)?;
-            let g = apply_core(l, &Transform::Checkpoint, &st.func, desc, span)?;
+            let g = apply_core(l, &Transform::Checkpoint { policy: tf.policy }, &st.func, desc, span)?;
             l.set_span(span);
             let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
             Ok(rebuild(l, &st.out, &outs))
@@ -979,6 +994,7 @@ pub fn call_attr_def(
             axis: None,
             in_axes: None,
             out_axes: None,
+            policy: Default::default(),
             span: attrs[0].span.clone(),
         };
         let av =

@@ -174,6 +174,8 @@ pub struct TransformFn {
     pub in_axes: Option<Val>,
     /// `vmap`: `out_axes=`.
     pub out_axes: Option<Val>,
+    /// `checkpoint`: `policy=` (`"nothing"` or `"dots"`).
+    pub policy: graft_core::transform::Policy,
     /// Where the transform was written.
     pub span: Span,
 }
