@@ -3,7 +3,8 @@
 //! dimension sizes are checked by instantiation). Nothing is cast: a number
 //! literal takes the declared dtype only where it is exactly a value of it
 //! (an integer in range for an integer type, or exactly representable in a
-//! float type; a decimal for a float type, finite there).
+//! float type; a decimal for a float type, finite there), and `true`/`false`
+//! are the literals of bool parameters only.
 //!
 //! Every error about an input is a diagnostic located at the parameter's
 //! declaration (`error[input]`, exit code 1); a `--input`/`--shapes` that is
@@ -178,18 +179,39 @@ impl<'a> Entry<'a> {
             self.at(
                 p,
                 format!("input `{name}`: `{v}` is neither a .npy/.npz path nor a literal"),
-                &["help: give a number (`2`, `-0.5`, `1e-3`), an array like `[[1, 2], [3, 4]]`, or a path ending in .npy or .npz".into()],
+                &["help: give a number (`2`, `-0.5`, `1e-3`), `true`/`false`, an array like `[[1, 2], [3, 4]]`, or a path ending in .npy or .npz".into()],
             )
         })?;
         let mut shape = Vec::new();
         let mut data = Vec::new();
         literal(&e, &mut shape, 0, &mut data).ok_or_else(|| {
-            self.at(p, format!("input `{name}`: `{v}` is not a number or a rectangular array of numbers"), &[])
+            self.at(
+                p,
+                format!("input `{name}`: `{v}` is not a number, a bool or a rectangular array of one of them"),
+                &[],
+            )
         })?;
         let never = "note: inputs are never cast".to_string();
         let bad = |what: String, notes: &[String]| self.at(p, format!("input `{name}`: {what}"), notes);
+        // Bool literals are for bool parameters and numbers for numeric
+        // ones (no `0`/`1` for bools, no `true` for numbers: nothing is cast).
+        if let Some(x) = data.iter().find(|x| matches!(x, Num::Bool(_)) != (dt == DType::Bool)) {
+            return Err(match *x {
+                Num::Bool(b) => bad(format!("`{b}` is a bool literal, but `{name}` is {dt}"), &[never]),
+                Num::Int(i) => bad(
+                    format!("`{i}` is a number, but `{name}` is bool"),
+                    &["help: give `true` or `false`".into(), never],
+                ),
+                Num::Float(f) => bad(
+                    format!("`{}` is a number, but `{name}` is bool", show_float(f)),
+                    &["help: give `true` or `false`".into(), never],
+                ),
+            });
+        }
         let storage = match dt {
-            DType::Bool => return Err(bad("bool inputs are given as .npy or .npz files".into(), &[])),
+            DType::Bool => {
+                graft_core::tensor::Storage::Bool(data.iter().map(|x| matches!(x, Num::Bool(true))).collect())
+            }
             DType::I32 | DType::I64 => {
                 let mut out = Vec::with_capacity(data.len());
                 for x in &data {
@@ -201,6 +223,7 @@ impl<'a> Entry<'a> {
                                 &[never],
                             ))
                         }
+                        Num::Bool(_) => unreachable!("internal error: bool literals were rejected above"),
                     }
                 }
                 if dt == DType::I32 {
@@ -219,6 +242,7 @@ impl<'a> Entry<'a> {
                 let mut out = Vec::with_capacity(data.len());
                 for x in &data {
                     out.push(match *x {
+                        Num::Bool(_) => unreachable!("internal error: bool literals were rejected above"),
                         Num::Float(f) => f,
                         Num::Int(i) => {
                             let f = i as f64;
@@ -237,6 +261,7 @@ impl<'a> Entry<'a> {
                 let mut out = Vec::with_capacity(data.len());
                 for x in &data {
                     out.push(match *x {
+                        Num::Bool(_) => unreachable!("internal error: bool literals were rejected above"),
                         Num::Float(f) => {
                             let y = f as f32;
                             if !y.is_finite() {
@@ -411,11 +436,12 @@ fn parse_type(s: &str) -> Result<TensorType, Fail> {
     Ok(TensorType::new(dtype, shape))
 }
 
-/// A number literal as written: integers stay exact.
+/// A literal element as written: integers stay exact.
 #[derive(Clone, Copy)]
 enum Num {
     Int(i64),
     Float(f64),
+    Bool(bool),
 }
 
 fn literal(e: &ast::Expr, shape: &mut Vec<usize>, depth: usize, data: &mut Vec<Num>) -> Option<()> {
@@ -428,6 +454,10 @@ fn literal(e: &ast::Expr, shape: &mut Vec<usize>, depth: usize, data: &mut Vec<N
             (shape.len() == depth).then_some(())?;
             data.push(Num::Float(*f));
         }
+        ExprKind::Bool(b) => {
+            (shape.len() == depth).then_some(())?;
+            data.push(Num::Bool(*b));
+        }
         ExprKind::Unary { op: UnOp::Neg, operand } => {
             let n = data.len();
             literal(operand, shape, depth, data)?;
@@ -435,6 +465,7 @@ fn literal(e: &ast::Expr, shape: &mut Vec<usize>, depth: usize, data: &mut Vec<N
                 *x = match *x {
                     Num::Int(i) => Num::Int(i.checked_neg()?),
                     Num::Float(f) => Num::Float(-f),
+                    Num::Bool(_) => return None,
                 };
             }
         }

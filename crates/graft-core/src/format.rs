@@ -183,15 +183,31 @@ fn positional(v: f64, single: bool) -> String {
 }
 
 /// Scientific notation with the mantissa's fraction zero-padded to `min_frac` digits.
+///
+/// A mantissa with more than PRECISION fractional digits is rounded together
+/// with its exponent (`{:.8e}`), so a carry out of the leading digit moves
+/// into the exponent: 9.9999999995e-11 prints `1.e-10`, as NumPy prints it,
+/// never `10.e-11` (rounding the mantissa alone would give two digits
+/// before the point).
 fn scientific(v: f64, single: bool, min_frac: usize) -> String {
-    let s = if single { format!("{:e}", v as f32) } else { format!("{v:e}") };
-    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
-    let mut mant = mant.to_string();
-    if let Some(dot) = mant.find('.') {
-        if mant.len() - dot - 1 > PRECISION {
-            mant = format!("{:.PRECISION$}", mant.parse::<f64>().unwrap_or(v)).trim_end_matches('0').to_string();
+    let shortest = if single { format!("{:e}", v as f32) } else { format!("{v:e}") };
+    let too_long = shortest
+        .split_once('e')
+        .map_or(shortest.as_str(), |(m, _)| m)
+        .split_once('.')
+        .is_some_and(|(_, frac)| frac.len() > PRECISION);
+    let s = if too_long {
+        let r = if single { format!("{:.PRECISION$e}", v as f32) } else { format!("{v:.PRECISION$e}") };
+        match r.split_once('e') {
+            Some((m, e)) => format!("{}e{e}", m.trim_end_matches('0')),
+            None => r,
         }
     } else {
+        shortest
+    };
+    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let mut mant = mant.to_string();
+    if !mant.contains('.') {
         mant.push('.');
     }
     let cur = mant.find('.').map_or(0, |p| mant.len() - p - 1);
@@ -200,4 +216,26 @@ fn scientific(v: f64, single: bool, min_frac: usize) -> String {
     }
     let e: i32 = exp.parse().unwrap_or(0);
     format!("{mant}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn show(v: Vec<f64>) -> String {
+        format_tensor(&Tensor::from_vec(vec![v.len()], v).expect("a vector"))
+    }
+
+    /// Rounding to PRECISION digits that carries into a new leading digit
+    /// bumps the exponent (NumPy prints these the same way).
+    #[test]
+    fn a_rounding_carry_moves_into_the_exponent() {
+        assert_eq!(show(vec![9.9999999995e-11]), "[1.e-10]");
+        assert_eq!(show(vec![9.9999999995e-11, 1.0]), "[1.e-10 1.e+00]");
+        assert_eq!(show(vec![-9.99999999999e-5, 2.0]), "[-1.e-04  2.e+00]");
+        assert_eq!(show(vec![9.9999999996e20]), "[1.e+21]");
+        assert_eq!(show(vec![9.999999994e-5, 1.0]), "[9.99999999e-05 1.00000000e+00]");
+        assert_eq!(show(vec![0.999999999996, 1.5]), "[1.  1.5]");
+        assert_eq!(format_tensor(&Tensor::scalar(9.9999999995e-11f64)), "1.e-10");
+    }
 }

@@ -391,20 +391,20 @@ fn input_errors_point_at_the_parameter_declaration() {
         ),
         (
             run("vecs", &["x=[[1.0], [2.0, 3.0]]".into(), w.clone()]),
-            "is not a number or a rectangular array of numbers",
+            "is not a number, a bool or a rectangular array of one of them",
             "5:10",
             VECS,
         ),
         (
             run("vecs", &["x=foo(1)".into(), w.clone()]),
-            "is not a number or a rectangular array of numbers",
+            "is not a number, a bool or a rectangular array of one of them",
             "5:10",
             VECS,
         ),
-        // Types that cannot be given as literals.
+        // Numbers are not bools (nothing is cast); a tuple cannot be given as a literal.
         (
             run("flags", &["b=1".into()]),
-            "input `b`: bool inputs are given as .npy or .npz files",
+            "input `b`: `1` is a number, but `b` is bool",
             "7:11",
             "def flags(b: bool) -> bool = b",
         ),
@@ -761,4 +761,58 @@ fn disable_compile_env_runs_op_by_op_with_the_same_output() {
         let op_by_op = stdout(graft().env("GRAFT_DISABLE_COMPILE", "1").arg("run").arg(examples().join(file)));
         assert_eq!(compiled, op_by_op, "{file}");
     }
+}
+
+/// Bool literals are inputs of bool parameters (scalars and arrays), and
+/// only of those: a number for a bool, or a bool for a number, is a located
+/// error (nothing is cast).
+#[test]
+fn bool_literal_inputs_are_for_bool_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("b.graft"), "def mask(x: tensor[2, bool], b: bool) -> (tensor[2, bool], bool) = (x, b)\n\ndef num(x: tensor[2, f32]) -> tensor[2, f32] = x\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = graft().current_dir(d).arg("run").arg("b.graft").args(args).output().expect("runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&["--entry", "mask", "--input", "x=[true, false]", "--input", "b=true"]);
+    assert_eq!((code, out.as_str()), (Some(0), "0: [ True False]\n1: True\n"), "{err}");
+    let (code, out, err) = run(&["--entry", "mask", "--input", "x=[true, 0]", "--input", "b=true"]);
+    assert_eq!(code, Some(1));
+    assert!(out.is_empty());
+    assert!(
+        err.contains("input `x`: `0` is a number, but `x` is bool") && err.contains("give `true` or `false`"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--entry", "num", "--input", "x=[true, false]"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("input `x`: `true` is a bool literal, but `x` is f32") && err.contains("b.graft:3:9"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--entry", "mask", "--input", "x=[-true, false]", "--input", "b=true"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is not a number, a bool or a rectangular array of one of them"), "{err}");
+}
+
+/// f64 values whose rounding to 8 significant fractional digits carries into
+/// a new leading digit print with the exponent bumped (`1.e-10`), as NumPy
+/// prints them, never with a two-digit mantissa (`10.e-11`).
+#[test]
+fn printing_rounds_a_carry_into_the_exponent() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("p.graft"),
+        "def main() {\n  let c: f64 = 9.9999999995e-11\n  let big: f64 = 9.9999999996e20\n  let neg: f64 = -9.99999999999e-5\n  let pos: tensor[2, f64] = [0.999999999996, 1.5]\n  (c, [c, 1.0], big, [neg, 2.0], pos)\n}\n\ndef lp(x: tensor[1, f64]) -> tensor[1, f64] = log1p(x)\n",
+    )
+    .unwrap();
+    let s = stdout(graft().current_dir(d).args(["run", "p.graft"]));
+    assert_eq!(s, "0: 1.e-10\n1: [1.e-10 1.e+00]\n2: 1.e+21\n3: [-1.e-04  2.e+00]\n4: [1.  1.5]\n");
+    let s = stdout(graft().current_dir(d).args(["run", "p.graft", "--entry", "lp", "--input", "x=[1e-10]"]));
+    assert_eq!(s, "[1.e-10]\n");
 }

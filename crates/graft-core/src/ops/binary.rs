@@ -127,6 +127,27 @@ fn fmin<T: Real>(a: T, b: T) -> T {
     }
 }
 
+impl Binary {
+    /// This op's f64 kernel applied to one pair of elements: what an f64
+    /// kernel of [`float_binary`] computes (each arm is the closure that
+    /// kernel uses). Front ends fold constants with it. `None` for `and`
+    /// and `or`, which have no float kernel.
+    pub fn eval_f64(self, a: f64, b: f64) -> Option<f64> {
+        Some(match self {
+            Binary::Add => a + b,
+            Binary::Sub => a - b,
+            Binary::Mul => a * b,
+            Binary::Div => a / b,
+            Binary::Rem => a % b,
+            Binary::Pow => a.powf(b),
+            Binary::Max => fmax(a, b),
+            Binary::Min => fmin(a, b),
+            Binary::Atan2 => a.atan2(b),
+            Binary::And | Binary::Or => return None,
+        })
+    }
+}
+
 /// Float binary block: one `match` on the op, then a monomorphic loop.
 /// Inlined so the loop is compiled at each [`simd`] level.
 #[inline(always)]

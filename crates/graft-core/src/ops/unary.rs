@@ -129,6 +129,16 @@ impl Unary {
             Unary::Not => x, // rejected by the shape rule for floats
         }
     }
+
+    /// This op's f64 kernel applied to one element: bit for bit what an f64
+    /// tensor's kernel computes for `x` (the vectorised slice functions of
+    /// `ops::mathfn` equal their scalar versions element by element).
+    /// Front ends fold constants with it, so a folded literal is exactly
+    /// the value the f64 kernel would give at run time. `None` for `not`,
+    /// which has no float kernel.
+    pub fn eval_f64(self, x: f64) -> Option<f64> {
+        (self != Unary::Not).then(|| self.apply(x))
+    }
 }
 
 /// Float block: one `match` on the op outside the loop, so each arm is a

@@ -91,22 +91,66 @@ fn widen(l: &mut Lower<'_>, v: &Val, span: &Span) -> Result<Val, Diagnostic> {
     })
 }
 
-/// `scan(f, init, xs)` with `f(carry, x) -> (carry, y)`: `(final_carry, ys)`.
-pub fn scan(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
-    match scan_at(l, f, init, xs, span, false) {
-        Err(e) if has_float_literal(&init.val) => scan_at(l, f, init, xs, span, true).map_err(|_| e),
-        r => r,
+/// A loop's failure: the diagnostic, and whether it is the body changing
+/// the carry's shape (see [`retry_wide`]).
+struct LoopErr {
+    diag: Box<Diagnostic>,
+    carry_shape_changes: bool,
+}
+
+impl From<Diagnostic> for LoopErr {
+    fn from(diag: Diagnostic) -> LoopErr {
+        LoopErr { diag: Box::new(diag), carry_shape_changes: false }
     }
 }
 
-fn scan_at(
-    l: &mut Lower<'_>,
-    f: &ArgVal,
-    init: &ArgVal,
-    xs: &ArgVal,
-    span: &Span,
-    wide: bool,
-) -> Result<Val, Diagnostic> {
+/// Lowers a loop with f32 float literals in its carry, then, if that fails
+/// and the carry has float literals, again with f64 ones. The first error
+/// is reported, unless the f64 attempt got as far as finding that the body
+/// changes the carry's *shape*: no dtype can fix that, so it is the real
+/// problem (`fori(3, fn (i, c) -> c + x, 0.0)` with an f64 `x` fails in f32
+/// on the dtypes, but the carry goes from a scalar to `x`'s shape).
+fn retry_wide(init: &ArgVal, mut at: impl FnMut(bool) -> Result<Val, LoopErr>) -> Result<Val, Diagnostic> {
+    match at(false) {
+        Ok(v) => Ok(v),
+        Err(e) if has_float_literal(&init.val) => match at(true) {
+            Ok(v) => Ok(v),
+            Err(w) if w.carry_shape_changes && !e.carry_shape_changes => Err(*w.diag),
+            Err(_) => Err(*e.diag),
+        },
+        Err(e) => Err(*e.diag),
+    }
+}
+
+/// The error for a loop body whose result is not the carry's type: both
+/// types, at the body, with the initial carry pointed at.
+fn carry_changes(l: &Lower<'_>, what: &str, f: &ArgVal, init: &ArgVal, init_t: &Tree, got: &Tree) -> LoopErr {
+    let diag = l
+        .err(
+            Stage::Type,
+            &f.span,
+            format!("the body of `{what}` changes the carry's type: it starts as {init_t} and comes back as {got}"),
+        )
+        .with_secondary(init.span.clone(), format!("the initial carry is {init_t}"));
+    LoopErr { diag: Box::new(diag), carry_shape_changes: !same_shapes(init_t, got) }
+}
+
+/// Whether two trees have one structure and the same shapes at their
+/// leaves (dtypes aside).
+fn same_shapes(a: &Tree, b: &Tree) -> bool {
+    match (a, b) {
+        (Tree::Leaf(x), Tree::Leaf(y)) => x.shape == y.shape,
+        (Tree::Tuple(xs), Tree::Tuple(ys)) => xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same_shapes(x, y)),
+        _ => false,
+    }
+}
+
+/// `scan(f, init, xs)` with `f(carry, x) -> (carry, y)`: `(final_carry, ys)`.
+pub fn scan(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
+    retry_wide(init, |wide| scan_at(l, f, init, xs, span, wide))
+}
+
+fn scan_at(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span, wide: bool) -> Result<Val, LoopErr> {
     let fv = func_arg(l, f, "the first argument of `scan`")?;
     let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
     let (xs_l, xs_t) = l.flatten(&xs.val, &xs.span)?;
@@ -114,56 +158,46 @@ fn scan_at(
     let mut per = Vec::new();
     for t in xs_t.leaves() {
         if t.rank() == 0 {
-            return Err(l.err(
-                Stage::Type,
-                &xs.span,
-                format!("`scan` walks the leading axis of `xs`, but a part of it is the scalar {t}"),
-            ));
+            return Err(l
+                .err(
+                    Stage::Type,
+                    &xs.span,
+                    format!("`scan` walks the leading axis of `xs`, but a part of it is the scalar {t}"),
+                )
+                .into());
         }
         match n {
             None => n = Some(t.shape[0]),
             Some(m) if m != t.shape[0] => {
-                return Err(l.err(
-                    Stage::Type,
-                    &xs.span,
-                    format!("the parts of `xs` disagree on the leading axis: {m} and {}", t.shape[0]),
-                ))
+                return Err(l
+                    .err(
+                        Stage::Type,
+                        &xs.span,
+                        format!("the parts of `xs` disagree on the leading axis: {m} and {}", t.shape[0]),
+                    )
+                    .into())
             }
             _ => {}
         }
         per.push(TensorType::new(t.dtype, t.shape[1..].to_vec()));
     }
     let Some(n) = n else {
-        return Err(l.err(Stage::Type, &xs.span, "`scan` needs at least one tensor in `xs`"));
+        return Err(l.err(Stage::Type, &xs.span, "`scan` needs at least one tensor in `xs`").into());
     };
     let mut it = per.into_iter();
     let x_tree = retype(&xs_t, &mut it);
     let st = lower_call(l, &fv, &[init_t.clone(), x_tree], span)?;
-    let Tree::Tuple(parts) = &st.out else {
-        return Err(l.err(
-            Stage::Type,
-            &f.span,
-            format!("the body of `scan` must return (carry, y), but it returns {}", st.out),
-        ));
+    let pair = match &st.out {
+        Tree::Tuple(parts) if parts.len() == 2 => Some(parts),
+        _ => None,
     };
-    if parts.len() != 2 {
-        return Err(l.err(
-            Stage::Type,
-            &f.span,
-            format!("the body of `scan` must return (carry, y), but it returns {}", st.out),
-        ));
-    }
-    if parts[0] != init_t {
+    let Some(parts) = pair else {
         return Err(l
-            .err(
-                Stage::Type,
-                &f.span,
-                format!(
-                    "the body of `scan` changes the carry's type: it starts as {init_t} and comes back as {}",
-                    parts[0]
-                ),
-            )
-            .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
+            .err(Stage::Type, &f.span, format!("the body of `scan` must return (carry, y), but it returns {}", st.out))
+            .into());
+    };
+    if parts[0] != init_t {
+        return Err(carry_changes(l, "scan", f, init, &init_t, &parts[0]));
     }
     let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;
     let cs = caps(l, &st);
@@ -197,24 +231,14 @@ fn retype(t: &Tree, it: &mut impl Iterator<Item = TensorType>) -> Tree {
 
 /// `fori(n, f, init)` with `f(i, carry) -> carry` (`i` an i32 scalar).
 pub fn fori(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
-    match fori_at(l, n, f, init, span, false) {
-        Err(e) if has_float_literal(&init.val) => fori_at(l, n, f, init, span, true).map_err(|_| e),
-        r => r,
-    }
+    retry_wide(init, |wide| fori_at(l, n, f, init, span, wide))
 }
 
-fn fori_at(
-    l: &mut Lower<'_>,
-    n: &ArgVal,
-    f: &ArgVal,
-    init: &ArgVal,
-    span: &Span,
-    wide: bool,
-) -> Result<Val, Diagnostic> {
+fn fori_at(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span, wide: bool) -> Result<Val, LoopErr> {
     let k = super::expr::static_int(&n.val);
     let dynamic = match k {
         Some(k) if k < 0 => {
-            return Err(l.err(Stage::Type, &n.span, format!("`fori` needs a trip count >= 0, found {k}")))
+            return Err(l.err(Stage::Type, &n.span, format!("`fori` needs a trip count >= 0, found {k}")).into())
         }
         Some(_) => None,
         None => Some(run_time_count(l, n)?),
@@ -224,16 +248,7 @@ fn fori_at(
     let i_t = Tree::Leaf(TensorType::scalar(graft_core::DType::I32));
     let st = lower_call(l, &fv, &[i_t, init_t.clone()], span)?;
     if st.out != init_t {
-        return Err(l
-            .err(
-                Stage::Type,
-                &f.span,
-                format!(
-                    "the body of `fori` changes the carry's type: it starts as {init_t} and comes back as {}",
-                    st.out
-                ),
-            )
-            .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
+        return Err(carry_changes(l, "fori", f, init, &init_t, &st.out));
     }
     let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;
     let cs = caps(l, &st);
@@ -270,44 +285,27 @@ fn run_time_count(l: &mut Lower<'_>, n: &ArgVal) -> Result<Value, Diagnostic> {
 /// `while(cond, body, init)`: `cond(carry) -> bool`, `body(carry) -> carry`;
 /// repeats `body` while `cond` holds and returns the final carry.
 pub fn while_loop(l: &mut Lower<'_>, c: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
-    match while_at(l, c, f, init, span, false) {
-        Err(e) if has_float_literal(&init.val) => while_at(l, c, f, init, span, true).map_err(|_| e),
-        r => r,
-    }
+    retry_wide(init, |wide| while_at(l, c, f, init, span, wide))
 }
 
-fn while_at(
-    l: &mut Lower<'_>,
-    c: &ArgVal,
-    f: &ArgVal,
-    init: &ArgVal,
-    span: &Span,
-    wide: bool,
-) -> Result<Val, Diagnostic> {
+fn while_at(l: &mut Lower<'_>, c: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span, wide: bool) -> Result<Val, LoopErr> {
     let cv = func_arg(l, c, "the first argument of `while`")?;
     let fv = func_arg(l, f, "the second argument of `while`")?;
     let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
     let cst = lower_call(l, &cv, std::slice::from_ref(&init_t), span)?;
     let bool_t = Tree::Leaf(TensorType::scalar(graft_core::DType::Bool));
     if cst.out != bool_t {
-        return Err(l.err(
-            Stage::Type,
-            &c.span,
-            format!("the condition of `while` must return a bool scalar, but it returns {}", cst.out),
-        ));
-    }
-    let bst = lower_call(l, &fv, std::slice::from_ref(&init_t), span)?;
-    if bst.out != init_t {
         return Err(l
             .err(
                 Stage::Type,
-                &f.span,
-                format!(
-                    "the body of `while` changes the carry's type: it starts as {init_t} and comes back as {}",
-                    bst.out
-                ),
+                &c.span,
+                format!("the condition of `while` must return a bool scalar, but it returns {}", cst.out),
             )
-            .with_secondary(init.span.clone(), format!("the initial carry is {init_t}")));
+            .into());
+    }
+    let bst = lower_call(l, &fv, std::slice::from_ref(&init_t), span)?;
+    if bst.out != init_t {
+        return Err(carry_changes(l, "while", f, init, &init_t, &bst.out));
     }
     let cc = caps(l, &cst);
     let bc = caps(l, &bst);

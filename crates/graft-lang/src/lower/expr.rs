@@ -529,21 +529,27 @@ impl Lower<'_> {
         }
     }
 
-    pub fn binary(&mut self, op: BinOp, l: Val, r: Val, ls: &Span, rs: &Span, span: &Span) -> Result<Val, Diagnostic> {
-        if let (Some(a), Some(b)) = (static_scalar(&l), static_scalar(&r)) {
-            if let Some(c) = fold(op, a, b) {
-                return Ok(Val::Const(c));
-            }
-        }
-        let (x, y) = self.unify(&l, &r, span).map_err(|d| {
-            let (lt, rt) = (self.describe_operand(&l), self.describe_operand(&r));
+    /// `l` and `r` as tensors of one dtype for the operator or builtin
+    /// `what` (`` `+` ``, `` `matmul` ``), with a located error that shows
+    /// both operands when they cannot share one.
+    fn unify_operands(
+        &mut self,
+        what: &str,
+        l: &Val,
+        r: &Val,
+        ls: &Span,
+        rs: &Span,
+        span: &Span,
+    ) -> Result<(Value, Value), Diagnostic> {
+        self.unify(l, r, span).map_err(|d| {
+            let (lt, rt) = (self.describe_operand(l), self.describe_operand(r));
             let tensor_like = |v: &Val| matches!(v, Val::T(_) | Val::Const(_) | Val::Array { .. } | Val::Dim(..));
             let help = if matches!(l, Val::Tuple(_)) || matches!(r, Val::Tuple(_)) {
                 "help: arithmetic applies to tensors, not tuples: take an element (`t.0`) or make one tensor with `stack(t)`".to_string()
-            } else if !tensor_like(&l) || !tensor_like(&r) {
-                format!("help: `{}` applies to numbers and tensors only", op.symbol())
+            } else if !tensor_like(l) || !tensor_like(r) {
+                format!("help: {what} applies to numbers and tensors only")
             } else {
-                match (&l, &r) {
+                match (l, r) {
                     (Val::T(a), Val::T(_)) => {
                         let x = self.import(*a);
                         let dt = self.ty(x).dtype;
@@ -552,38 +558,66 @@ impl Lower<'_> {
                     _ => "help: convert the tensor with `cast(x, dtype)` (e.g. `cast(x, f32)`), or write the literal as the tensor's dtype needs (`2.0` for a float, `2` for an integer)".to_string(),
                 }
             };
-            Diagnostic::new(
-                Stage::Type,
-                span.clone(),
-                format!("`{}` needs operands of one dtype, found {lt} and {rt}", op.symbol()),
-            )
-            .with_secondary(ls.clone(), lt)
-            .with_secondary(rs.clone(), rt)
-            .with_note(format!("note: {}", d.message))
-            .with_note(help)
-        })?;
+            Diagnostic::new(Stage::Type, span.clone(), format!("{what} needs operands of one dtype, found {lt} and {rt}"))
+                .with_secondary(ls.clone(), lt)
+                .with_secondary(rs.clone(), rt)
+                .with_note(format!("note: {}", d.message))
+                .with_note(help)
+        })
+    }
+
+    /// The matrix product `l @ r` (NumPy's `matmul` rules), for the operator
+    /// or builtin `what` (`` `@` `` or `` `matmul` ``, which messages name).
+    pub fn matmul(
+        &mut self,
+        what: &str,
+        l: &Val,
+        r: &Val,
+        ls: &Span,
+        rs: &Span,
+        span: &Span,
+    ) -> Result<Val, Diagnostic> {
+        let (x, y) = self.unify_operands(what, l, r, ls, rs, span)?;
         let (tx, ty) = (self.ty(x), self.ty(y));
-        if op == BinOp::MatMul {
-            let ok = tx.rank() >= 1
-                && ty.rank() >= 1
-                && tx.shape[tx.rank() - 1] == if ty.rank() == 1 { ty.shape[0] } else { ty.shape[ty.rank() - 2] };
-            if !ok {
-                return Err(self
-                    .err(
-                        Stage::Type,
-                        span,
-                        format!(
-                            "`@` needs the last dimension of the left operand to match the {} of the right one",
-                            if ty.rank() == 1 { "length" } else { "second-to-last dimension" }
-                        ),
-                    )
-                    .with_secondary(ls.clone(), format!("this is {}", self.show_val_ty(x)))
-                    .with_secondary(rs.clone(), format!("this is {}", self.show_val_ty(y))));
-            }
-            let r = linalg::matmul(self.b(), x, y);
-            let v = self.ir(r, span)?;
-            return Ok(Val::T(self.tv(v)));
+        if tx.rank() == 0 || ty.rank() == 0 {
+            // As `jnp.matmul`: a scalar operand is an error, not a scaling.
+            return Err(self
+                .err(Stage::Type, span, format!("{what} needs operands with at least one axis, found {tx} and {ty}"))
+                .with_secondary(ls.clone(), format!("this is {}", self.show_val_ty(x)))
+                .with_secondary(rs.clone(), format!("this is {}", self.show_val_ty(y)))
+                .with_note("help: scale with `*` instead"));
         }
+        let ok = tx.shape[tx.rank() - 1] == if ty.rank() == 1 { ty.shape[0] } else { ty.shape[ty.rank() - 2] };
+        if !ok {
+            return Err(self
+                .err(
+                    Stage::Type,
+                    span,
+                    format!(
+                        "{what} needs the last dimension of the left operand to match the {} of the right one",
+                        if ty.rank() == 1 { "length" } else { "second-to-last dimension" }
+                    ),
+                )
+                .with_secondary(ls.clone(), format!("this is {}", self.show_val_ty(x)))
+                .with_secondary(rs.clone(), format!("this is {}", self.show_val_ty(y))));
+        }
+        let r = linalg::matmul(self.b(), x, y);
+        let v = self.ir_named(r, what.trim_matches('`'), span)?;
+        Ok(Val::T(self.tv(v)))
+    }
+
+    pub fn binary(&mut self, op: BinOp, l: Val, r: Val, ls: &Span, rs: &Span, span: &Span) -> Result<Val, Diagnostic> {
+        if let (Some(a), Some(b)) = (static_scalar(&l), static_scalar(&r)) {
+            if let Some(c) = fold(op, a, b) {
+                return Ok(Val::Const(c));
+            }
+        }
+        let sym = format!("`{}`", op.symbol());
+        if op == BinOp::MatMul {
+            return self.matmul(&sym, &l, &r, ls, rs, span);
+        }
+        let (x, y) = self.unify_operands(&sym, &l, &r, ls, rs, span)?;
+        let (tx, ty) = (self.ty(x), self.ty(y));
         if graft_core::composite::broadcast::broadcast_shapes("", &tx.shape, &ty.shape).is_err() {
             return Err(self
                 .err(

@@ -22,6 +22,7 @@
 pub mod control;
 pub mod custom;
 pub mod expr;
+pub mod fold;
 pub mod stdlib;
 pub mod transform;
 pub mod value;
@@ -208,6 +209,20 @@ impl<'p> Lower<'p> {
 
     pub fn ir<T>(&self, r: Result<T, IrError>, span: &Span) -> Result<T, Diagnostic> {
         r.map_err(|e| self.ir_err(e, span))
+    }
+
+    /// Like [`Lower::ir`], for a graft-core call made by the builtin `name`:
+    /// the message names the builtin the user wrote (`` `maximum`: shapes
+    /// ... ``), not the primitive or composite that raised it (`max:`).
+    pub fn ir_named<T>(&self, r: Result<T, IrError>, name: &str, span: &Span) -> Result<T, Diagnostic> {
+        r.map_err(|e| {
+            let msg = match &e {
+                IrError::Type(t) => format!("`{name}`: {}; got operands ({})", t.expected, types_str(&t.operands)),
+                IrError::Invalid { msg, .. } => format!("`{name}`: {msg}"),
+                other => format!("`{name}`: {other}"),
+            };
+            Diagnostic::new(Stage::Type, span.clone(), msg)
+        })
     }
 
     /// Attaches `span`'s position to the equations emitted next.

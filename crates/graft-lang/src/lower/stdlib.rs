@@ -1,13 +1,19 @@
 //! The standard library: builtin functions by their jax.numpy names, mapped
-//! onto graft-core composites and builder methods.
+//! onto graft-core composites and builder methods (docs/builtins.md is the
+//! reference; the constant folding of literals is in `fold.rs`).
 //!
-//! Conventions (see docs/language.md): reductions take `axis` (an integer,
-//! a negative integer, a dimension name, or a tuple) and `keepdims`, and
-//! reduce everything without an axis; `softmax`/`log_softmax` default to the
-//! last axis; creation and random functions default to f32; `split(k)`
-//! returns a pair of keys; `gather(table, idx)` takes rows like `jnp.take`;
-//! `conv2d` is NCHW/OIHW cross-correlation; `max_pool2d(x, k)` uses stride k.
-//! `tabulate(n, f)` is `vmap(f)` over `arange(n)` (no loop).
+//! Conventions: every axis argument is resolved one way ([`Axes`]): an
+//! integer (negative from the end), a dimension name (the axis carrying it,
+//! else the one axis of its size), or for reductions a tuple of those; an
+//! explicit `none` means the same as leaving an optional argument out where
+//! [`none_is_default`] says so. Reductions reduce everything without an
+//! axis; `softmax`/`log_softmax`/`cumsum` default to the last axis;
+//! creation and random functions default to f32; `split(k)` returns a pair
+//! of keys; `gather(table, idx)` takes rows like `jnp.take`; `conv2d` is
+//! NCHW/OIHW cross-correlation; `max_pool2d(x, k)` uses stride k.
+//! `tabulate(n, f)` is `vmap(f)` over `arange(n)` (no loop). Options out of
+//! range are errors, never clamped, and every error names the builtin
+//! ([`call`]).
 
 use super::expr::static_int;
 use super::value::{ArrKind, Const, FnVal, TransformFn, Tv, Val, WrtSpec};
@@ -123,6 +129,27 @@ pub fn names() -> impl Iterator<Item = &'static str> {
     BUILTINS.iter().map(|(n, _)| *n)
 }
 
+/// Parameters for which an explicit `none` means the same as leaving the
+/// argument out: every optional `axis` (as in jax.numpy, where `axis=None`
+/// is the default spelled out) and the parameters whose default is `none`.
+/// `expand_dims` needs its axis, and `concat`/`stack` take one integer axis
+/// (`jnp.concatenate(axis=None)` flattens first, which graft does not do),
+/// so an explicit `none` there is an error rather than a silent axis 0.
+fn none_is_default(name: &str, p: &str) -> bool {
+    match p {
+        "axis" => !matches!(name, "expand_dims" | "concat" | "stack"),
+        _ => matches!(
+            (name, p),
+            ("transpose", "perm")
+                | ("arange", "stop")
+                | ("arange", "dtype")
+                | ("split", "n")
+                | ("conv2d", "bias")
+                | ("layer_norm", "beta")
+        ),
+    }
+}
+
 /// Arguments matched to a builtin's parameters.
 struct A {
     name: &'static str,
@@ -175,15 +202,23 @@ impl A {
         self.params.iter().position(|q| *q == p).expect("internal error: builtins ask only for their own parameters")
     }
 
+    /// The argument of `p`, if given (an explicit `none` counts as not
+    /// given where [`none_is_default`] says so).
     fn opt(&self, p: &str) -> Option<&ArgVal> {
-        self.slots[self.idx(p)].as_ref()
+        let a = self.slots[self.idx(p)].as_ref()?;
+        if matches!(a.val, Val::None) && none_is_default(self.name, p) {
+            return None;
+        }
+        Some(a)
+    }
+
+    fn missing(&self, l: &Lower<'_>, p: &str) -> Diagnostic {
+        l.err(Stage::Type, &self.span, format!("`{}` needs the argument `{p}`", self.name))
+            .with_note(format!("note: its parameters are {}", self.params.join(", ")))
     }
 
     fn req(&self, l: &Lower<'_>, p: &str) -> Result<&ArgVal, Diagnostic> {
-        self.opt(p).ok_or_else(|| {
-            l.err(Stage::Type, &self.span, format!("`{}` needs the argument `{p}`", self.name))
-                .with_note(format!("note: its parameters are {}", self.params.join(", ")))
-        })
+        self.opt(p).ok_or_else(|| self.missing(l, p))
     }
 
     /// A tensor argument; literals become f32 when `float`, else their default.
@@ -195,36 +230,73 @@ impl A {
         l.tensor(&a.val, &a.span)
     }
 
+    /// The float arguments `req` (required) and `opt` (optional) of one
+    /// operation as tensors: literals take the dtype of the first tensor
+    /// among them, as operands of a binary operator do (f32 when all are
+    /// literals); tensors are left as they are (graft-core checks that they
+    /// agree). Returns the required ones and the optional one if given.
+    fn float_operands(
+        &self,
+        l: &mut Lower<'_>,
+        req: [&str; 2],
+        opt: &str,
+    ) -> Result<(Value, Value, Option<Value>), Diagnostic> {
+        for p in req {
+            self.req(l, p)?;
+        }
+        let ps = [req[0], req[1], opt];
+        let mut dt = DType::F32;
+        for p in ps {
+            if let Some(ArgVal { val: Val::T(tv), .. }) = self.opt(p) {
+                let v = l.import(*tv);
+                dt = l.ty(v).dtype;
+                break;
+            }
+        }
+        let mut out = Vec::new();
+        for p in ps {
+            out.push(match self.opt(p).cloned() {
+                None => None,
+                Some(a @ ArgVal { val: Val::T(_), .. }) => Some(l.tensor(&a.val, &a.span)?),
+                Some(a) => Some(l.tensor_as(&a.val, dt, &a.span)?),
+            });
+        }
+        let need = "internal error: required arguments were checked above";
+        Ok((out[0].expect(need), out[1].expect(need), out[2]))
+    }
+
     fn int(&self, l: &Lower<'_>, p: &str, default: Option<i64>) -> Result<i64, Diagnostic> {
         match self.opt(p) {
-            None => default
-                .ok_or_else(|| l.err(Stage::Type, &self.span, format!("`{}` needs the argument `{p}`", self.name))),
+            None => default.ok_or_else(|| self.missing(l, p)),
             Some(a) => static_int(&a.val).ok_or_else(|| {
                 l.err(
                     Stage::Type,
                     &a.span,
-                    format!(
-                        "`{p}` of `{}` must be an integer known while compiling, found {}",
-                        self.name,
-                        a.val.describe()
-                    ),
+                    format!("`{p}` must be an integer known while compiling, found {}", a.val.describe()),
                 )
             }),
         }
     }
 
-    fn num(&self, l: &Lower<'_>, p: &str, default: f64) -> Result<f64, Diagnostic> {
+    /// An integer option that must be at least `min` (`stride >= 1`,
+    /// `ddof >= 0`): other values are an error at the argument, never
+    /// clamped.
+    fn int_min(&self, l: &Lower<'_>, p: &str, default: Option<i64>, min: i64) -> Result<i64, Diagnostic> {
+        let k = self.int(l, p, default)?;
+        if k < min {
+            return Err(l.err(Stage::Type, &self.span_of(p), format!("`{p}` must be an integer >= {min}, found {k}")));
+        }
+        Ok(k)
+    }
+
+    fn num(&self, l: &Lower<'_>, p: &str, default: Option<f64>) -> Result<f64, Diagnostic> {
         match self.opt(p) {
-            None => Ok(default),
+            None => default.ok_or_else(|| self.missing(l, p)),
             Some(a) => super::expr::static_scalar(&a.val).map(Const::as_f64).ok_or_else(|| {
                 l.err(
                     Stage::Type,
                     &a.span,
-                    format!(
-                        "`{p}` of `{}` must be a number known while compiling, found {}",
-                        self.name,
-                        a.val.describe()
-                    ),
+                    format!("`{p}` must be a number known while compiling, found {}", a.val.describe()),
                 )
             }),
         }
@@ -290,98 +362,137 @@ impl A {
     }
 }
 
-/// Resolves an `axis` argument against `x`: integers (negative from the
-/// end), dimension names (the axis of `x` with that name or, if `x` has no
-/// names, the one axis of that size), or a tuple of those. `None` = all.
-fn axes(l: &Lower<'_>, x: Value, a: Option<&ArgVal>) -> Result<Vec<usize>, Diagnostic> {
-    let ty = l.ty(x);
-    let r = ty.rank();
-    let Some(a) = a else { return Ok((0..r).collect()) };
-    let items: Vec<Val> = match &a.val {
-        Val::Tuple(t) => t.to_vec(),
-        Val::None => return Ok((0..r).collect()),
-        other => vec![other.clone()],
-    };
-    let mut out = Vec::new();
-    for v in items {
-        let ax = match &v {
+/// What an axis is resolved against: the type of the value whose axes are
+/// meant and the dimension names its axes carry.
+struct Axes {
+    ty: TensorType,
+    labels: Option<Rc<Vec<Option<Rc<str>>>>>,
+}
+
+impl Axes {
+    fn of(l: &Lower<'_>, x: Value) -> Axes {
+        Axes { ty: l.ty(x), labels: l.labels(x) }
+    }
+
+    /// One item of an axis spec. Integers count from the end when negative
+    /// and must lie in `0..rank` (`rank` is the value's rank, or the
+    /// result's where the axis is an insertion point: `expand_dims`,
+    /// `stack`). A dimension name is the axis of the value that carries it,
+    /// or, when none does, the one axis of that size (an insertion point
+    /// then goes before that axis: `expand_dims(x, b)` puts the new axis
+    /// where `b` is).
+    fn one(&self, l: &Lower<'_>, v: &Val, rank: usize, span: &Span) -> Result<usize, Diagnostic> {
+        let ty = &self.ty;
+        match v {
             Val::Dim(name, size) => {
-                let by_label = l.labels(x).and_then(|ls| ls.iter().position(|n| n.as_deref() == Some(&**name)));
-                match by_label {
-                    Some(i) => i,
-                    None => {
-                        let hits: Vec<usize> = (0..r).filter(|&i| ty.shape[i] == *size).collect();
-                        match hits.as_slice() {
-                            [i] => *i,
-                            [] => {
-                                return Err(l.err(
-                                    Stage::Type,
-                                    &a.span,
-                                    format!("dimension `{name}` (= {size}) is not an axis of this value ({ty})"),
-                                ))
-                            }
-                            _ => {
-                                return Err(l
-                                    .err(
-                                        Stage::Type,
-                                        &a.span,
-                                        format!("dimension `{name}` (= {size}) matches several axes of {ty}"),
-                                    )
-                                    .with_note("help: give the axis as an integer"))
-                            }
-                        }
-                    }
+                let by_label =
+                    self.labels.as_ref().and_then(|ls| ls.iter().position(|n| n.as_deref() == Some(&**name)));
+                if let Some(i) = by_label {
+                    return Ok(i);
+                }
+                let hits: Vec<usize> = (0..ty.rank()).filter(|&i| ty.shape[i] == *size).collect();
+                match hits.as_slice() {
+                    [i] => Ok(*i),
+                    [] => Err(l.err(
+                        Stage::Type,
+                        span,
+                        format!("dimension `{name}` (= {size}) is not an axis of this value ({ty})"),
+                    )),
+                    _ => Err(l
+                        .err(Stage::Type, span, format!("dimension `{name}` (= {size}) matches several axes of {ty}"))
+                        .with_note("help: give the axis as an integer")),
                 }
             }
             v => match static_int(v) {
                 Some(k) => {
-                    let k2 = if k < 0 { k + r as i64 } else { k };
-                    if k2 < 0 || k2 >= r as i64 {
-                        return Err(l.err(
-                            Stage::Type,
-                            &a.span,
-                            format!("axis {k} is out of range for a value of rank {r} ({ty})"),
-                        ));
+                    let k2 = if k < 0 { k + rank as i64 } else { k };
+                    if k2 < 0 || k2 >= rank as i64 {
+                        let what = if rank == ty.rank() {
+                            format!("a value of rank {rank} ({ty})")
+                        } else {
+                            format!("a result of rank {rank}")
+                        };
+                        return Err(l.err(Stage::Type, span, format!("axis {k} is out of range for {what}")));
                     }
-                    k2 as usize
+                    Ok(k2 as usize)
                 }
-                None => {
-                    return Err(l.err(
-                        Stage::Type,
-                        &a.span,
-                        format!("an axis must be an integer or a dimension name, found {}", v.describe()),
-                    ))
-                }
+                None => Err(l.err(
+                    Stage::Type,
+                    span,
+                    format!("an axis must be an integer or a dimension name, found {}", v.describe()),
+                )),
             },
-        };
-        if out.contains(&ax) {
-            return Err(l.err(Stage::Type, &a.span, format!("axis {ax} is given twice")));
         }
-        out.push(ax);
     }
-    Ok(out)
+
+    /// An axis spec: one item or a tuple of distinct ones.
+    fn many(&self, l: &Lower<'_>, a: &ArgVal, rank: usize) -> Result<Vec<usize>, Diagnostic> {
+        let items: Vec<Val> = match &a.val {
+            Val::Tuple(t) => t.to_vec(),
+            other => vec![other.clone()],
+        };
+        let mut out = Vec::new();
+        for v in &items {
+            let ax = self.one(l, v, rank, &a.span)?;
+            if out.contains(&ax) {
+                return Err(l.err(Stage::Type, &a.span, format!("axis {ax} is given twice")));
+            }
+            out.push(ax);
+        }
+        Ok(out)
+    }
 }
 
-fn one_axis(l: &Lower<'_>, x: Value, a: Option<&ArgVal>, default_last: bool, span: &Span) -> Result<usize, Diagnostic> {
-    let r = l.ty(x).rank();
+/// Resolves an optional `axis` argument against `x`: integers (negative
+/// from the end), dimension names (see [`Axes::one`]), or a tuple of
+/// those. Left out (or `none`): every axis.
+fn axes(l: &Lower<'_>, x: Value, a: Option<&ArgVal>) -> Result<Vec<usize>, Diagnostic> {
+    let ax = Axes::of(l, x);
+    match a {
+        None => Ok((0..ax.ty.rank()).collect()),
+        Some(a) => ax.many(l, a, ax.ty.rank()),
+    }
+}
+
+/// Exactly one axis of `x` for the builtin `name`; left out (or `none`),
+/// the last axis when `default_last`.
+fn one_axis(
+    l: &Lower<'_>,
+    name: &str,
+    x: Value,
+    a: Option<&ArgVal>,
+    default_last: bool,
+    span: &Span,
+) -> Result<usize, Diagnostic> {
+    let ty = l.ty(x);
     match a {
         None if default_last => {
-            if r == 0 {
-                return Err(l.err(Stage::Type, span, "needs a value with at least one axis"));
+            if ty.rank() == 0 {
+                return Err(l.err(
+                    Stage::Type,
+                    span,
+                    format!("`{name}` needs a value with at least one axis, found {ty}"),
+                ));
             }
-            Ok(r - 1)
+            Ok(ty.rank() - 1)
         }
-        _ => {
-            let ax = axes(l, x, a)?;
+        None => Err(l.err(Stage::Type, span, format!("`{name}` needs the argument `axis`"))),
+        Some(a) => {
+            let ax = axes(l, x, Some(a))?;
             match ax.as_slice() {
                 [k] => Ok(*k),
-                _ => Err(l.err(Stage::Type, span, "needs exactly one axis")),
+                _ => Err(l.err(Stage::Type, &a.span, format!("`{name}` needs exactly one axis, got {}", ax.len()))),
             }
         }
     }
 }
 
-fn tensors_of(l: &mut Lower<'_>, a: &ArgVal) -> Result<Vec<Value>, Diagnostic> {
+fn not_a_tuple(l: &Lower<'_>, name: &str, a: &ArgVal) -> Diagnostic {
+    l.err(Stage::Type, &a.span, format!("expected a tuple of tensors, found {}", a.val.describe()))
+        .with_note(format!("help: write `{name}((a, b), axis=0)`"))
+}
+
+fn tensors_of(l: &mut Lower<'_>, name: &str, a: &ArgVal) -> Result<Vec<Value>, Diagnostic> {
     match &a.val {
         Val::Tuple(items) => {
             let first_t = items.iter().find_map(|v| if let Val::T(t) = v { Some(*t) } else { None });
@@ -394,9 +505,28 @@ fn tensors_of(l: &mut Lower<'_>, a: &ArgVal) -> Result<Vec<Value>, Diagnostic> {
             };
             items.iter().map(|v| l.tensor_as(v, dt, &a.span)).collect()
         }
-        other => Err(l
-            .err(Stage::Type, &a.span, format!("expected a tuple of tensors, found {}", other.describe()))
-            .with_note("help: write `concat((a, b), axis=0)`")),
+        _ => Err(not_a_tuple(l, name, a)),
+    }
+}
+
+/// The shape and dimension names of one item of `concat`/`stack`'s tuple
+/// (what a dimension name as their axis is resolved against).
+fn item_axes(l: &mut Lower<'_>, v: &Val) -> Option<Axes> {
+    match v {
+        Val::T(tv) => {
+            let x = l.import(*tv);
+            Some(Axes::of(l, x))
+        }
+        Val::Array { shape, kind, .. } => {
+            let dt = match kind {
+                ArrKind::Bool => DType::Bool,
+                ArrKind::Int => DType::I32,
+                ArrKind::Float => DType::F32,
+            };
+            Some(Axes { ty: TensorType::new(dt, shape.clone()), labels: None })
+        }
+        Val::Const(c) => Some(Axes { ty: TensorType::scalar(c.default_dtype()), labels: None }),
+        _ => None,
     }
 }
 
@@ -404,8 +534,8 @@ fn tensors_of(l: &mut Lower<'_>, a: &ArgVal) -> Result<Vec<Value>, Diagnostic> {
 /// array, so its dtype comes from its context like `[10.0, 0.0]`'s
 /// (`x * stack((10.0, 0.0))` is f64 next to an f64 `x`, not an f32 tensor).
 /// `None` when an item is not static or the shapes do not fit (the tensor
-/// path then reports it).
-fn static_join(items: &[Val], stack: bool, axis: i64) -> Option<Val> {
+/// path then reports it). `k` is already resolved against the result.
+fn static_join(items: &[Val], stack: bool, k: usize) -> Option<Val> {
     let mut parts: Vec<(Vec<usize>, Rc<Vec<f64>>, ArrKind)> = Vec::new();
     for v in items {
         parts.push(match v {
@@ -423,11 +553,9 @@ fn static_join(items: &[Val], stack: bool, axis: i64) -> Option<Val> {
     }
     let first = parts.first()?.0.clone();
     let rank = first.len() + usize::from(stack);
-    let k = if axis < 0 { axis + rank as i64 } else { axis };
-    if k < 0 || k as usize >= rank {
+    if k >= rank {
         return None;
     }
-    let k = k as usize;
     if stack {
         if parts.iter().any(|p| p.0 != first) {
             return None;
@@ -459,48 +587,105 @@ fn out(l: &Lower<'_>, v: Value) -> Val {
     Val::T(Tv { level: l.level(), v })
 }
 
-/// Evaluates a float math builtin on a number literal while compiling, so
-/// `x + log(2.0)` stays an untyped constant that takes the dtype of its
-/// context (f64 next to an f64 `x`) instead of becoming an f32 tensor.
-fn fold_const(name: &str, args: &[ArgVal]) -> Option<Val> {
-    let [ArgVal { name: None, val: Val::Const(c @ (Const::Int(_) | Const::Float(_))), .. }] = args else {
-        return None;
+/// `cast` of a number or array literal: the literal's own value converted
+/// straight to `dt` (not through an f32 tensor first), so `cast(0.1, f64)`
+/// is exactly 0.1. A value the target cannot hold is an error, not `inf`
+/// or a saturated integer (a typed tensor keeps the kernel's saturation):
+/// a finite float beyond the f32 range, or a number whose integer part is
+/// outside the integer dtype. NaN follows the kernel (0 for integers).
+fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Value, Diagnostic> {
+    let (shape, data): (Vec<usize>, Vec<f64>) = match v {
+        Val::Const(c) => (Vec::new(), vec![c.as_f64()]),
+        Val::Dim(_, n) => (Vec::new(), vec![*n as f64]),
+        Val::Array { shape, data, .. } => (shape.clone(), data.to_vec()),
+        _ => unreachable!("internal error: cast_literal is called on literals only"),
     };
-    let x = c.as_f64();
-    let y = match name {
-        "exp" => x.exp(),
-        "log" => x.ln(),
-        "tanh" => x.tanh(),
-        "sin" => x.sin(),
-        "cos" => x.cos(),
-        "tan" => x.tan(),
-        "sqrt" => x.sqrt(),
-        "rsqrt" => 1.0 / x.sqrt(),
-        "expm1" => x.exp_m1(),
-        "log1p" => x.ln_1p(),
-        "sigmoid" | "logistic" => 1.0 / (1.0 + (-x).exp()),
-        "reciprocal" => 1.0 / x,
-        _ => return None,
+    // An integer literal keeps its exact i64 value (f64 would round it
+    // beyond 2^53).
+    if let Val::Const(Const::Int(i)) = v {
+        let fits = match dt {
+            DType::I32 => i32::try_from(*i).is_ok(),
+            _ => true,
+        };
+        if !fits {
+            return Err(l.err(Stage::Type, span, format!("{i} is out of range for {dt}")).with_note(format!(
+                "note: {dt} holds {} to {}",
+                i32::MIN,
+                i32::MAX
+            )));
+        }
+        if dt == DType::I64 {
+            let r = l.b().constant(graft_core::Tensor::scalar(*i));
+            return l.ir(r, span);
+        }
+    }
+    for &x in &data {
+        let bad = match dt {
+            DType::F32 => x.is_finite() && !(x as f32).is_finite(),
+            DType::I32 => !x.is_nan() && (x.trunc() < i32::MIN as f64 || x.trunc() > i32::MAX as f64),
+            // i64::MAX as f64 is 2^63, itself out of range.
+            DType::I64 => !x.is_nan() && (x.trunc() < i64::MIN as f64 || x.trunc() >= i64::MAX as f64),
+            DType::F64 | DType::Bool => false,
+        };
+        if bad {
+            let range = match dt {
+                DType::F32 => format!("the largest f32 is {:e}", f32::MAX),
+                DType::I32 => format!("i32 holds {} to {}", i32::MIN, i32::MAX),
+                _ => format!("i64 holds {} to {}", i64::MIN, i64::MAX),
+            };
+            // As written for moderate magnitudes (`3000000000.0`), with an
+            // exponent for huge ones (`1e39`).
+            let shown = if x.abs() >= 1e16 { format!("{x:e}") } else { format!("{x:?}") };
+            return Err(l
+                .err(Stage::Type, span, format!("{shown} is out of range for {dt}"))
+                .with_note(format!("note: {range}")));
+        }
+    }
+    let data: Vec<f64> = match dt {
+        DType::I32 | DType::I64 => data.iter().map(|x| if x.is_nan() { 0.0 } else { x.trunc() }).collect(),
+        DType::Bool => data.iter().map(|&x| f64::from(u8::from(x != 0.0))).collect(),
+        DType::F32 | DType::F64 => data,
     };
-    Some(Val::Const(Const::Float(y)))
+    l.const_tensor(&shape, &data, dt, span)
 }
 
-/// Calls builtin `name`.
+/// Calls builtin `name`. Every error it reports names the builtin: messages
+/// start with it (`` `softmax` needs exactly one axis, got 2 ``), or get
+/// `` `name`: `` in front. The loops and `tabulate` are left alone: their
+/// errors may come from the user's function, which names itself.
 pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
-    if let Some(v) = fold_const(name, &args) {
-        return Ok(v);
+    let r = call_builtin(l, name, args, span);
+    if matches!(name, "scan" | "fori" | "while" | "tabulate") {
+        return r;
     }
+    r.map_err(|mut d| {
+        if !d.message.starts_with(&format!("`{name}`")) {
+            d.message = format!("`{name}`: {}", d.message);
+        }
+        d
+    })
+}
+
+fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
     let a = A::new(l, name, args, span)?;
+    if super::fold::FOLDABLE.contains(&name) {
+        if let Some(ArgVal { val: Val::Const(x), .. }) = a.opt("x") {
+            let approximate = name == "gelu" && a.flag(l, "approximate")?;
+            if let Some(y) = super::fold::fold(name, *x, approximate) {
+                return Ok(Val::Const(y));
+            }
+        }
+    }
     l.set_span(span);
     macro_rules! ir {
         ($e:expr) => {{
             let r = $e;
-            l.ir(r, span)?
+            l.ir_named(r, name, span)?
         }};
     }
     let v: Value = match name {
         "exp" | "log" | "tanh" | "sin" | "cos" | "tan" | "sqrt" | "rsqrt" | "expm1" | "log1p" | "erf" | "sigmoid"
-        | "logistic" | "gelu" | "silu" | "softplus" | "log_sigmoid" | "reciprocal" => {
+        | "logistic" | "gelu" | "silu" | "softplus" | "log_sigmoid" | "reciprocal" | "floor" | "ceil" | "round" => {
             let x = a.t(l, "x", true)?;
             let t = l.ty(x);
             if !t.dtype.is_float() {
@@ -521,6 +706,9 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
                 "expm1" => ir!(b.expm1(x)),
                 "log1p" => ir!(b.log1p(x)),
                 "erf" => ir!(b.erf(x)),
+                "floor" => ir!(b.floor(x)),
+                "ceil" => ir!(b.ceil(x)),
+                "round" => ir!(b.round(x)),
                 "sigmoid" | "logistic" => ir!(c::math::sigmoid(b, x)),
                 "gelu" => {
                     let approx = a.flag(l, "approximate")?;
@@ -532,16 +720,19 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
                 _ => ir!(c::math::reciprocal(b, x)),
             }
         }
-        "relu" | "abs" | "sign" | "floor" | "ceil" | "round" | "square" => {
+        "relu" | "abs" | "sign" | "square" => {
             let x = a.t(l, "x", false)?;
+            let t = l.ty(x);
+            if t.dtype == DType::Bool {
+                return Err(l
+                    .err(Stage::Type, &a.span_of("x"), format!("`{name}` needs a numeric value, found {t}"))
+                    .with_note("help: convert with `cast(x, i32)` or `cast(x, f32)`"));
+            }
             let b = l.b();
             match name {
                 "relu" => ir!(c::math::relu(b, x)),
                 "abs" => ir!(b.abs(x)),
                 "sign" => ir!(b.sign(x)),
-                "floor" => ir!(b.floor(x)),
-                "ceil" => ir!(b.ceil(x)),
-                "round" => ir!(b.round(x)),
                 _ => ir!(c::math::square(b, x)),
             }
         }
@@ -577,24 +768,32 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             ir!(l.b().stop_gradient(x))
         }
         "cast" => {
-            let x = a.t(l, "x", false)?;
+            let xa = a.req(l, "x")?.clone();
             let dt = match a.opt("dtype") {
                 None => return Err(l.err(Stage::Type, span, "`cast` needs a dtype: `cast(x, f64)`")),
                 Some(_) => a.dtype(l, "dtype", DType::F32)?,
             };
-            ir!(l.b().convert(x, dt))
+            match xa.val {
+                Val::Const(_) | Val::Dim(..) | Val::Array { .. } => cast_literal(l, &xa.val, dt, &xa.span)?,
+                _ => {
+                    let x = l.tensor(&xa.val, &xa.span)?;
+                    ir!(l.b().convert(x, dt))
+                }
+            }
         }
         "sum" | "mean" | "max" | "min" | "prod" | "logsumexp" | "var" | "std" => {
-            let x = a.t(l, "x", true)?;
+            // The float reductions make a literal f32; the others keep its
+            // default dtype (`sum([1, 2])` is the i32 3, as `jnp.sum` of an
+            // int array is an int).
+            let float = matches!(name, "mean" | "logsumexp" | "var" | "std");
+            let x = a.t(l, "x", float)?;
             let ax = axes(l, x, a.opt("axis"))?;
             let kd = a.flag(l, "keepdims")?;
-            if matches!(name, "mean" | "logsumexp" | "var" | "std") && !l.ty(x).dtype.is_float() {
+            if float && !l.ty(x).dtype.is_float() {
                 let t = l.ty(x);
-                return Err(l.err(
-                    Stage::Type,
-                    &a.span_of("x"),
-                    format!("`{name}` needs a floating-point value, found {t}"),
-                ));
+                return Err(l
+                    .err(Stage::Type, &a.span_of("x"), format!("`{name}` needs a floating-point value, found {t}"))
+                    .with_note("help: convert with `cast(x, f32)`"));
             }
             let b = l.b();
             match name {
@@ -605,7 +804,7 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
                 "prod" => ir!(c::reduce::prod(b, x, &ax, kd)),
                 "logsumexp" => ir!(c::reduce::logsumexp(b, x, &ax, kd)),
                 _ => {
-                    let ddof = a.int(l, "ddof", Some(0))?.max(0) as usize;
+                    let ddof = a.int_min(l, "ddof", Some(0), 0)? as usize;
                     let b = l.b();
                     if name == "var" {
                         ir!(c::reduce::var(b, x, &ax, ddof, kd))
@@ -618,23 +817,31 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         "argmax" | "argmin" => {
             let x = a.t(l, "x", false)?;
             let kd = a.flag(l, "keepdims")?;
-            let (x, ax) = if a.opt("axis").is_none() {
-                let n = l.ty(x).numel();
-                (ir!(l.b().reshape(x, &[n])), 0)
-            } else {
-                let ax = one_axis(l, x, a.opt("axis"), false, span)?;
-                (x, ax)
+            let (v, ax, flat) = match a.opt("axis") {
+                None => {
+                    let n = l.ty(x).numel();
+                    (ir!(l.b().reshape(x, &[n])), 0, true)
+                }
+                Some(_) => (x, one_axis(l, name, x, a.opt("axis"), false, span)?, false),
             };
             let b = l.b();
-            if name == "argmax" {
-                ir!(c::reduce::argmax(b, x, ax, kd, DType::I32))
+            let r = if name == "argmax" {
+                ir!(c::reduce::argmax(b, v, ax, kd, DType::I32))
             } else {
-                ir!(c::reduce::argmin(b, x, ax, kd, DType::I32))
+                ir!(c::reduce::argmin(b, v, ax, kd, DType::I32))
+            };
+            if flat && kd {
+                // Every axis was reduced, so every axis is kept as 1 (JAX's
+                // `argmax(x, keepdims=True)` has shape (1, ..., 1)).
+                let ones = vec![1; l.ty(x).rank()];
+                ir!(l.b().reshape(r, &ones))
+            } else {
+                r
             }
         }
         "softmax" | "log_softmax" => {
             let x = a.t(l, "x", true)?;
-            let ax = one_axis(l, x, a.opt("axis"), true, span)?;
+            let ax = one_axis(l, name, x, a.opt("axis"), true, span)?;
             if name == "softmax" {
                 ir!(c::reduce::softmax(l.b(), x, ax))
             } else {
@@ -643,13 +850,13 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         }
         "cumsum" => {
             let x = a.t(l, "x", false)?;
-            let ax = one_axis(l, x, a.opt("axis"), true, span)?;
+            let ax = one_axis(l, name, x, a.opt("axis"), true, span)?;
             let rev = a.flag(l, "reverse")?;
             ir!(l.b().cumsum(x, ax, rev))
         }
         "matmul" => {
             let (xa, ya) = (a.req(l, "x")?.clone(), a.req(l, "y")?.clone());
-            return l.binary(crate::ast::BinOp::MatMul, xa.val, ya.val, &xa.span, &ya.span, span);
+            return l.matmul("`matmul`", &xa.val, &ya.val, &xa.span, &ya.span, span);
         }
         "einsum" => {
             let spec = match &a.req(l, "spec")?.val {
@@ -662,9 +869,21 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
                     ))
                 }
             };
+            // Literal operands take the first tensor operand's dtype (f32
+            // when every operand is a literal), like a binary operator's.
+            let dt = match a.rest.iter().find_map(|o| if let Val::T(t) = o.val { Some(t) } else { None }) {
+                Some(t) => {
+                    let v = l.import(t);
+                    l.ty(v).dtype
+                }
+                None => DType::F32,
+            };
             let mut ops = Vec::new();
             for o in &a.rest {
-                ops.push(l.tensor_as(&o.val, DType::F32, &o.span).or_else(|_| l.tensor(&o.val, &o.span))?);
+                ops.push(match o.val {
+                    Val::T(_) => l.tensor(&o.val, &o.span)?,
+                    _ => l.tensor_as(&o.val, dt, &o.span).or_else(|_| l.tensor(&o.val, &o.span))?,
+                });
             }
             ir!(c::linalg::einsum(l.b(), &spec, &ops))
         }
@@ -677,47 +896,65 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             let x = a.t(l, "x", false)?;
             match a.opt("perm") {
                 None => ir!(c::shape::transpose(l.b(), x, None)),
-                Some(_) => {
-                    let p = a.ushape(l, "perm")?;
+                Some(pa) => {
+                    // Entries are axes of `x`: negative ones count from the
+                    // end and dimension names name axes (`jnp.transpose`
+                    // takes negative entries too).
+                    let pa = pa.clone();
+                    let ax = Axes::of(l, x);
+                    let p = ax.many(l, &pa, ax.ty.rank())?;
                     ir!(c::shape::transpose(l.b(), x, Some(&p)))
                 }
             }
         }
         "concat" | "stack" => {
+            let stack = name == "stack";
             let xs_arg = a.req(l, "xs")?.clone();
-            if let Val::Tuple(items) = &xs_arg.val {
-                let k = a.int(l, "axis", Some(0))?;
-                if let Some(v) = static_join(items, name == "stack", k) {
-                    return Ok(v);
-                }
+            let Val::Tuple(items) = &xs_arg.val else {
+                return Err(not_a_tuple(l, name, &xs_arg));
+            };
+            let Some(first) = items.first().and_then(|v| item_axes(l, v)) else {
+                return Err(l.err(Stage::Type, &xs_arg.span, "expected a tuple of tensors"));
+            };
+            let rank = first.ty.rank() + usize::from(stack);
+            let k = match a.opt("axis") {
+                None => 0,
+                Some(av) => first.one(l, &av.val, rank, &av.span)?,
+            };
+            if rank == 0 {
+                // As `jnp.concatenate`, which cannot join zero-dimensional arrays.
+                return Err(l
+                    .err(
+                        Stage::Type,
+                        &xs_arg.span,
+                        format!("`concat` needs items with at least one axis, found {}", first.ty),
+                    )
+                    .with_note("help: `stack` joins scalars into a vector"));
             }
-            let xs = tensors_of(l, &xs_arg)?;
-            let r = l.ty(xs[0]).rank() + usize::from(name == "stack");
-            let k = a.int(l, "axis", Some(0))?;
-            let k = if k < 0 { k + r as i64 } else { k };
-            if k < 0 || k as usize >= r.max(1) {
-                return Err(l.err(Stage::Type, &a.span_of("axis"), format!("axis {k} is out of range for rank {r}")));
+            if let Some(v) = static_join(items, stack, k) {
+                return Ok(v);
             }
+            let xs = tensors_of(l, name, &xs_arg)?;
             l.set_span(span);
-            if name == "concat" {
-                ir!(c::shape::concat(l.b(), &xs, k as usize))
+            if stack {
+                ir!(c::shape::stack(l.b(), &xs, k))
             } else {
-                ir!(c::shape::stack(l.b(), &xs, k as usize))
+                ir!(c::shape::concat(l.b(), &xs, k))
             }
         }
         "expand_dims" => {
             let x = a.t(l, "x", false)?;
-            let r = l.ty(x).rank() as i64 + 1;
-            let k = a.int(l, "axis", None)?;
-            let k = if k < 0 { k + r } else { k };
-            if k < 0 || k >= r {
+            let av = a.req(l, "axis")?.clone();
+            if let Val::Tuple(t) = &av.val {
                 return Err(l.err(
                     Stage::Type,
-                    &a.span_of("axis"),
-                    format!("axis out of range for the result rank {r}"),
+                    &av.span,
+                    format!("`expand_dims` takes one axis, found a tuple of {}", t.len()),
                 ));
             }
-            ir!(c::shape::expand_dims(l.b(), x, &[k as usize]))
+            let ax = Axes::of(l, x);
+            let k = ax.one(l, &av.val, ax.ty.rank() + 1, &av.span)?;
+            ir!(c::shape::expand_dims(l.b(), x, &[k]))
         }
         "squeeze" => {
             let x = a.t(l, "x", false)?;
@@ -750,19 +987,20 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             } else {
                 (a.t(l, "x", false)?, a.t(l, "idx", false)?)
             };
-            let ax =
-                if name == "take" && a.opt("axis").is_some() { one_axis(l, x, a.opt("axis"), false, span)? } else { 0 };
             if l.ty(x).rank() == 0 {
                 return Err(l.err(Stage::Type, span, format!("`{name}` needs a tensor with at least one axis")));
             }
+            // `gather` has no `axis` parameter: it always takes rows.
+            let axis_arg = if name == "take" { a.opt("axis") } else { None };
+            let ax = match axis_arg {
+                Some(av) => one_axis(l, name, x, Some(av), false, span)?,
+                None => 0,
+            };
             ir!(c::shape::take(l.b(), x, i, ax))
         }
         "one_hot" => {
             let ids = a.t(l, "labels", false)?;
-            let n = a.int(l, "n", None)?;
-            if n < 0 {
-                return Err(l.err(Stage::Type, &a.span_of("n"), "`n` must not be negative"));
-            }
+            let n = a.int_min(l, "n", None, 0)?;
             let dt = a.dtype(l, "dtype", DType::F32)?;
             let r = l.ty(ids).rank();
             ir!(c::embed::one_hot(l.b(), ids, n as usize, dt, r))
@@ -773,7 +1011,7 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             return Ok(match a.opt("axis") {
                 None => Val::Const(Const::Int(t.numel() as i64)),
                 Some(_) => {
-                    let k = one_axis(l, x, a.opt("axis"), false, span)?;
+                    let k = one_axis(l, name, x, a.opt("axis"), false, span)?;
                     Val::Const(Const::Int(t.shape[k] as i64))
                 }
             });
@@ -783,13 +1021,7 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             let value = match name {
                 "zeros" => 0.0,
                 "ones" => 1.0,
-                _ => a.num(l, "value", f64::NAN).and_then(|v| {
-                    if v.is_nan() && a.opt("value").is_none() {
-                        Err(l.err(Stage::Type, span, "`full` needs a value"))
-                    } else {
-                        Ok(v)
-                    }
-                })?,
+                _ => a.num(l, "value", None)?,
             };
             let dt = a.dtype(l, "dtype", DType::F32)?;
             ir!(l.b().full(value, &TensorType::new(dt, s)))
@@ -802,38 +1034,35 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         "arange" => {
             let all_int =
                 ["start", "stop", "step"].iter().all(|p| a.opt(p).is_none_or(|x| static_int(&x.val).is_some()));
+            let start = a.num(l, "start", None)?;
             let (start, stop) = match a.opt("stop") {
-                None => (0.0, a.num(l, "start", f64::NAN)?),
-                Some(_) => (a.num(l, "start", 0.0)?, a.num(l, "stop", 0.0)?),
+                None => (0.0, start),
+                Some(_) => (start, a.num(l, "stop", None)?),
             };
-            let step = a.num(l, "step", 1.0)?;
+            let step = a.num(l, "step", Some(1.0))?;
             let dt = a.dtype(l, "dtype", if all_int { DType::I32 } else { DType::F32 })?;
             ir!(c::shape::arange(l.b(), start, stop, step, dt))
         }
         "linspace" => {
-            let (s0, s1) = (a.num(l, "start", 0.0)?, a.num(l, "stop", 0.0)?);
-            let n = a.int(l, "num", Some(50))?.max(0) as usize;
+            let (s0, s1) = (a.num(l, "start", None)?, a.num(l, "stop", None)?);
+            // `np.linspace` rejects a negative `num` too.
+            let n = a.int_min(l, "num", Some(50), 0)? as usize;
             let dt = a.dtype(l, "dtype", DType::F32)?;
             ir!(c::shape::linspace(l.b(), s0, s1, n, true, dt))
         }
         "conv2d" => {
-            let x = a.t(l, "x", true)?;
-            let w = a.t(l, "w", true)?;
-            let bias = match a.opt("bias") {
-                Some(bv) if !matches!(bv.val, Val::None) => Some(a.t(l, "bias", true)?),
-                _ => None,
-            };
-            let st = a.int(l, "stride", Some(1))?.max(1) as usize;
-            let pd = a.int(l, "padding", Some(0))?.max(0) as usize;
+            let (x, w, bias) = a.float_operands(l, ["x", "w"], "bias")?;
+            let st = a.int_min(l, "stride", Some(1), 1)? as usize;
+            let pd = a.int_min(l, "padding", Some(0), 0)? as usize;
             let opts = ConvOpts::new().stride(st).padding(pd);
             ir!(c::conv::conv2d(l.b(), x, w, bias, &opts))
         }
         "max_pool2d" | "avg_pool2d" => {
             let x = a.t(l, "x", true)?;
-            let k = a.int(l, "k", None)?.max(1) as usize;
+            let k = a.int_min(l, "k", None, 1)? as usize;
             let mut opts = PoolOpts::new();
             if a.opt("stride").is_some() {
-                opts = opts.stride(a.int(l, "stride", None)?.max(1) as usize);
+                opts = opts.stride(a.int_min(l, "stride", None, 1)? as usize);
             }
             let kd = c::conv::PerDim::from(k);
             if name == "max_pool2d" {
@@ -843,13 +1072,8 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             }
         }
         "layer_norm" => {
-            let x = a.t(l, "x", true)?;
-            let g = a.t(l, "gamma", true)?;
-            let beta = match a.opt("beta") {
-                Some(bv) if !matches!(bv.val, Val::None) => Some(a.t(l, "beta", true)?),
-                _ => None,
-            };
-            let eps = a.num(l, "eps", 1e-5)?;
+            let (x, g, beta) = a.float_operands(l, ["x", "gamma"], "beta")?;
+            let eps = a.num(l, "eps", Some(1e-5))?;
             ir!(c::norm::layer_norm(l.b(), x, g, beta, eps))
         }
         "cross_entropy" => {
@@ -884,7 +1108,7 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
                     return Ok(Val::tuple(ks.into_iter().map(|v| out(l, v)).collect()));
                 }
                 Some(_) => {
-                    let n = a.int(l, "n", None)?.max(0) as usize;
+                    let n = a.int_min(l, "n", None, 0)? as usize;
                     ir!(c::random::split(l.b(), k, n))
                 }
             }
@@ -894,7 +1118,7 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             let s = a.ushape(l, "shape")?;
             let dt = a.dtype(l, "dtype", DType::F32)?;
             if name == "uniform" {
-                let (lo, hi) = (a.num(l, "lo", 0.0)?, a.num(l, "hi", 1.0)?);
+                let (lo, hi) = (a.num(l, "lo", Some(0.0))?, a.num(l, "hi", Some(1.0))?);
                 ir!(c::random::uniform(l.b(), k, &s, dt, lo, hi))
             } else {
                 ir!(c::random::normal(l.b(), k, &s, dt))
@@ -902,7 +1126,7 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
         }
         "bernoulli" => {
             let k = a.t(l, "key", false)?;
-            let p = a.num(l, "p", 0.5)?;
+            let p = a.num(l, "p", Some(0.5))?;
             let s = a.ushape(l, "shape")?;
             ir!(c::random::bernoulli(l.b(), k, p, &s))
         }
@@ -919,9 +1143,12 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
             return super::control::while_loop(l, &c, &f, &i, span);
         }
         "tabulate" => {
-            let n = a.int(l, "n", None)?;
+            let n = a.int(l, "n", None).map_err(|mut d| {
+                d.message = format!("`tabulate`: {}", d.message);
+                d
+            })?;
             if n < 0 {
-                return Err(l.err(Stage::Type, &a.span_of("n"), "`n` must not be negative"));
+                return Err(l.err(Stage::Type, &a.span_of("n"), format!("`tabulate` needs `n` >= 0, found {n}")));
             }
             let f = match &a.req(l, "f")?.val {
                 Val::F(f) => f.clone(),

@@ -13,4 +13,5 @@ mod parse_errors;
 mod parse_examples;
 mod parse_props;
 mod run_examples;
+mod stdlib;
 mod transforms;
