@@ -53,6 +53,59 @@ pub struct Attr {
     pub span: Span,
 }
 
+/// The attributes a def may carry (`graft check` rejects any other name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttrKind {
+    /// `@grad(p)`: the def is the gradient of its body in `p`.
+    Grad,
+    /// `@jvp(p)`: the def is the JVP of its body with a tangent for `p`.
+    Jvp,
+    /// `@custom_vjp(fwd, bwd)`.
+    CustomVjp,
+    /// `@custom_jvp(rule)`.
+    CustomJvp,
+}
+
+impl AttrKind {
+    /// The attribute's name as written after `@`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttrKind::Grad => "grad",
+            AttrKind::Jvp => "jvp",
+            AttrKind::CustomVjp => "custom_vjp",
+            AttrKind::CustomJvp => "custom_jvp",
+        }
+    }
+
+    /// Whether the def is a derivative of its body (`@grad`, `@jvp`).
+    pub fn is_derivative(self) -> bool {
+        matches!(self, AttrKind::Grad | AttrKind::Jvp)
+    }
+
+    /// Whether it attaches a custom derivative rule.
+    pub fn is_custom_rule(self) -> bool {
+        matches!(self, AttrKind::CustomVjp | AttrKind::CustomJvp)
+    }
+}
+
+impl Attr {
+    /// Which attribute this is, or `None` for an unknown name.
+    pub fn kind(&self) -> Option<AttrKind> {
+        Some(match self.name.name.as_str() {
+            "grad" => AttrKind::Grad,
+            "jvp" => AttrKind::Jvp,
+            "custom_vjp" => AttrKind::CustomVjp,
+            "custom_jvp" => AttrKind::CustomJvp,
+            _ => return None,
+        })
+    }
+
+    /// Whether this is the attribute `kind`.
+    pub fn is(&self, kind: AttrKind) -> bool {
+        self.kind() == Some(kind)
+    }
+}
+
 /// A typed parameter of a definition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Param {

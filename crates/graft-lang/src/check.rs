@@ -210,8 +210,8 @@ impl<'a> R<'a> {
     fn attr(&mut self, d: &Def, a: &Attr) {
         let pnames: Vec<&str> = d.params.iter().map(|p| p.name.name.as_str()).collect();
         let names: Vec<&Expr> = a.args.iter().map(|x| &x.value).collect();
-        match a.name.name.as_str() {
-            "grad" | "jvp" => {
+        match a.kind() {
+            Some(AttrKind::Grad | AttrKind::Jvp) => {
                 for e in names {
                     if let ExprKind::Var(id) = &e.kind {
                         if !pnames.contains(&id.name.as_str()) {
@@ -233,7 +233,7 @@ impl<'a> R<'a> {
                     }
                 }
             }
-            "custom_vjp" | "custom_jvp" => {
+            Some(AttrKind::CustomVjp | AttrKind::CustomJvp) => {
                 for e in names {
                     match &e.kind {
                         ExprKind::Var(id) if self.defs.contains_key(id.name.as_str()) => {}
@@ -246,8 +246,8 @@ impl<'a> R<'a> {
                     }
                 }
             }
-            other => self.errs.push(
-                Diagnostic::new(Stage::Resolve, a.name.span.clone(), format!("unknown attribute `@{other}`"))
+            None => self.errs.push(
+                Diagnostic::new(Stage::Resolve, a.name.span.clone(), format!("unknown attribute `@{}`", a.name.name))
                     .with_note("note: the attributes are @grad(p), @jvp(p), @custom_vjp(fwd, bwd), @custom_jvp(rule)"),
             ),
         }

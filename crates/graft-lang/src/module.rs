@@ -92,7 +92,7 @@ fn placeholder_args(def: &ast::Def, divisible: bool) -> Option<(Vec<Tree>, Vec<S
     for p in &def.params {
         types.push(concrete(&p.ty, &size)?);
     }
-    for a in def.attrs.iter().filter(|a| a.name.name == "jvp") {
+    for a in def.attrs.iter().filter(|a| a.is(crate::ast::AttrKind::Jvp)) {
         let named = a.args.first().and_then(|x| match &x.value.kind {
             ast::ExprKind::Var(id) => def.params.iter().position(|p| p.name.name == id.name),
             _ => None,
@@ -209,7 +209,7 @@ impl Module {
             return Err(d);
         };
         let def = &self.prog.program.defs[idx];
-        let n_extra = def.attrs.iter().filter(|a| a.name.name == "jvp").count();
+        let n_extra = def.attrs.iter().filter(|a| a.is(crate::ast::AttrKind::Jvp)).count();
         if args.len() != def.params.len() + n_extra {
             return Err(Diagnostic::new(
                 Stage::Runtime,

@@ -30,21 +30,20 @@ pub enum Rule {
 pub fn rule_of(l: &Lower<'_>, def: &ast::Def) -> Result<Option<Rule>, Diagnostic> {
     let mut found: Option<Rule> = None;
     for a in &def.attrs {
-        let kind = a.name.name.as_str();
-        if kind != "custom_vjp" && kind != "custom_jvp" {
+        let Some(kind) = a.kind().filter(|k| k.is_custom_rule()) else {
             continue;
-        }
+        };
         if found.is_some() {
             return Err(l.err(Stage::Transform, &a.span, format!("`{}` has more than one custom rule", def.name.name)));
         }
-        if def.attrs.iter().any(|b| b.name.name == "grad" || b.name.name == "jvp") {
+        if def.attrs.iter().any(|b| b.kind().is_some_and(ast::AttrKind::is_derivative)) {
             return Err(l.err(
                 Stage::Transform,
                 &a.span,
                 "a def with `@grad`/`@jvp` cannot also have a custom rule; put the rule on the def it differentiates",
             ));
         }
-        let want = if kind == "custom_vjp" { 2 } else { 1 };
+        let want = if kind == ast::AttrKind::CustomVjp { 2 } else { 1 };
         let mut idx = Vec::new();
         for arg in &a.args {
             let i = match (&arg.name, &arg.value.kind) {
@@ -53,13 +52,19 @@ pub fn rule_of(l: &Lower<'_>, def: &ast::Def) -> Result<Option<Rule>, Diagnostic
             };
             match i {
                 Some(i) => idx.push(i),
-                None => return Err(l.err(Stage::Transform, &arg.span, format!("`@{kind}` takes names of defs"))),
+                None => {
+                    return Err(l.err(Stage::Transform, &arg.span, format!("`@{}` takes names of defs", kind.name())))
+                }
             }
         }
         if idx.len() != want {
             let help = if want == 2 { "@custom_vjp(fwd, bwd)" } else { "@custom_jvp(rule)" };
             return Err(l
-                .err(Stage::Transform, &a.span, format!("`@{kind}` takes {want} def name(s), found {}", idx.len()))
+                .err(
+                    Stage::Transform,
+                    &a.span,
+                    format!("`@{}` takes {want} def name(s), found {}", kind.name(), idx.len()),
+                )
                 .with_note(format!("help: write `{help}`")));
         }
         found = Some(if want == 2 { Rule::Vjp(idx[0], idx[1]) } else { Rule::Jvp(idx[0]) });

@@ -604,7 +604,7 @@ impl<'p> Lower<'p> {
         let p = self.p;
         let def = &p.program.defs[idx];
         let name = def.name.name.as_str();
-        let n_extra = if with_attrs { def.attrs.iter().filter(|a| a.name.name == "jvp").count() } else { 0 };
+        let n_extra = if with_attrs { def.attrs.iter().filter(|a| a.is(ast::AttrKind::Jvp)).count() } else { 0 };
         let args = order_args(
             self,
             &def.params.iter().map(|p| p.name.name.clone()).collect::<Vec<_>>(),
@@ -620,7 +620,7 @@ impl<'p> Lower<'p> {
             coerced.push(self.coerce(&a.val, &prm.ty, &mut dims, &a.span, &what)?);
         }
         let attrs: Vec<&ast::Attr> = if with_attrs {
-            def.attrs.iter().filter(|a| a.name.name == "grad" || a.name.name == "jvp").collect()
+            def.attrs.iter().filter(|a| a.kind().is_some_and(ast::AttrKind::is_derivative)).collect()
         } else {
             Vec::new()
         };
@@ -699,7 +699,7 @@ impl<'p> Lower<'p> {
             }
             let out = this.expr(&def.body, &env)?;
             // With `@grad`/`@jvp` the declared type is the derivative's, checked by `call_def`.
-            let derived = def.attrs.iter().any(|a| a.name.name == "grad" || a.name.name == "jvp");
+            let derived = def.attrs.iter().any(|a| a.kind().is_some_and(ast::AttrKind::is_derivative));
             match &def.ret {
                 Some(rt) if !derived => {
                     let what = format!("the result of `{}`", def.name.name);

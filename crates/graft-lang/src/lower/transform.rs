@@ -27,7 +27,7 @@
 
 use super::value::{FnVal, LinearFn, TransformFn, Tree, Tv, Val, WrtSpec};
 use super::{ArgVal, Env, Lower, Standalone};
-use crate::ast::{Arg, Attr, ExprKind, Span, TransformKind};
+use crate::ast::{Arg, Attr, AttrKind, ExprKind, Span, TransformKind};
 use crate::diag::{Diagnostic, Stage};
 use graft_core::transform::{Policy, Transform, VmapAxes, Wrt};
 use graft_core::{Func, IrError, Value};
@@ -955,21 +955,31 @@ pub fn call_attr_def(
     let def = &l.p.program.defs[idx];
     let name: Rc<str> = def.name.name.as_str().into();
     let body = Rc::new(FnVal::DefBody(idx, name.clone()));
-    let kinds: Vec<&str> = attrs.iter().map(|a| a.name.name.as_str()).collect();
+    let kinds: Vec<Option<AttrKind>> = attrs.iter().map(|a| a.kind()).collect();
     if kinds.iter().any(|k| *k != kinds[0]) {
         return Err(l.err(Stage::Transform, &attrs[0].span, "a def cannot have both `@grad` and `@jvp` attributes"));
     }
+    let kind = match kinds.first() {
+        Some(Some(k)) if k.is_derivative() => *k,
+        _ => return Err(l.err(Stage::Transform, span, "internal error: call_attr_def needs @grad or @jvp attributes")),
+    };
     let mut names = Vec::new();
     for a in attrs {
         match a.args.as_slice() {
             [arg] if arg.name.is_none() => match &arg.value.kind {
                 ExprKind::Var(id) => names.push(id.clone()),
-                _ => return Err(l.err(Stage::Transform, &arg.span, format!("`@{}` takes a parameter name", kinds[0]))),
+                _ => {
+                    return Err(l.err(
+                        Stage::Transform,
+                        &arg.span,
+                        format!("`@{}` takes a parameter name", kind.name()),
+                    ))
+                }
             },
             _ => {
                 return Err(l
-                    .err(Stage::Transform, &a.span, format!("`@{}` takes exactly one parameter name", kinds[0]))
-                    .with_note(format!("help: write `@{}(w)`; repeat the attribute for more parameters", kinds[0])))
+                    .err(Stage::Transform, &a.span, format!("`@{}` takes exactly one parameter name", kind.name()))
+                    .with_note(format!("help: write `@{}(w)`; repeat the attribute for more parameters", kind.name())))
             }
         }
     }
@@ -985,7 +995,7 @@ pub fn call_attr_def(
         }
     }
     let n_params = def.params.len();
-    if kinds[0] == "grad" {
+    if kind == AttrKind::Grad {
         let single = names.len() == 1;
         let tf = TransformFn {
             kind: TransformKind::Grad,
