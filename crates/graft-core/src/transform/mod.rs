@@ -12,7 +12,7 @@
 //!
 //! Adding a transform touches three files: this one (the variant, its
 //! [`Kind`], `apply`, `inner_types`), the language's
-//! `graft-lang/src/lower/transform.rs` (its keyword) and the Rust front
+//! `graft-lang/src/lower/transform/mod.rs` (its keyword) and the Rust front
 //! end's `graft/src/function.rs` (its method). The test
 //! `transforms::every_transform_is_reachable_from_every_front_end`
 //! (graft crate) enumerates [`Kind::ALL`] and fails when a front end lacks
