@@ -24,6 +24,7 @@
 //! pointing at its declaration (`error[input]`, see `inputs.rs`).
 
 mod bench;
+mod doc;
 mod inputs;
 mod watchdog;
 
@@ -69,6 +70,8 @@ enum Cmd {
     },
     /// Parse and type-check only.
     Check { file: PathBuf },
+    /// Print the reference entry of a builtin or transform (the list without NAME).
+    Doc { name: Option<String> },
     /// Print the parsed program as S-expressions.
     Ast { file: PathBuf },
     /// Print the expanded primitive graph of a function.
@@ -179,6 +182,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             let p = graft_lang::parse(&src).map_err(|ds| render_all(&ds, &name, &src))?;
             Ok(graft_lang::sexpr::program_to_sexpr(&p))
         }
+        Cmd::Doc { name } => doc::doc(name.as_deref()),
         Cmd::Check { file } => {
             let m = load(&file)?;
             m.check().map_err(|ds| render_all(&ds, m.file(), m.source()))?;

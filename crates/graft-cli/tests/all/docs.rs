@@ -88,3 +88,23 @@ fn every_example_prints_what_the_page_shows() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(bad.is_empty(), "{}", bad.join("\n---\n"));
 }
+
+#[test]
+fn graft_doc_prints_one_entry_and_lists_them_all() {
+    let graft = || Command::cargo_bin("graft").expect("the graft binary is built");
+    let out = graft().args(["doc", "softmax"]).output().expect("runs");
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.starts_with("### `softmax`\n") && s.contains("```graft") && !s.contains("### `log_softmax`"), "{s}");
+    let list = graft().arg("doc").output().expect("runs");
+    let list = String::from_utf8_lossy(&list.stdout).to_string();
+    for name in graft_lang::lower::stdlib::names() {
+        assert!(list.split_whitespace().any(|w| w == name), "`graft doc` does not list {name}");
+    }
+    let bad = graft().args(["doc", "sofmax"]).output().expect("runs");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("did you mean")
+            && String::from_utf8_lossy(&bad.stderr).contains("`softmax`")
+    );
+}
