@@ -41,6 +41,7 @@ mod error;
 mod function;
 pub mod nn;
 mod nn_layers;
+pub mod optim;
 pub mod random;
 mod tr_control;
 mod tr_linalg;

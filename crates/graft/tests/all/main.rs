@@ -5,6 +5,7 @@
 mod front_ends;
 mod layers;
 mod modes;
+mod optim;
 mod roles;
 mod tr_control;
 mod tr_reduce_nn;

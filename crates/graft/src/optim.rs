@@ -1,0 +1,417 @@
+//! Optimizers compiled into the training step (seed 004's
+//! `compileModule(model, forward, {inputs, adam})`): the update is traced
+//! into the same graph as the forward and backward passes, so one call of
+//! the compiled step runs forward, backward and update together.
+//!
+//! The update rules follow optax's definitions exactly (so a run matches
+//! optax step for step; `tests/all/optim.rs` checks 100 steps of every
+//! optimizer against trajectories recorded from optax in float64):
+//! - `Sgd`: `p -= lr g`; `Momentum { beta, nesterov }`: `m = g + beta m`,
+//!   `p -= lr m` (Nesterov: `p -= lr (g + beta m)`).
+//! - `Adam`/`AdamW`: bias-corrected moments,
+//!   `p -= lr (m^ / (sqrt(v^) + eps) + wd p)` (AdamW's decoupled decay,
+//!   only on the parameters the mask selects).
+//! - `RmsProp { decay, eps }`: `v = decay v + (1 - decay) g^2`,
+//!   `p -= lr g / sqrt(v + eps)`.
+//! - `Adagrad { initial, eps }`: `s += g^2`, `p -= lr g / sqrt(s + eps)`.
+//! - `Lion { b1, b2 }`: `p -= lr (sign((1 - b1) g + b1 m) + wd p)`,
+//!   `m = (1 - b2) g + b2 m`.
+//!
+//! The learning rate is a [`Schedule`] evaluated in the graph from the step
+//! count (an f64 scalar input), so a schedule never recompiles anything;
+//! `clip_global_norm` rescales the gradients first, as
+//! `optax.clip_by_global_norm` does.
+
+use crate::error::Error;
+use crate::function::{jit_n, Compiled, Jit};
+use crate::trace::{IntoOutputs, Tr};
+use graft_core::ad::Wrt;
+use graft_core::{Tensor, TensorType};
+use std::sync::Arc;
+
+/// A learning rate as a function of the step count `t` (0 for the first step).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Schedule {
+    /// The same rate at every step.
+    Constant(f64),
+    /// `init`, multiplied by each `scale` from its step `boundary` on
+    /// (`optax.piecewise_constant_schedule`).
+    Piecewise {
+        /// Rate before the first boundary.
+        init: f64,
+        /// `(boundary, scale)` pairs.
+        boundaries: Vec<(u64, f64)>,
+    },
+    /// `init ((1 - alpha) (1 + cos(pi min(t, steps) / steps)) / 2 + alpha)`
+    /// (`optax.cosine_decay_schedule`).
+    Cosine {
+        /// Rate at step 0.
+        init: f64,
+        /// Steps to decay over.
+        steps: u64,
+        /// Final rate as a fraction of `init`.
+        alpha: f64,
+    },
+    /// Linear warm-up from `init` to `peak` over `warmup` steps, then a
+    /// cosine decay to `end` at step `steps` (`optax.warmup_cosine_decay_schedule`).
+    WarmupCosine {
+        /// Rate at step 0.
+        init: f64,
+        /// Rate at the end of the warm-up.
+        peak: f64,
+        /// Warm-up steps.
+        warmup: u64,
+        /// Total steps (warm-up included).
+        steps: u64,
+        /// Final rate.
+        end: f64,
+    },
+}
+
+impl Schedule {
+    /// The rate at step `t` (traced: `t` is the step-count scalar).
+    pub fn at(&self, t: &Tr) -> Tr {
+        match self {
+            Schedule::Constant(lr) => t.scalar_like(*lr),
+            Schedule::Piecewise { init, boundaries } => {
+                let mut lr = t.scalar_like(*init);
+                for &(b, scale) in boundaries {
+                    let past = t.ge(&t.scalar_like(b as f64));
+                    lr = past.select(&(&lr * scale), &lr);
+                }
+                lr
+            }
+            Schedule::Cosine { init, steps, alpha } => cosine(t, *init, *steps, *alpha),
+            Schedule::WarmupCosine { init, peak, warmup, steps, end } => {
+                let w = (*warmup).max(1) as f64;
+                let frac = t.minimum(&t.scalar_like(w)) * (1.0 / w);
+                let warm = frac * (peak - init) + *init;
+                let after = &(t - *warmup as f64);
+                let alpha = if *peak == 0.0 { 0.0 } else { end / peak };
+                let decay = cosine(after, *peak, steps.saturating_sub(*warmup), alpha);
+                t.lt(&t.scalar_like(*warmup as f64)).select(&warm, &decay)
+            }
+        }
+    }
+}
+
+fn cosine(t: &Tr, init: f64, steps: u64, alpha: f64) -> Tr {
+    let s = steps.max(1) as f64;
+    let c = t.minimum(&t.scalar_like(s));
+    let cos = (c * (std::f64::consts::PI / s)).cos();
+    ((cos + 1.0) * (0.5 * (1.0 - alpha)) + alpha) * init
+}
+
+/// The update rule.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rule {
+    /// Plain gradient descent.
+    Sgd,
+    /// Heavy-ball momentum (`nesterov`: look-ahead form).
+    Momentum {
+        /// Momentum coefficient.
+        beta: f64,
+        /// Nesterov's variant.
+        nesterov: bool,
+    },
+    /// Adam (Kingma and Ba); with a weight decay it is AdamW.
+    Adam {
+        /// First-moment decay.
+        b1: f64,
+        /// Second-moment decay.
+        b2: f64,
+        /// Denominator term.
+        eps: f64,
+    },
+    /// RMSprop (optax's form: `eps` inside the square root).
+    RmsProp {
+        /// Decay of the squared-gradient average.
+        decay: f64,
+        /// Term inside the square root.
+        eps: f64,
+    },
+    /// Adagrad.
+    Adagrad {
+        /// Initial value of the squared-gradient sum.
+        initial: f64,
+        /// Term inside the square root.
+        eps: f64,
+    },
+    /// Lion (Chen et al. 2023): the sign of an interpolated momentum.
+    Lion {
+        /// Interpolation for the update.
+        b1: f64,
+        /// Momentum decay.
+        b2: f64,
+    },
+}
+
+/// An optimizer: a rule, a learning-rate schedule, optional global-norm
+/// clipping and decoupled weight decay on the parameters a mask selects.
+#[derive(Clone)]
+pub struct Optimizer {
+    /// The update rule.
+    pub rule: Rule,
+    /// The learning rate.
+    pub lr: Schedule,
+    /// Rescale the gradients to this global norm when it is exceeded.
+    pub clip_global_norm: Option<f64>,
+    /// Decoupled weight decay (AdamW, Lion).
+    pub weight_decay: f64,
+    /// Which parameters (by name) are decayed; all when `None`.
+    pub decay_mask: Option<Arc<dyn Fn(&str) -> bool>>,
+}
+
+impl std::fmt::Debug for Optimizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Optimizer")
+            .field("rule", &self.rule)
+            .field("lr", &self.lr)
+            .field("clip_global_norm", &self.clip_global_norm)
+            .field("weight_decay", &self.weight_decay)
+            .field("decay_mask", &self.decay_mask.as_ref().map(|_| "fn"))
+            .finish()
+    }
+}
+
+impl Optimizer {
+    fn new(rule: Rule, lr: Schedule) -> Optimizer {
+        Optimizer { rule, lr, clip_global_norm: None, weight_decay: 0.0, decay_mask: None }
+    }
+
+    /// Gradient descent.
+    pub fn sgd(lr: Schedule) -> Optimizer {
+        Optimizer::new(Rule::Sgd, lr)
+    }
+
+    /// Momentum (`nesterov`: Nesterov's look-ahead form).
+    pub fn momentum(lr: Schedule, beta: f64, nesterov: bool) -> Optimizer {
+        Optimizer::new(Rule::Momentum { beta, nesterov }, lr)
+    }
+
+    /// Adam with optax's defaults (`b1 = 0.9`, `b2 = 0.999`, `eps = 1e-8`).
+    pub fn adam(lr: Schedule) -> Optimizer {
+        Optimizer::new(Rule::Adam { b1: 0.9, b2: 0.999, eps: 1e-8 }, lr)
+    }
+
+    /// AdamW: Adam with decoupled weight decay.
+    pub fn adamw(lr: Schedule, weight_decay: f64) -> Optimizer {
+        Optimizer { weight_decay, ..Optimizer::adam(lr) }
+    }
+
+    /// RMSprop.
+    pub fn rmsprop(lr: Schedule, decay: f64, eps: f64) -> Optimizer {
+        Optimizer::new(Rule::RmsProp { decay, eps }, lr)
+    }
+
+    /// Adagrad.
+    pub fn adagrad(lr: Schedule, initial: f64, eps: f64) -> Optimizer {
+        Optimizer::new(Rule::Adagrad { initial, eps }, lr)
+    }
+
+    /// Lion with decoupled weight decay.
+    pub fn lion(lr: Schedule, b1: f64, b2: f64, weight_decay: f64) -> Optimizer {
+        Optimizer { weight_decay, ..Optimizer::new(Rule::Lion { b1, b2 }, lr) }
+    }
+
+    /// Clips the gradients to a global norm first.
+    pub fn clip(mut self, max_norm: f64) -> Optimizer {
+        self.clip_global_norm = Some(max_norm);
+        self
+    }
+
+    /// Decays only the parameters whose name `mask` accepts.
+    pub fn decay_only(mut self, mask: impl Fn(&str) -> bool + 'static) -> Optimizer {
+        self.decay_mask = Some(Arc::new(mask));
+        self
+    }
+
+    /// State tensors per parameter.
+    pub fn n_state(&self) -> usize {
+        match self.rule {
+            Rule::Sgd => 0,
+            Rule::Momentum { .. } | Rule::RmsProp { .. } | Rule::Adagrad { .. } | Rule::Lion { .. } => 1,
+            Rule::Adam { .. } => 2,
+        }
+    }
+
+    /// The initial state for these parameters: `n_state()` tensors per
+    /// parameter, parameter-major.
+    pub fn init(&self, params: &[Tensor]) -> Vec<Tensor> {
+        let fill = match self.rule {
+            Rule::Adagrad { initial, .. } => initial,
+            _ => 0.0,
+        };
+        params.iter().flat_map(|p| (0..self.n_state()).map(move |_| Tensor::full(&p.ty(), fill))).collect()
+    }
+
+    /// The traced update: new parameters and state from the parameters,
+    /// their gradients, the state and the step count `t` (0 first).
+    pub fn update(&self, names: &[String], t: &Tr, params: &[Tr], grads: &[Tr], state: &[Tr]) -> (Vec<Tr>, Vec<Tr>) {
+        let grads: Vec<Tr> = match self.clip_global_norm {
+            None => grads.to_vec(),
+            Some(max) => {
+                let sq: Vec<Tr> = grads.iter().map(|g| (g * g).sum(())).collect();
+                let mut total = sq[0].clone();
+                for s in &sq[1..] {
+                    total = &total + s;
+                }
+                let norm = total.sqrt();
+                let under = norm.lt(&norm.scalar_like(max));
+                grads.iter().map(|g| under.select(g, &(g / &norm * max))).collect()
+            }
+        };
+        let lr = self.lr.at(t);
+        let count = t + 1.0;
+        let k = self.n_state();
+        let mut new_p = Vec::with_capacity(params.len());
+        let mut new_s = Vec::with_capacity(state.len());
+        for (i, (p, g)) in params.iter().zip(&grads).enumerate() {
+            let s = &state[i * k..(i + 1) * k];
+            let decays = self.weight_decay != 0.0 && self.decay_mask.as_ref().is_none_or(|m| m(&names[i]));
+            let decay = |u: Tr| if decays { u + p * self.weight_decay } else { u };
+            let step = match &self.rule {
+                Rule::Sgd => g.clone(),
+                Rule::Momentum { beta, nesterov } => {
+                    let m = g + &(&s[0] * *beta);
+                    let u = if *nesterov { g + &(&m * *beta) } else { m.clone() };
+                    new_s.push(m);
+                    u
+                }
+                Rule::Adam { b1, b2, eps } => {
+                    let m = g * (1.0 - b1) + &(&s[0] * *b1);
+                    let v = g * g * (1.0 - b2) + &(&s[1] * *b2);
+                    let m_hat = &m / &(1.0 - count.scalar_like(*b1).pow(&count));
+                    let v_hat = &v / &(1.0 - count.scalar_like(*b2).pow(&count));
+                    let u = decay(&m_hat / &(v_hat.sqrt() + *eps));
+                    new_s.push(m);
+                    new_s.push(v);
+                    u
+                }
+                Rule::RmsProp { decay: d, eps } => {
+                    let v = g * g * (1.0 - d) + &(&s[0] * *d);
+                    let u = g * &(&v + *eps).rsqrt();
+                    new_s.push(v);
+                    u
+                }
+                Rule::Adagrad { eps, .. } => {
+                    let acc = g * g + &s[0];
+                    let u = g * &(&acc + *eps).rsqrt();
+                    new_s.push(acc);
+                    u
+                }
+                Rule::Lion { b1, b2 } => {
+                    let u = decay((g * (1.0 - b1) + &(&s[0] * *b1)).sign());
+                    new_s.push(g * (1.0 - b2) + &(&s[0] * *b2));
+                    u
+                }
+            };
+            let step = match self.rule {
+                Rule::Adam { .. } | Rule::Lion { .. } => step,
+                _ => decay(step),
+            };
+            new_p.push(p - &(step * &lr));
+        }
+        (new_p, new_s)
+    }
+}
+
+/// A training step compiled once per input types: forward, backward and
+/// the optimizer update in one graph, `(params..., state..., t, batch...)
+/// -> (loss, params'..., state'...)`.
+pub struct Trainer {
+    names: Vec<String>,
+    step: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
+    optimizer: Optimizer,
+    /// Parameters, in `names` order.
+    pub params: Vec<Tensor>,
+    /// Optimizer state (see [`Optimizer::init`]).
+    pub state: Vec<Tensor>,
+    /// Steps taken.
+    pub count: u64,
+    compiled: Option<(Vec<TensorType>, Compiled)>,
+}
+
+impl Trainer {
+    /// A trainer for `loss(params..., batch...)` (one float scalar) over
+    /// named parameters starting at `params`.
+    pub fn new<O, F>(
+        loss: Jit<F>,
+        names: Vec<String>,
+        params: Vec<Tensor>,
+        optimizer: Optimizer,
+    ) -> Result<Trainer, Error>
+    where
+        O: IntoOutputs + 'static,
+        F: Fn(&[Tr]) -> O + 'static,
+    {
+        if names.len() != params.len() {
+            return Err(graft_core::IrError::invalid(
+                "trainer",
+                format!("{} parameter names for {} parameters", names.len(), params.len()),
+            )
+            .into());
+        }
+        let n = params.len();
+        let grad = loss.value_and_grad(Wrt::Positions((0..n).collect()));
+        let opt = optimizer.clone();
+        let step_names = names.clone();
+        let k = optimizer.n_state();
+        let body: Box<dyn Fn(&[Tr]) -> Vec<Tr>> = Box::new(move |xs: &[Tr]| {
+            let (ps, rest) = xs.split_at(n);
+            let (st, rest) = rest.split_at(n * k);
+            let (t, batch) = rest.split_at(1);
+            let mut args: Vec<Tr> = ps.to_vec();
+            args.extend_from_slice(batch);
+            let vg = grad.apply(&args);
+            let (loss, grads) = vg.split_at(1);
+            let (new_p, new_s) = opt.update(&step_names, &t[0], ps, grads, st);
+            let mut out = loss.to_vec();
+            out.extend(new_p);
+            out.extend(new_s);
+            out
+        });
+        let state = optimizer.init(&params);
+        Ok(Trainer { names, step: jit_n("train_step", body), optimizer, params, state, count: 0, compiled: None })
+    }
+
+    /// The parameter names.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The optimizer.
+    pub fn optimizer(&self) -> &Optimizer {
+        &self.optimizer
+    }
+
+    /// One step on a batch: returns the loss before the update. The old
+    /// parameter and state buffers go back to the step's buffer pool, so
+    /// the next step writes its results into them instead of allocating.
+    pub fn step(&mut self, batch: &[&Tensor]) -> Result<f64, Error> {
+        let dtype = self.params.first().map_or(graft_core::DType::F32, Tensor::dtype);
+        let t = Tensor::full(&TensorType::scalar(dtype), self.count as f64);
+        let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).collect();
+        ins.push(&t);
+        ins.extend_from_slice(batch);
+        let types: Vec<TensorType> = ins.iter().map(|x| x.ty()).collect();
+        let compiled = match &self.compiled {
+            Some((ty, c)) if *ty == types => c.clone(),
+            _ => {
+                let c = self.step.compiled(&types)?;
+                self.compiled = Some((types, c.clone()));
+                c
+            }
+        };
+        let mut outs = compiled.call(&ins)?.into_iter();
+        let loss = outs.next().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN);
+        let n = self.params.len();
+        let new_p: Vec<Tensor> = outs.by_ref().take(n).collect();
+        let new_s: Vec<Tensor> = outs.collect();
+        let old_p = std::mem::replace(&mut self.params, new_p);
+        let old_s = std::mem::replace(&mut self.state, new_s);
+        compiled.recycle(old_p.into_iter().chain(old_s));
+        self.count += 1;
+        Ok(loss)
+    }
+}
