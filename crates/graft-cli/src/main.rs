@@ -24,8 +24,11 @@
 //! pointing at its declaration (`error[input]`, see `inputs.rs`).
 
 mod bench;
+mod checkpoint;
 mod doc;
 mod inputs;
+mod plot;
+mod train;
 mod watchdog;
 
 use clap::{Parser, Subcommand};
@@ -70,6 +73,9 @@ enum Cmd {
     },
     /// Parse and type-check only.
     Check { file: PathBuf },
+    /// Train a program's `init`/`loss` on an .npz dataset: progress,
+    /// metrics.jsonl, checkpoint.safetensors and curves.png/svg in --out-dir.
+    Train(train::TrainArgs),
     /// Print the reference entry of a builtin or transform (the list without NAME).
     Doc { name: Option<String> },
     /// Print the parsed program as S-expressions.
@@ -183,6 +189,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             Ok(graft_lang::sexpr::program_to_sexpr(&p))
         }
         Cmd::Doc { name } => doc::doc(name.as_deref()),
+        Cmd::Train(args) => train::train(&args),
         Cmd::Check { file } => {
             let m = load(&file)?;
             m.check().map_err(|ds| render_all(&ds, m.file(), m.source()))?;

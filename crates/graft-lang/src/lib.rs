@@ -18,6 +18,7 @@ pub mod module;
 pub mod parser;
 pub mod sexpr;
 
+pub use lower::value::Tree;
 pub use module::{Compiled, Module, Output};
 
 /// Stack size for the front end's recursive passes (see [`with_deep_stack`]).

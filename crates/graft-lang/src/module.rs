@@ -194,6 +194,13 @@ impl Module {
         self.instantiate_trees(entry, &trees, false)
     }
 
+    /// The entry lowered at argument structures that may be tuples (a
+    /// parameter declared as a tuple of tensors takes a [`Tree::Tuple`]);
+    /// the function's parameters are the leaves, depth first.
+    pub fn instantiate_nested(&self, entry: &str, args: &[Tree]) -> Result<Compiled, Diagnostic> {
+        self.instantiate_trees(entry, args, false)
+    }
+
     /// `checking`: for [`Module::check`], at placeholder sizes: no
     /// `opt::simplify` (check only wants the errors, and simplifying was half
     /// its time), and a compile-time `if` whose branch fails falls back to

@@ -5,3 +5,4 @@
 mod cli;
 mod docs;
 mod ir_kernels;
+mod train;

@@ -1,0 +1,371 @@
+//! `graft train PROGRAM --data FILE.npz`: the training loop around a
+//! program's `init(seed)`, `loss(params, ...)` and optional
+//! `accuracy(params, ...)` (issue 13, seed 004's compiled step).
+//!
+//! - The parameters are `init(seed)`'s result (a tensor or a tuple of
+//!   them), named after `loss`'s first parameter and their tuple path
+//!   (`params.0`, `params.1.w`...).
+//! - The data file's arrays are bound to `loss`'s other parameters by name
+//!   and split into train and test parts after a seeded shuffle; rows are
+//!   the first axis, and every array must have the same number of rows.
+//! - One step is one compiled graph (`graft::optim::Trainer`): forward,
+//!   backward and the optimizer update. Batches have a fixed size (a
+//!   remainder smaller than the batch is left out of the epoch, so the step
+//!   compiles once), reshuffled every epoch from the seed.
+//! - After every epoch the test loss (and accuracy, when defined) is
+//!   evaluated; each epoch appends one JSON object to `metrics.jsonl`, and
+//!   the parameters, optimizer state and step count go to
+//!   `checkpoint.safetensors` (written to a temporary file, then renamed, so
+//!   a failed write never destroys the previous checkpoint). `--resume`
+//!   continues from that checkpoint; the data order depends only on the
+//!   seed and the epoch, so a resumed run takes the same steps.
+
+use crate::Fail;
+use graft::optim::{Optimizer, Schedule, Trainer};
+use graft::{jit_n, Tensor, TensorType, Tr};
+use graft_lang::{Module, Output, Tree};
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The command line of `graft train`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrainArgs {
+    /// The program: `init(seed)`, `loss(params, ...)`, optionally `accuracy(params, ...)`.
+    pub file: PathBuf,
+    /// An .npz file whose arrays are `loss`'s data parameters, by name.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Where to write checkpoint.safetensors and metrics.jsonl.
+    #[arg(long, default_value = "train_out")]
+    pub out_dir: PathBuf,
+    /// sgd, momentum, nesterov, adam, adamw, rmsprop, adagrad or lion.
+    #[arg(long, default_value = "adam")]
+    pub optimizer: String,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// constant, cosine (to 10% of lr) or warmup-cosine (10% of the steps warming up).
+    #[arg(long, default_value = "constant")]
+    pub schedule: String,
+    /// Decoupled weight decay (adamw, lion).
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// Clip gradients to this global norm.
+    #[arg(long)]
+    pub clip: Option<f64>,
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub epochs: u64,
+    /// Rows per step.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub batch_size: u64,
+    /// Fraction of the rows held out for testing.
+    #[arg(long, default_value_t = 0.2)]
+    pub test_fraction: f64,
+    /// Seed of the initial parameters, the split and the batch order.
+    #[arg(long, default_value_t = 0)]
+    pub seed: i64,
+    /// Continue from OUT_DIR/checkpoint.safetensors.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+/// SplitMix64: the host-side generator of the split and the batch order
+/// (reproducible from the seed alone).
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A Fisher-Yates shuffle of `0..n`.
+    fn permutation(&mut self, n: usize) -> Vec<usize> {
+        let mut p: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            p.swap(i, j);
+        }
+        p
+    }
+}
+
+fn fail(msg: impl Into<String>) -> Fail {
+    Fail::new(format!("error: {}", msg.into()))
+}
+
+/// Rows `idx` of `t` (along the first axis).
+fn take_rows(t: &Tensor, idx: &[usize]) -> Result<Tensor, Fail> {
+    let row: usize = t.shape()[1..].iter().product();
+    let mut shape = t.shape().to_vec();
+    shape[0] = idx.len();
+    macro_rules! gather {
+        ($ty:ty) => {{
+            let src = t.as_slice::<$ty>().map_err(|e| fail(e.to_string()))?;
+            let mut out = Vec::with_capacity(idx.len() * row);
+            for &i in idx {
+                out.extend_from_slice(&src[i * row..(i + 1) * row]);
+            }
+            Tensor::from_vec(shape, out).map_err(|e| fail(e.to_string()))
+        }};
+    }
+    match t.dtype() {
+        graft::DType::F32 => gather!(f32),
+        graft::DType::F64 => gather!(f64),
+        graft::DType::I32 => gather!(i32),
+        graft::DType::I64 => gather!(i64),
+        graft::DType::Bool => gather!(bool),
+    }
+}
+
+fn leaves(o: Output, out: &mut Vec<Tensor>) {
+    match o {
+        Output::Tensor(t) => out.push(t),
+        Output::Tuple(items) => items.into_iter().for_each(|i| leaves(i, out)),
+    }
+}
+
+fn tree_of(o: &Output) -> Tree {
+    match o {
+        Output::Tensor(t) => Tree::Leaf(t.ty()),
+        Output::Tuple(items) => Tree::Tuple(items.iter().map(tree_of).collect()),
+    }
+}
+
+fn names_of(o: &Output, prefix: &str, out: &mut Vec<String>) {
+    match o {
+        Output::Tensor(_) => out.push(prefix.to_string()),
+        Output::Tuple(items) => {
+            for (i, it) in items.iter().enumerate() {
+                names_of(it, &format!("{prefix}.{i}"), out);
+            }
+        }
+    }
+}
+
+fn optimizer(a: &TrainArgs, total_steps: u64) -> Result<Optimizer, Fail> {
+    let lr = match a.schedule.as_str() {
+        "constant" => Schedule::Constant(a.lr),
+        "cosine" => Schedule::Cosine { init: a.lr, steps: total_steps, alpha: 0.1 },
+        "warmup-cosine" => Schedule::WarmupCosine {
+            init: 0.0,
+            peak: a.lr,
+            warmup: total_steps / 10,
+            steps: total_steps,
+            end: a.lr * 0.1,
+        },
+        other => {
+            return Err(Fail::usage(format!("error: --schedule {other}: expected constant, cosine or warmup-cosine")))
+        }
+    };
+    let o = match a.optimizer.as_str() {
+        "sgd" => Optimizer::sgd(lr),
+        "momentum" => Optimizer::momentum(lr, 0.9, false),
+        "nesterov" => Optimizer::momentum(lr, 0.9, true),
+        "adam" => Optimizer::adam(lr),
+        "adamw" => Optimizer::adamw(lr, a.weight_decay),
+        "rmsprop" => Optimizer::rmsprop(lr, 0.9, 1e-8),
+        "adagrad" => Optimizer::adagrad(lr, 0.1, 1e-7),
+        "lion" => Optimizer::lion(lr, 0.9, 0.99, a.weight_decay),
+        other => {
+            return Err(Fail::usage(format!(
+                "error: --optimizer {other}: expected sgd, momentum, nesterov, adam, adamw, rmsprop, adagrad or lion"
+            )))
+        }
+    };
+    Ok(match a.clip {
+        Some(c) => o.clip(c),
+        None => o,
+    })
+}
+
+/// The program's entry `name` as a traced function of its flattened leaves.
+fn entry_fn(func: Arc<graft::Func>) -> impl Fn(&[Tr]) -> Tr {
+    move |v: &[Tr]| {
+        let others: Vec<&Tr> = v[1..].iter().collect();
+        let f = func.clone();
+        v[0].lift_many(&others, 1, move |b, vals| b.call(f, vals)).remove(0)
+    }
+}
+
+/// One evaluation of `entry(params, data...)` on the test rows.
+fn evaluate(m: &Module, entry: &str, params: &[Tensor], tree: &Tree, data: &[Tensor]) -> Result<f64, Fail> {
+    let mut args = vec![tree.clone()];
+    args.extend(data.iter().map(|d| Tree::Leaf(d.ty())));
+    let c = m.instantiate_nested(entry, &args).map_err(|d| fail(format!("`{entry}`: {}", d.message)))?;
+    let mut ins: Vec<Tensor> = params.to_vec();
+    ins.extend(data.iter().cloned());
+    let out = m.run_compiled(entry, &c, &ins).map_err(|d| fail(format!("`{entry}`: {}", d.message)))?;
+    out.tensor().and_then(|t| t.to_scalar_f64().ok()).ok_or_else(|| fail(format!("`{entry}` must return one scalar")))
+}
+
+/// Runs `graft train`; returns the final line to print.
+pub fn train(a: &TrainArgs) -> Result<String, Fail> {
+    let m = crate::load(&a.file)?;
+    m.check().map_err(|ds| crate::render_all(&ds, m.file(), m.source()))?;
+    for need in ["init", "loss"] {
+        if m.def(need).is_none() {
+            return Err(fail(format!(
+                "{} defines no `{need}`; `graft train` needs init(seed) and loss(params, ...)",
+                m.file()
+            )));
+        }
+    }
+    if !(0.0..1.0).contains(&a.test_fraction) {
+        return Err(Fail::usage(format!("error: --test-fraction {}: expected a number in [0, 1)", a.test_fraction)));
+    }
+    // Data, bound to loss's parameters after the first by name.
+    let arrays: HashMap<String, Tensor> = graft_core::npy::load_npz(&a.data)
+        .map_err(|e| fail(format!("{}: {e}", a.data.display())))?
+        .into_iter()
+        .collect();
+    let loss_def = m.def("loss").ok_or_else(|| fail("no loss"))?;
+    let param_name = loss_def.params.first().map(|p| p.name.name.clone()).unwrap_or_else(|| "params".into());
+    let data_names: Vec<String> = loss_def.params.iter().skip(1).map(|p| p.name.name.clone()).collect();
+    let mut data = Vec::new();
+    for n in &data_names {
+        let t = arrays.get(n).ok_or_else(|| {
+            let mut have: Vec<&String> = arrays.keys().collect();
+            have.sort();
+            fail(format!("{} has no array `{n}` for `loss`'s parameter `{n}` (it has {have:?})", a.data.display()))
+        })?;
+        if t.rank() == 0 {
+            return Err(fail(format!("array `{n}` has no rows (it is a scalar)")));
+        }
+        data.push(t.clone());
+    }
+    let rows = data.first().map_or(0, |t| t.shape()[0]);
+    if let Some((n, t)) = data_names.iter().zip(&data).find(|(_, t)| t.shape()[0] != rows) {
+        return Err(fail(format!(
+            "the data arrays disagree on the number of rows: `{}` has {rows}, `{n}` has {}",
+            data_names[0],
+            t.shape()[0]
+        )));
+    }
+    let mut mix = Mix(a.seed as u64 ^ 0x5EED);
+    let order = mix.permutation(rows);
+    let n_test = ((rows as f64) * a.test_fraction).round() as usize;
+    let (test_idx, train_idx) = order.split_at(n_test);
+    let bs = a.batch_size as usize;
+    if train_idx.len() < bs {
+        return Err(fail(format!("{} training rows are fewer than one batch of {bs}", train_idx.len())));
+    }
+    let test: Vec<Tensor> = data.iter().map(|t| take_rows(t, test_idx)).collect::<Result<_, _>>()?;
+
+    // Parameters from init(seed).
+    let init_c = m
+        .instantiate("init", &[TensorType::scalar(graft::DType::I32)])
+        .map_err(|d| crate::render_all(&[d], m.file(), m.source()))?;
+    let seed = Tensor::scalar(i32::try_from(a.seed).map_err(|_| Fail::usage("error: --seed must fit in i32"))?);
+    let init_out =
+        m.run_compiled("init", &init_c, &[seed]).map_err(|d| crate::render_all(&[d], m.file(), m.source()))?;
+    let tree = tree_of(&init_out);
+    let mut names = Vec::new();
+    names_of(&init_out, &param_name, &mut names);
+    let mut params = Vec::new();
+    leaves(init_out, &mut params);
+
+    // The step: loss at batch types, differentiated and updated in one graph.
+    let batch_types: Vec<Tree> = data
+        .iter()
+        .map(|t| {
+            let mut s = t.shape().to_vec();
+            s[0] = bs;
+            Tree::Leaf(TensorType::new(t.dtype(), s))
+        })
+        .collect();
+    let mut args = vec![tree.clone()];
+    args.extend(batch_types);
+    let loss_c = m.instantiate_nested("loss", &args).map_err(|d| crate::render_all(&[d], m.file(), m.source()))?;
+    let steps_per_epoch = train_idx.len() / bs;
+    let total = steps_per_epoch as u64 * a.epochs;
+    let opt = optimizer(a, total)?;
+    let mut tr = Trainer::new(jit_n("loss", entry_fn(loss_c.func.clone())), names.clone(), params, opt)
+        .map_err(|e| fail(e.to_string()))?;
+
+    std::fs::create_dir_all(&a.out_dir).map_err(|e| fail(format!("{}: {e}", a.out_dir.display())))?;
+    let ckpt = a.out_dir.join("checkpoint.safetensors");
+    let metrics_path = a.out_dir.join("metrics.jsonl");
+    if a.resume {
+        crate::checkpoint::load(&ckpt, &mut tr)?;
+    } else if metrics_path.exists() {
+        std::fs::remove_file(&metrics_path).map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
+    }
+    let first_epoch = tr.count / steps_per_epoch.max(1) as u64;
+    let mut metrics = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&metrics_path)
+        .map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
+    let has_acc = m.def("accuracy").is_some();
+    let tty = std::io::stderr().is_terminal();
+    let bar = if tty {
+        let b = indicatif::ProgressBar::new(total.saturating_sub(tr.count));
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  {per_sec}  eta {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        Some(b)
+    } else {
+        None
+    };
+    let started = std::time::Instant::now();
+    let mut last = String::from("no epoch left to run");
+    for epoch in first_epoch..a.epochs {
+        let mut emix = Mix((a.seed as u64 ^ 0x5EED).wrapping_add(0x1000 * (epoch + 1)));
+        let perm = emix.permutation(train_idx.len());
+        let mut sum = 0.0;
+        for s in 0..steps_per_epoch {
+            let idx: Vec<usize> = perm[s * bs..(s + 1) * bs].iter().map(|&p| train_idx[p]).collect();
+            let batch: Vec<Tensor> = data.iter().map(|t| take_rows(t, &idx)).collect::<Result<_, _>>()?;
+            let refs: Vec<&Tensor> = batch.iter().collect();
+            let l = tr.step(&refs).map_err(|e| fail(e.to_string()))?;
+            if !l.is_finite() {
+                return Err(fail(format!("the loss is {l} at step {} (epoch {})", tr.count, epoch + 1)));
+            }
+            sum += l;
+            if let Some(b) = &bar {
+                b.inc(1);
+                b.set_message(format!("epoch {}/{} loss {l:.4}", epoch + 1, a.epochs));
+            }
+        }
+        let train_loss = sum / steps_per_epoch as f64;
+        let mut row = format!("{{\"step\": {}, \"epoch\": {}, \"loss\": {train_loss}", tr.count, epoch + 1);
+        let mut line = format!("epoch {}/{}: loss {train_loss:.4}", epoch + 1, a.epochs);
+        if n_test > 0 {
+            let tl = evaluate(&m, "loss", &tr.params, &tree, &test)?;
+            row.push_str(&format!(", \"test_loss\": {tl}"));
+            line.push_str(&format!(", test loss {tl:.4}"));
+            if has_acc {
+                let acc = evaluate(&m, "accuracy", &tr.params, &tree, &test)?;
+                row.push_str(&format!(", \"test_accuracy\": {acc}"));
+                line.push_str(&format!(", test accuracy {:.2}%", 100.0 * acc));
+            }
+        }
+        row.push_str(&format!(", \"seconds\": {:.3}}}\n", started.elapsed().as_secs_f64()));
+        metrics.write_all(row.as_bytes()).map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
+        crate::checkpoint::save(&ckpt, &tr)?;
+        match &bar {
+            Some(b) => b.println(&line),
+            None => eprintln!("{line}"),
+        }
+        last = line.split_once(": ").map_or(line.clone(), |(_, m)| m.to_string());
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    crate::plot::curves(&metrics_path, &a.out_dir)?;
+    Ok(format!(
+        "trained {} epochs ({} steps, {:.1} s): {last}; wrote checkpoint.safetensors, metrics.jsonl, curves.png and curves.svg to {}\n",
+        a.epochs,
+        tr.count,
+        started.elapsed().as_secs_f64(),
+        a.out_dir.display()
+    ))
+}

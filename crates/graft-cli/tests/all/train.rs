@@ -1,0 +1,115 @@
+//! `graft train` end to end: the digits MLP trains, writes its checkpoint,
+//! metrics and curves; a resumed run continues bitwise as if never
+//! interrupted; mismatched checkpoints and data are errors that say what
+//! is wrong.
+
+use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn train(out: &Path, program: &str, extra: &[&str]) -> std::process::Output {
+    let r = root();
+    Command::cargo_bin("graft")
+        .expect("the graft binary is built")
+        .arg("train")
+        .arg(r.join("examples").join(program))
+        .arg("--data")
+        .arg(r.join("examples/data/digits.npz"))
+        .arg("--out-dir")
+        .arg(out)
+        .args(["--lr", "1e-2", "--batch-size", "64", "--seed", "1"])
+        .args(if extra.contains(&"--schedule") { &[][..] } else { &["--schedule", "warmup-cosine"][..] })
+        .args(extra)
+        .output()
+        .expect("graft runs")
+}
+
+#[test]
+fn train_writes_checkpoint_metrics_and_curves() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = train(dir.path(), "digits_mlp.graft", &["--epochs", "4"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let last = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(last.starts_with("trained 4 epochs (88 steps,") && last.contains("test accuracy"), "{last}");
+    let metrics = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 4);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["epoch"].as_u64(), Some(i as u64 + 1));
+        assert_eq!(r["step"].as_u64(), Some(22 * (i as u64 + 1)));
+        assert!(r["loss"].as_f64().unwrap() > 0.0 && r["test_loss"].as_f64().is_some());
+    }
+    let acc = rows[3]["test_accuracy"].as_f64().unwrap();
+    assert!(acc > 0.9, "four epochs of the MLP reach 90% (got {acc})");
+    assert!(rows[3]["loss"].as_f64() < rows[0]["loss"].as_f64());
+    let png = std::fs::read(dir.path().join("curves.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(dir.path().join("curves.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("Test accuracy") && svg.contains("epoch"));
+    let ckpt = std::fs::read(dir.path().join("checkpoint.safetensors")).unwrap();
+    assert!(String::from_utf8_lossy(&ckpt[..ckpt.len().min(2000)]).contains("params.0.opt.1"));
+}
+
+#[test]
+fn resuming_continues_bitwise_as_if_never_interrupted() {
+    let whole = tempfile::tempdir().unwrap();
+    let split = tempfile::tempdir().unwrap();
+    // A constant rate, since a schedule's length follows --epochs: the run
+    // "interrupted" after one epoch must see the same rates as the whole one.
+    let c = ["--schedule", "constant"];
+    assert!(train(whole.path(), "digits_mlp.graft", &[&c[..], &["--epochs", "3"]].concat()).status.success());
+    assert!(train(split.path(), "digits_mlp.graft", &[&c[..], &["--epochs", "1"]].concat()).status.success());
+    let resumed = train(split.path(), "digits_mlp.graft", &[&c[..], &["--epochs", "3", "--resume"]].concat());
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let a = std::fs::read(whole.path().join("checkpoint.safetensors")).unwrap();
+    let b = std::fs::read(split.path().join("checkpoint.safetensors")).unwrap();
+    assert!(a == b, "the resumed run's checkpoint differs from the uninterrupted one");
+    let ma = std::fs::read_to_string(whole.path().join("metrics.jsonl")).unwrap();
+    let mb = std::fs::read_to_string(split.path().join("metrics.jsonl")).unwrap();
+    assert_eq!(mb.lines().count(), 3, "{mb}");
+    let strip = |s: &str| -> Vec<String> {
+        s.lines().map(|l| l.split(", \"seconds\"").next().unwrap_or("").to_string()).collect()
+    };
+    assert_eq!(strip(&ma), strip(&mb));
+}
+
+#[test]
+fn mismatches_are_errors_that_list_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(train(dir.path(), "digits_mlp.graft", &["--epochs", "1"]).status.success());
+    // A CNN cannot resume from the MLP's checkpoint: every difference is listed.
+    let out = train(dir.path(), "digits_cnn.graft", &["--epochs", "2", "--resume"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not match the model") && err.contains("`params.4` is missing"), "{err}");
+    assert!(err.contains("`params.0` is F32[64, 128], the model has f32[16,1,3,3]"), "{err}");
+    // A corrupt checkpoint is a clear error.
+    std::fs::write(dir.path().join("checkpoint.safetensors"), b"not a checkpoint").unwrap();
+    let out = train(dir.path(), "digits_mlp.graft", &["--epochs", "2", "--resume"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid checkpoint"));
+    // Data arrays must exist under loss's parameter names and agree on rows.
+    let bad = dir.path().join("bad.npz");
+    let x = graft_core::Tensor::from_vec(vec![5, 64], vec![0.0f32; 320]).unwrap();
+    let y = graft_core::Tensor::from_vec(vec![4], vec![0i32; 4]).unwrap();
+    graft_core::npy::save_npz(&bad, &[("x".into(), x.clone()), ("y".into(), y)]).unwrap();
+    let out = Command::cargo_bin("graft")
+        .unwrap()
+        .args(["train", root().join("examples/digits_mlp.graft").to_str().unwrap(), "--data", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("disagree on the number of rows: `x` has 5, `y` has 4"));
+    graft_core::npy::save_npz(&bad, &[("x".into(), x)]).unwrap();
+    let out = Command::cargo_bin("graft")
+        .unwrap()
+        .args(["train", root().join("examples/digits_mlp.graft").to_str().unwrap(), "--data", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has no array `y`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
