@@ -194,15 +194,29 @@ fn entry_fn(func: Arc<graft::Func>) -> impl Fn(&[Tr]) -> Tr {
     }
 }
 
-/// One evaluation of `entry(params, data...)` on the test rows.
-fn evaluate(m: &Module, entry: &str, params: &[Tensor], tree: &Tree, data: &[Tensor]) -> Result<f64, Fail> {
-    let mut args = vec![tree.clone()];
-    args.extend(data.iter().map(|d| Tree::Leaf(d.ty())));
-    let c = m.instantiate_nested(entry, &args).map_err(|d| fail(format!("`{entry}`: {}", d.message)))?;
-    let mut ins: Vec<Tensor> = params.to_vec();
-    ins.extend(data.iter().cloned());
-    let out = m.run_compiled(entry, &c, &ins).map_err(|d| fail(format!("`{entry}`: {}", d.message)))?;
-    out.tensor().and_then(|t| t.to_scalar_f64().ok()).ok_or_else(|| fail(format!("`{entry}` must return one scalar")))
+/// `entry(params, data...)` instantiated once at the test rows' types.
+struct Eval {
+    entry: &'static str,
+    compiled: graft_lang::Compiled,
+}
+
+impl Eval {
+    fn new(m: &Module, entry: &'static str, tree: &Tree, data: &[Tensor]) -> Result<Eval, Fail> {
+        let mut args = vec![tree.clone()];
+        args.extend(data.iter().map(|d| Tree::Leaf(d.ty())));
+        let compiled = m.instantiate_nested(entry, &args).map_err(|d| crate::render_all(&[d], m.file(), m.source()))?;
+        Ok(Eval { entry, compiled })
+    }
+
+    /// The scalar it returns for these parameters.
+    fn run(&self, m: &Module, params: &[Tensor], data: &[Tensor]) -> Result<f64, Fail> {
+        let mut ins: Vec<Tensor> = params.to_vec();
+        ins.extend(data.iter().cloned());
+        let out = m.run_compiled(self.entry, &self.compiled, &ins).map_err(|d| fail(format!("`{}`: {}", self.entry, d.message)))?;
+        out.tensor()
+            .and_then(|t| t.to_scalar_f64().ok())
+            .ok_or_else(|| fail(format!("`{}` must return one scalar", self.entry)))
+    }
 }
 
 /// Runs `graft train`; returns the final line to print.
@@ -303,7 +317,11 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         .append(true)
         .open(&metrics_path)
         .map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
-    let has_acc = m.def("accuracy").is_some();
+    let test_loss = if n_test > 0 { Some(Eval::new(&m, "loss", &tree, &test)?) } else { None };
+    let test_acc = match (&test_loss, m.def("accuracy")) {
+        (Some(_), Some(_)) => Some(Eval::new(&m, "accuracy", &tree, &test)?),
+        _ => None,
+    };
     let tty = std::io::stderr().is_terminal();
     let bar = if tty {
         let b = indicatif::ProgressBar::new(total.saturating_sub(tr.count));
@@ -338,15 +356,15 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         let train_loss = sum / steps_per_epoch as f64;
         let mut row = format!("{{\"step\": {}, \"epoch\": {}, \"loss\": {train_loss}", tr.count, epoch + 1);
         let mut line = format!("epoch {}/{}: loss {train_loss:.4}", epoch + 1, a.epochs);
-        if n_test > 0 {
-            let tl = evaluate(&m, "loss", &tr.params, &tree, &test)?;
+        if let Some(e) = &test_loss {
+            let tl = e.run(&m, &tr.params, &test)?;
             row.push_str(&format!(", \"test_loss\": {tl}"));
             line.push_str(&format!(", test loss {tl:.4}"));
-            if has_acc {
-                let acc = evaluate(&m, "accuracy", &tr.params, &tree, &test)?;
-                row.push_str(&format!(", \"test_accuracy\": {acc}"));
-                line.push_str(&format!(", test accuracy {:.2}%", 100.0 * acc));
-            }
+        }
+        if let Some(e) = &test_acc {
+            let acc = e.run(&m, &tr.params, &test)?;
+            row.push_str(&format!(", \"test_accuracy\": {acc}"));
+            line.push_str(&format!(", test accuracy {:.2}%", 100.0 * acc));
         }
         row.push_str(&format!(", \"seconds\": {:.3}}}\n", started.elapsed().as_secs_f64()));
         metrics.write_all(row.as_bytes()).map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
