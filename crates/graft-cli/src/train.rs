@@ -19,6 +19,10 @@
 //!   a failed write never destroys the previous checkpoint). `--resume`
 //!   continues from that checkpoint; the data order depends only on the
 //!   seed and the epoch, so a resumed run takes the same steps.
+//! - A NaN or infinite loss stops the run, naming the step and the first
+//!   parameter whose gradient is not finite (computed from the parameters
+//!   the step started with); `--skip-nonfinite` undoes such steps and
+//!   counts them instead. Non-finite metrics are written as JSON `null`.
 
 use crate::Fail;
 use graft::optim::{Optimizer, Schedule, Trainer};
@@ -70,6 +74,9 @@ pub struct TrainArgs {
     /// Continue from OUT_DIR/checkpoint.safetensors.
     #[arg(long)]
     pub resume: bool,
+    /// Skip (and count) steps whose loss is NaN or infinite instead of stopping.
+    #[arg(long)]
+    pub skip_nonfinite: bool,
 }
 
 /// SplitMix64: the host-side generator of the split and the batch order
@@ -212,11 +219,49 @@ impl Eval {
     fn run(&self, m: &Module, params: &[Tensor], data: &[Tensor]) -> Result<f64, Fail> {
         let mut ins: Vec<Tensor> = params.to_vec();
         ins.extend(data.iter().cloned());
-        let out = m.run_compiled(self.entry, &self.compiled, &ins).map_err(|d| fail(format!("`{}`: {}", self.entry, d.message)))?;
+        let out = m
+            .run_compiled(self.entry, &self.compiled, &ins)
+            .map_err(|d| fail(format!("`{}`: {}", self.entry, d.message)))?;
         out.tensor()
             .and_then(|t| t.to_scalar_f64().ok())
             .ok_or_else(|| fail(format!("`{}` must return one scalar", self.entry)))
     }
+}
+
+/// A number as JSON: non-finite values (which JSON cannot hold) are `null`.
+fn json(v: f64) -> String {
+    if v.is_finite() {
+        v.to_string()
+    } else {
+        "null".into()
+    }
+}
+
+/// Names the first parameter whose gradient is not finite at the
+/// parameters a failing step started from, on its batch (computed only when
+/// a step fails).
+fn first_nonfinite_gradient(
+    loss: &Arc<graft::Func>,
+    names: &[String],
+    params: &[Tensor],
+    batch: &[&Tensor],
+) -> Result<String, Fail> {
+    let n = params.len();
+    let g = jit_n("loss", entry_fn(loss.clone())).grad(graft::Wrt::Positions((0..n).collect()));
+    let mut ins: Vec<&Tensor> = params.iter().collect();
+    ins.extend_from_slice(batch);
+    let grads = g.call(&ins).map_err(|e| fail(e.to_string()))?;
+    for (name, gr) in names.iter().zip(&grads) {
+        if gr.to_f64_vec().iter().any(|v| !v.is_finite()) {
+            return Ok(format!("the gradient of `{name}` is not finite"));
+        }
+    }
+    for (name, p) in names.iter().zip(params) {
+        if p.to_f64_vec().iter().any(|v| !v.is_finite()) {
+            return Ok(format!("the parameter `{name}` is not finite"));
+        }
+    }
+    Ok("every parameter and gradient is finite here: the loss itself overflowed".into())
 }
 
 /// Runs `graft train`; returns the final line to print.
@@ -335,6 +380,8 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     };
     let started = std::time::Instant::now();
     let mut last = String::from("no epoch left to run");
+    let mut skipped = 0u64;
+    let mut skipped_before = 0u64;
     for epoch in first_epoch..a.epochs {
         let mut emix = Mix((a.seed as u64 ^ 0x5EED).wrapping_add(0x1000 * (epoch + 1)));
         let perm = emix.permutation(train_idx.len());
@@ -343,9 +390,28 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
             let idx: Vec<usize> = perm[s * bs..(s + 1) * bs].iter().map(|&p| train_idx[p]).collect();
             let batch: Vec<Tensor> = data.iter().map(|t| take_rows(t, &idx)).collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = batch.iter().collect();
+            // The step replaces the parameters, so a bad step is undone (or
+            // diagnosed) from a copy of the state before it: a copy of the
+            // parameters is small next to a step's work.
+            let before = (tr.params.clone(), tr.state.clone());
             let l = tr.step(&refs).map_err(|e| fail(e.to_string()))?;
             if !l.is_finite() {
-                return Err(fail(format!("the loss is {l} at step {} (epoch {})", tr.count, epoch + 1)));
+                let (p, st) = before;
+                match a.skip_nonfinite {
+                    true => {
+                        (tr.params, tr.state) = (p, st);
+                        skipped += 1;
+                        continue;
+                    }
+                    false => {
+                        let what = first_nonfinite_gradient(&loss_c.func, &names, &p, &refs)?;
+                        return Err(fail(format!(
+                            "the loss is {l} at step {} (epoch {}); {what}; rerun with --skip-nonfinite to skip such steps",
+                            tr.count,
+                            epoch + 1
+                        )));
+                    }
+                }
             }
             sum += l;
             if let Some(b) = &bar {
@@ -353,17 +419,19 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
                 b.set_message(format!("epoch {}/{} loss {l:.4}", epoch + 1, a.epochs));
             }
         }
-        let train_loss = sum / steps_per_epoch as f64;
-        let mut row = format!("{{\"step\": {}, \"epoch\": {}, \"loss\": {train_loss}", tr.count, epoch + 1);
+        let taken = steps_per_epoch as u64 - (skipped - skipped_before);
+        skipped_before = skipped;
+        let train_loss = if taken == 0 { f64::NAN } else { sum / taken as f64 };
+        let mut row = format!("{{\"step\": {}, \"epoch\": {}, \"loss\": {}", tr.count, epoch + 1, json(train_loss));
         let mut line = format!("epoch {}/{}: loss {train_loss:.4}", epoch + 1, a.epochs);
         if let Some(e) = &test_loss {
             let tl = e.run(&m, &tr.params, &test)?;
-            row.push_str(&format!(", \"test_loss\": {tl}"));
+            row.push_str(&format!(", \"test_loss\": {}", json(tl)));
             line.push_str(&format!(", test loss {tl:.4}"));
         }
         if let Some(e) = &test_acc {
             let acc = e.run(&m, &tr.params, &test)?;
-            row.push_str(&format!(", \"test_accuracy\": {acc}"));
+            row.push_str(&format!(", \"test_accuracy\": {}", json(acc)));
             line.push_str(&format!(", test accuracy {:.2}%", 100.0 * acc));
         }
         row.push_str(&format!(", \"seconds\": {:.3}}}\n", started.elapsed().as_secs_f64()));
@@ -377,6 +445,9 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     }
     if let Some(b) = bar {
         b.finish_and_clear();
+    }
+    if skipped > 0 {
+        last.push_str(&format!(" ({skipped} steps skipped: non-finite loss)"));
     }
     crate::plot::curves(&metrics_path, &a.out_dir)?;
     Ok(format!(

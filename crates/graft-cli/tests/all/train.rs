@@ -113,3 +113,42 @@ fn mismatches_are_errors_that_list_what_is_wrong() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_nonfinite_loss_stops_with_the_step_and_parameter_or_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("p.graft");
+    std::fs::write(
+        &prog,
+        "def init(seed: i32) -> tensor[64, f32] = ones(64)\n\
+         def loss(w: tensor[64, f32], x: tensor[b, 64, f32], y: tensor[b, i32]) -> f32 = mean(sqrt(x @ w))\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        Command::cargo_bin("graft")
+            .unwrap()
+            .arg("train")
+            .arg(&prog)
+            .arg("--data")
+            .arg(root().join("examples/data/digits.npz"))
+            .arg("--out-dir")
+            .arg(dir.path().join("out"))
+            .args(["--epochs", "2", "--lr", "100", "--optimizer", "sgd"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the loss is NaN at step 2 (epoch 1); the gradient of `w` is not finite"), "{err}");
+    let out = run(&["--skip-nonfinite"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("steps skipped: non-finite loss"));
+    // Non-finite metrics are JSON nulls, so the log stays valid JSON.
+    let metrics = std::fs::read_to_string(dir.path().join("out/metrics.jsonl")).unwrap();
+    for line in metrics.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap();
+    }
+    assert!(metrics.contains("\"test_loss\": null"));
+}
