@@ -29,7 +29,9 @@ fn bytes(t: &Tensor) -> (Dtype, Vec<u8>) {
     }
 }
 
-fn tensor(v: &TensorView<'_>, want: &Tensor) -> Option<Tensor> {
+/// A safetensors tensor as a graft tensor of the same dtype (`None` for a
+/// dtype graft does not have).
+fn decode(v: &TensorView<'_>) -> Option<Tensor> {
     let d = v.data();
     let shape = v.shape().to_vec();
     macro_rules! from {
@@ -37,20 +39,39 @@ fn tensor(v: &TensorView<'_>, want: &Tensor) -> Option<Tensor> {
             Tensor::from_vec(
                 shape,
                 d.chunks_exact($n)
-                    .map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunks_exact gives $n bytes")))
+                    .map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunks_exact gives exactly $n bytes")))
                     .collect::<Vec<_>>(),
             )
             .ok()
         };
     }
-    match (v.dtype(), want.dtype()) {
-        (Dtype::F32, DType::F32) => from!(f32, 4),
-        (Dtype::F64, DType::F64) => from!(f64, 8),
-        (Dtype::I32, DType::I32) => from!(i32, 4),
-        (Dtype::I64, DType::I64) => from!(i64, 8),
-        (Dtype::BOOL, DType::Bool) => Tensor::from_vec(shape, d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok(),
+    match v.dtype() {
+        Dtype::F32 => from!(f32, 4),
+        Dtype::F64 => from!(f64, 8),
+        Dtype::I32 => from!(i32, 4),
+        Dtype::I64 => from!(i64, 8),
+        Dtype::BOOL => Tensor::from_vec(shape, d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok(),
         _ => None,
     }
+}
+
+fn tensor(v: &TensorView<'_>, want: &Tensor) -> Option<Tensor> {
+    decode(v).filter(|t| t.dtype() == want.dtype())
+}
+
+/// Every array of a safetensors file (a dataset for `graft train`), by name.
+pub fn load_arrays(path: &Path) -> Result<Vec<(String, Tensor)>, Fail> {
+    let data = std::fs::read(path).map_err(|e| fail(path, e))?;
+    let st = safetensors::SafeTensors::deserialize(&data)
+        .map_err(|e| fail(path, format!("not a valid safetensors file ({e})")))?;
+    st.tensors()
+        .into_iter()
+        .map(|(name, v)| {
+            decode(&v)
+                .map(|t| (name.clone(), t))
+                .ok_or_else(|| fail(path, format!("`{name}` has dtype {:?}, which graft does not have", v.dtype())))
+        })
+        .collect()
 }
 
 /// Every tensor of the trainer under its checkpoint name.

@@ -5,7 +5,7 @@
 //! - The parameters are `init(seed)`'s result (a tensor or a tuple of
 //!   them), named after `loss`'s first parameter and their tuple path
 //!   (`params.0`, `params.1.w`...).
-//! - The data file's arrays are bound to `loss`'s other parameters by name
+//! - The data file's arrays (.npz or .safetensors) are bound to `loss`'s other parameters by name
 //!   and split into train and test parts after a seeded shuffle; rows are
 //!   the first axis, and every array must have the same number of rows.
 //! - One step is one compiled graph (`graft::optim::Trainer`): forward,
@@ -38,7 +38,7 @@ use std::sync::Arc;
 pub struct TrainArgs {
     /// The program: `init(seed)`, `loss(params, ...)`, optionally `accuracy(params, ...)`.
     pub file: PathBuf,
-    /// An .npz file whose arrays are `loss`'s data parameters, by name.
+    /// An .npz or .safetensors file whose arrays are `loss`'s data parameters, by name.
     #[arg(long)]
     pub data: PathBuf,
     /// Where to write checkpoint.safetensors and metrics.jsonl.
@@ -280,10 +280,13 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         return Err(Fail::usage(format!("error: --test-fraction {}: expected a number in [0, 1)", a.test_fraction)));
     }
     // Data, bound to loss's parameters after the first by name.
-    let arrays: HashMap<String, Tensor> = graft_core::npy::load_npz(&a.data)
-        .map_err(|e| fail(format!("{}: {e}", a.data.display())))?
-        .into_iter()
-        .collect();
+    let arrays: HashMap<String, Tensor> = if a.data.extension().is_some_and(|e| e == "safetensors") {
+        crate::checkpoint::load_arrays(&a.data)?
+    } else {
+        graft_core::npy::load_npz(&a.data).map_err(|e| fail(format!("{}: {e}", a.data.display())))?
+    }
+    .into_iter()
+    .collect();
     let loss_def = m.def("loss").ok_or_else(|| fail("no loss"))?;
     let param_name = loss_def.params.first().map(|p| p.name.name.clone()).unwrap_or_else(|| "params".into());
     let data_names: Vec<String> = loss_def.params.iter().skip(1).map(|p| p.name.name.clone()).collect();

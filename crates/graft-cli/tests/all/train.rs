@@ -152,3 +152,49 @@ fn a_nonfinite_loss_stops_with_the_step_and_parameter_or_is_skipped() {
     }
     assert!(metrics.contains("\"test_loss\": null"));
 }
+
+#[test]
+fn a_safetensors_dataset_trains_like_the_npz() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrays = graft_core::npy::load_npz(root().join("examples/data/digits.npz")).unwrap();
+    let raw: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = arrays
+        .iter()
+        .map(|(n, t)| match t.dtype() {
+            graft_core::DType::F32 => (
+                n.clone(),
+                safetensors::Dtype::F32,
+                t.shape().to_vec(),
+                t.as_slice::<f32>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+            _ => (
+                n.clone(),
+                safetensors::Dtype::I32,
+                t.shape().to_vec(),
+                t.as_slice::<i32>().unwrap().iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = raw
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    let st = dir.path().join("digits.safetensors");
+    std::fs::write(&st, safetensors::serialize(views, &None).unwrap()).unwrap();
+    let npz_out = dir.path().join("a");
+    assert!(train(&npz_out, "digits_mlp.graft", &["--epochs", "1"]).status.success());
+    let out = Command::cargo_bin("graft")
+        .unwrap()
+        .arg("train")
+        .arg(root().join("examples/digits_mlp.graft"))
+        .arg("--data")
+        .arg(&st)
+        .arg("--out-dir")
+        .arg(dir.path().join("b"))
+        .args(["--lr", "1e-2", "--batch-size", "64", "--seed", "1", "--schedule", "warmup-cosine", "--epochs", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let a = std::fs::read(npz_out.join("checkpoint.safetensors")).unwrap();
+    let b = std::fs::read(dir.path().join("b/checkpoint.safetensors")).unwrap();
+    assert!(a == b, "the same data from .npz and .safetensors trains to the same parameters");
+}
