@@ -322,6 +322,8 @@ impl Optimizer {
 pub struct Trainer {
     names: Vec<String>,
     step: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
+    /// The loss alone, for evaluation (`eval`).
+    loss: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
     optimizer: Optimizer,
     /// Parameters, in `names` order.
     pub params: Vec<Tensor>,
@@ -354,6 +356,7 @@ impl Trainer {
         }
         let n = params.len();
         let grad = loss.value_and_grad(Wrt::Positions((0..n).collect()));
+        let plain: Box<dyn Fn(&[Tr]) -> Vec<Tr>> = Box::new(move |xs: &[Tr]| loss.apply(xs));
         let opt = optimizer.clone();
         let step_names = names.clone();
         let k = optimizer.n_state();
@@ -372,7 +375,25 @@ impl Trainer {
             out
         });
         let state = optimizer.init(&params);
-        Ok(Trainer { names, step: jit_n("train_step", body), optimizer, params, state, count: 0, compiled: None })
+        Ok(Trainer {
+            names,
+            step: jit_n("train_step", body),
+            loss: jit_n("eval_step", plain),
+            optimizer,
+            params,
+            state,
+            count: 0,
+            compiled: None,
+        })
+    }
+
+    /// The loss at the current parameters on a batch, without a step
+    /// (compiled once per batch types, like the step).
+    pub fn eval(&self, batch: &[&Tensor]) -> Result<f64, Error> {
+        let mut ins: Vec<&Tensor> = self.params.iter().collect();
+        ins.extend_from_slice(batch);
+        let out = self.loss.call(&ins)?;
+        Ok(out.first().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN))
     }
 
     /// The parameter names.

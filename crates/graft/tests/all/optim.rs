@@ -90,9 +90,13 @@ fn the_step_compiles_once_and_rejects_mismatched_names() {
     let mut tr =
         Trainer::new(loss, vec!["w".into(), "b".into()], params.clone(), Optimizer::adam(Schedule::Constant(0.01)))
             .expect("trainer");
+    let e0 = tr.eval(&[&x, &y]).unwrap();
     let l0 = tr.step(&[&x, &y]).unwrap();
+    assert_eq!(e0, l0, "eval is the loss the step starts from");
+    let e1 = tr.eval(&[&x, &y]).unwrap();
     let l1 = tr.step(&[&x, &y]).unwrap();
     assert!(l1 < l0);
+    assert_eq!(e1, l1);
     assert_eq!(tr.state.len(), 4, "Adam keeps two moments per parameter");
     let loss = jit_n("loss", |v| v[0].sum(()));
     assert!(Trainer::new(loss, vec!["w".into()], params, Optimizer::adam(Schedule::Constant(0.01))).is_err());
