@@ -88,13 +88,18 @@ fn solver_operands(
         }
         _ => (rhs, false),
     };
+    let given = bt;
     let bt = b.ty(rhs)?.clone();
     let r = bt.rank();
-    let (axis, what) = if left { (r - 2, "rows") } else { (r - 1, "columns") };
+    let (axis, what) = match (vector, left) {
+        (true, _) => (if left { r - 2 } else { r - 1 }, "elements"),
+        (false, true) => (r - 2, "rows"),
+        (false, false) => (r - 1, "columns"),
+    };
     if bt.shape[axis] != n {
         return Err(IrError::invalid(
             op,
-            format!("the right-hand side {bt} must have {n} {what} to match the matrix {at}"),
+            format!("the right-hand side {given} must have {n} {what} to match the matrix {at}"),
         ));
     }
     let (ab, bb) = (&at.shape[..at.rank() - 2], &bt.shape[..r - 2]);
