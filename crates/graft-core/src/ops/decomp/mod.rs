@@ -226,10 +226,20 @@ pub fn band_mask(b: &mut Builder, n: usize, m: usize, k: i64, lower: bool) -> Re
     }
 }
 
+/// The rank of `x`, or an error naming `op` when it is below 2 (the
+/// helpers below work on the last two axes).
+fn matrix_rank(b: &Builder, op: &str, x: Value) -> Result<usize, IrError> {
+    let t = b.ty(x)?;
+    if t.rank() < 2 {
+        return Err(IrError::invalid(op, format!("needs a matrix or a batch of them, [..., n, m]; got {t}")));
+    }
+    Ok(t.rank())
+}
+
 /// `x` (`[..., n, m]`) with the elements outside the band of [`band_mask`] zeroed.
 pub fn band(b: &mut Builder, x: Value, k: i64, lower: bool) -> Result<Value, IrError> {
+    let r = matrix_rank(b, if lower { "tril" } else { "triu" }, x)?;
     let t = b.ty(x)?.clone();
-    let r = t.rank();
     let mask = band_mask(b, t.shape[r - 2], t.shape[r - 1], k, lower)?;
     let mask = b.broadcast_in_dim(mask, &t.shape, &[r - 2, r - 1])?;
     let zero = b.full(0.0, &t)?;
@@ -238,7 +248,7 @@ pub fn band(b: &mut Builder, x: Value, k: i64, lower: bool) -> Result<Value, IrE
 
 /// `x` with its last two axes swapped.
 pub fn swap_last2(b: &mut Builder, x: Value) -> Result<Value, IrError> {
-    let r = b.ty(x)?.rank();
+    let r = matrix_rank(b, "swap_last2", x)?;
     let mut perm: Vec<usize> = (0..r).collect();
     perm.swap(r - 2, r - 1);
     b.transpose(x, &perm)
@@ -246,7 +256,7 @@ pub fn swap_last2(b: &mut Builder, x: Value) -> Result<Value, IrError> {
 
 /// Batched matrix product `[..., n, m] x [..., m, k]` (equal batch dims).
 pub fn bmm(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrError> {
-    let r = b.ty(x)?.rank();
+    let r = matrix_rank(b, "bmm", x)?;
     let batch: Vec<usize> = (0..r - 2).collect();
     b.dot_general(x, y, &[r - 1], &[r - 2], &batch, &batch)
 }
@@ -257,6 +267,9 @@ pub fn bmm(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrError> {
 pub fn permutation_matrix(b: &mut Builder, perm: Value, dtype: DType) -> Result<Value, IrError> {
     let t = b.ty(perm)?.clone();
     let r = t.rank();
+    if r == 0 || !t.dtype.is_int() {
+        return Err(IrError::invalid("permutation_matrix", format!("needs integer vectors [..., n]; got {t}")));
+    }
     let n = t.shape[r - 1];
     let mut shape = t.shape.clone();
     shape.push(n);
