@@ -7,7 +7,8 @@
 //! Modules: [`broadcast`] (NumPy broadcasting), [`math`] (elementwise math
 //! and activations), [`reduce`] (reductions, softmax family), [`shape`]
 //! (user-level shape helpers and creators), [`linalg`] (matmul, linear,
-//! einsum), [`norm`] (layer/batch norm), [`loss`], [`attention`],
+//! einsum), [`decomp`] (cholesky, triangular and general solves, inv,
+//! slogdet/det, eye, diag, tril/triu, trace, outer, kron, norm), [`norm`] (layer/batch norm), [`loss`], [`attention`],
 //! [`random`] (keys and distributions over the random primitives),
 //! [`conv`] (convolution and transposed convolution), [`pool`] (max, average,
 //! smooth-max and adaptive pooling), [`embed`] (embedding lookup, one-hot) and
@@ -22,6 +23,7 @@
 pub mod attention;
 pub mod broadcast;
 pub mod conv;
+pub mod decomp;
 pub mod dropout;
 pub mod embed;
 pub mod linalg;

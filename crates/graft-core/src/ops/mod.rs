@@ -21,6 +21,7 @@ pub mod conv;
 pub mod create;
 pub mod cumulative;
 pub mod custom;
+pub mod decomp;
 pub mod index;
 pub mod kernel;
 pub mod linalg;
@@ -183,6 +184,12 @@ define_prims! {
     Reverse(shape::Reverse),
     /// General batched tensor contraction (XLA `DotGeneral`).
     DotGeneral(linalg::DotGeneral),
+    /// Lower Cholesky factor of `[..., n, n]` (NaN where not positive definite).
+    Cholesky(decomp::Cholesky),
+    /// Solve a triangular system `op(A) X = B` or `X op(A) = B`.
+    TriangularSolve(decomp::TriangularSolve),
+    /// LU with partial pivoting: `(lu, pivots, permutation)`.
+    Lu(decomp::Lu),
     /// General N-d grouped, strided, padded, dilated convolution.
     ConvGeneral(conv::ConvGeneral),
     /// Reductions over axes (reduce_sum, reduce_max, ...).

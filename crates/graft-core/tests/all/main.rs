@@ -38,6 +38,7 @@ mod index;
 mod ir;
 mod jac;
 mod linalg;
+mod linalg_decomp;
 mod mathfn;
 mod mathfn_c;
 mod native;

@@ -147,6 +147,9 @@ pub(crate) fn covered() -> Vec<String> {
 
 /// Primitives this file does not check, and why (for `prim_coverage.rs`).
 pub(crate) const EXEMPT: &[(&str, &str)] = &[
+    ("Cholesky", "linalg_decomp.rs (vmap_equals_the_per_example_loop: SPD inputs needed)"),
+    ("TriangularSolve", "linalg_decomp.rs (vmap_equals_the_per_example_loop, every option)"),
+    ("Lu", "linalg_decomp.rs (vmap_equals_the_per_example_loop)"),
     ("Cond", "cond.rs (vmap_of_cond_with_mixed_predicates, vmap_of_grad_through_cond)"),
     ("Scan", "scan.rs (vmap_of_scan_equals_per_example_runs, vmap_of_grad_through_scan)"),
     ("While", "while_loop.rs (vmap_with_per_example_trip_counts)"),

@@ -78,6 +78,23 @@ const BUILTINS: &[(&str, &[&str])] = &[
     // linear algebra
     ("matmul", &["x", "y"]),
     ("einsum", &["spec", "*operands"]),
+    ("cholesky", &["x"]),
+    ("triangular_solve", &["a", "b", "lower", "left", "transpose_a", "unit_diagonal"]),
+    ("cho_solve", &["l", "b"]),
+    ("lu", &["x"]),
+    ("solve", &["a", "b"]),
+    ("inv", &["x"]),
+    ("slogdet", &["x"]),
+    ("det", &["x"]),
+    ("eye", &["n", "dtype"]),
+    ("diag", &["v"]),
+    ("diagonal", &["x"]),
+    ("tril", &["x", "k"]),
+    ("triu", &["x", "k"]),
+    ("trace", &["x"]),
+    ("outer", &["x", "y"]),
+    ("kron", &["x", "y"]),
+    ("norm", &["x", "ord"]),
     // shapes
     ("reshape", &["x", "shape"]),
     ("transpose", &["x", "perm"]),
@@ -303,8 +320,12 @@ impl A {
     }
 
     fn flag(&self, l: &Lower<'_>, p: &str) -> Result<bool, Diagnostic> {
+        self.flag_or(l, p, false)
+    }
+
+    fn flag_or(&self, l: &Lower<'_>, p: &str, default: bool) -> Result<bool, Diagnostic> {
         match self.opt(p) {
-            None => Ok(false),
+            None => Ok(default),
             Some(a) => match a.val {
                 Val::Const(Const::Bool(b)) => Ok(b),
                 _ => Err(l.err(
@@ -649,6 +670,36 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
     l.const_tensor(&shape, &data, dt, span)
 }
 
+/// The `ord` of `norm`: `none`, `1`, `2`, `"fro"`, `"inf"`, `"-inf"` (or an
+/// infinite number known while compiling).
+fn norm_ord(l: &Lower<'_>, a: &A) -> Result<c::decomp::NormOrd, Diagnostic> {
+    use c::decomp::NormOrd;
+    let Some(o) = a.opt("ord") else { return Ok(NormOrd::Default) };
+    let bad = || {
+        l.err(
+            Stage::Type,
+            &o.span,
+            format!("`ord` of `norm` must be none, 1, 2, \"fro\", \"inf\" or \"-inf\", found {}", o.val.describe()),
+        )
+    };
+    match &o.val {
+        Val::None => Ok(NormOrd::Default),
+        Val::Str(s) => match &**s {
+            "fro" => Ok(NormOrd::Fro),
+            "inf" => Ok(NormOrd::Inf),
+            "-inf" => Ok(NormOrd::NegInf),
+            _ => Err(bad()),
+        },
+        v => match super::expr::static_scalar(v).map(Const::as_f64) {
+            Some(1.0) => Ok(NormOrd::One),
+            Some(2.0) => Ok(NormOrd::Two),
+            Some(f64::INFINITY) => Ok(NormOrd::Inf),
+            Some(f64::NEG_INFINITY) => Ok(NormOrd::NegInf),
+            _ => Err(bad()),
+        },
+    }
+}
+
 /// Calls builtin `name`. Every error it reports names the builtin: messages
 /// start with it (`` `softmax` needs exactly one axis, got 2 ``), or get
 /// `` `name`: `` in front. The loops and `tabulate` are left alone: their
@@ -886,6 +937,90 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 });
             }
             ir!(c::linalg::einsum(l.b(), &spec, &ops))
+        }
+        "cholesky" | "inv" | "det" | "diagonal" | "trace" | "tril" | "triu" | "diag" | "norm" => {
+            let p = if name == "diag" { "v" } else { "x" };
+            // The float-only ones make a literal f32; the structural ones keep its dtype.
+            let x = a.t(l, p, matches!(name, "cholesky" | "inv" | "det" | "norm"))?;
+            let b = l.b();
+            match name {
+                "cholesky" => ir!(c::decomp::cholesky(b, x)),
+                "inv" => ir!(c::decomp::inv(b, x)),
+                "det" => ir!(c::decomp::det(b, x)),
+                "diagonal" => ir!(c::decomp::diagonal(b, x)),
+                "trace" => ir!(c::decomp::trace(b, x)),
+                "diag" => {
+                    let t = l.ty(x);
+                    if t.rank() != 1 {
+                        return Err(l
+                            .err(Stage::Type, &a.span_of("v"), format!("`diag` needs a vector, found {t}"))
+                            .with_note(
+                                "help: `diagonal(x)` takes the diagonal of a matrix; `vmap(diag)` builds a batch",
+                            ));
+                    }
+                    ir!(c::decomp::diag(l.b(), x))
+                }
+                "norm" => {
+                    let ord = norm_ord(l, &a)?;
+                    ir!(c::decomp::norm(l.b(), x, ord))
+                }
+                _ => {
+                    let k = a.int(l, "k", Some(0))?;
+                    let b = l.b();
+                    if name == "tril" {
+                        ir!(c::decomp::tril(b, x, k))
+                    } else {
+                        ir!(c::decomp::triu(b, x, k))
+                    }
+                }
+            }
+        }
+        "lu" | "slogdet" => {
+            let x = a.t(l, "x", true)?;
+            let vals: Vec<Value> = if name == "lu" {
+                let (lu, piv, perm) = ir!(c::decomp::lu(l.b(), x));
+                vec![lu, piv, perm]
+            } else {
+                let (sign, logabs) = ir!(c::decomp::slogdet(l.b(), x));
+                vec![sign, logabs]
+            };
+            return Ok(Val::tuple(vals.into_iter().map(|v| out(l, v)).collect()));
+        }
+        "triangular_solve" | "cho_solve" | "solve" | "outer" | "kron" => {
+            let (p, q) = match name {
+                "triangular_solve" | "solve" => ("a", "b"),
+                "cho_solve" => ("l", "b"),
+                _ => ("x", "y"),
+            };
+            let (xa, ya) = (a.req(l, p)?.clone(), a.req(l, q)?.clone());
+            let float = !matches!(name, "outer" | "kron");
+            let (x, y) = if !float || matches!(xa.val, Val::T(_)) || matches!(ya.val, Val::T(_)) {
+                l.unify(&xa.val, &ya.val, span)?
+            } else {
+                // Two literals: a float function makes them f32 (like `a.t(.., true)`).
+                (l.tensor_as(&xa.val, DType::F32, &xa.span)?, l.tensor_as(&ya.val, DType::F32, &ya.span)?)
+            };
+            match name {
+                "triangular_solve" => {
+                    let lower = a.flag_or(l, "lower", true)?;
+                    let left = a.flag_or(l, "left", true)?;
+                    let tr = a.flag(l, "transpose_a")?;
+                    let unit = a.flag(l, "unit_diagonal")?;
+                    ir!(c::decomp::triangular_solve(l.b(), x, y, left, lower, tr, unit))
+                }
+                "cho_solve" => ir!(c::decomp::cho_solve(l.b(), x, y)),
+                "solve" => ir!(c::decomp::solve(l.b(), x, y)),
+                "outer" => ir!(c::decomp::outer(l.b(), x, y)),
+                _ => ir!(c::decomp::kron(l.b(), x, y)),
+            }
+        }
+        "eye" => {
+            let n = a.int(l, "n", None)?;
+            if n < 0 {
+                return Err(l.err(Stage::Type, &a.span_of("n"), "`n` must not be negative"));
+            }
+            let dt = a.dtype(l, "dtype", DType::F32)?;
+            ir!(c::decomp::eye(l.b(), n as usize, dt))
         }
         "reshape" => {
             let x = a.t(l, "x", false)?;

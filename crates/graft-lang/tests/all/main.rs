@@ -6,6 +6,7 @@ mod check_no_panic;
 mod diagnostics;
 mod examples_dir;
 mod limits;
+mod linalg;
 mod operators;
 mod parse_corpus;
 mod parse_docs;

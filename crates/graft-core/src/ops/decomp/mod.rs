@@ -1,0 +1,281 @@
+//! Dense matrix decompositions: `cholesky`, `triangular_solve` and `lu`.
+//!
+//! Every primitive here works on a batch of matrices natively: operands are
+//! `[..., n, n]` (and `[..., n, k]` / `[..., k, n]` right-hand sides), the
+//! leading dims are batch dims, and the kernel loops over them. So a batching
+//! rule only has to put the batch dim among the leading dims (where it
+//! already is unless it sits in one of the matrix dims), and `vmap` never
+//! emits a loop over examples.
+//!
+//! Semantics (f32 and f64 only):
+//! - `cholesky(a)`: the lower-triangular `L` with `A = L L^T`, where `A` is
+//!   the symmetric matrix whose lower triangle (diagonal included) is `a`'s:
+//!   the strict upper triangle of `a` is never read (LAPACK's `potrf`; the
+//!   composite `composite::decomp::cholesky` symmetrizes `(a + a^T) / 2`
+//!   first, like `jnp.linalg.cholesky`). The result's strict upper triangle
+//!   is zero. A matrix that is not positive definite (a pivot `<= 0` or NaN
+//!   while factorizing) gives a result filled with NaN, never an error, so
+//!   a batch with one bad matrix still yields the others.
+//! - `triangular_solve[left, lower, transpose_a, unit_diagonal](a, b)`:
+//!   `X` with `op(A) X = B` (`left`) or `X op(A) = B` (not `left`), where
+//!   `A` is the `lower` (or upper) triangle of `a` (the other triangle is
+//!   never read; with `unit_diagonal` the diagonal is not read either and
+//!   taken as ones) and `op(A)` is `A^T` when `transpose_a`. `a` is
+//!   `[..., n, n]`; `b` has the same batch dims and is `[..., n, k]` (left)
+//!   or `[..., k, n]` (right). A zero on the diagonal gives the infinities
+//!   and NaNs IEEE division gives (no check, no error).
+//! - `lu(a)`: LU with partial pivoting of square `[..., n, n]` matrices, as
+//!   `jax.lax.linalg.lu`: three results, `lu` (`L` strictly below the
+//!   diagonal, its unit diagonal implicit, `U` on and above it), `pivots`
+//!   (i32 `[..., n]`, LAPACK's row interchanges: row `i` was swapped with
+//!   row `pivots[i]` at step `i`, 0-based) and `permutation` (i32
+//!   `[..., n]`: `a[permutation[i], :] = (L U)[i, :]`). A singular matrix
+//!   factorizes (a zero pivot stays in `U`); using its `U` to solve gives
+//!   IEEE infinities/NaNs.
+//!
+//! Kernels use `faer` (Cholesky, LU with partial pivoting, triangular
+//! solves). Each matrix is factorized on one thread (`Par::Seq`); a batch is
+//! spread over rayon's pool one matrix per task, so results never depend on
+//! the thread count.
+//!
+//! Derivatives (`rules.rs`), all in terms of primitives that have every rule
+//! themselves (triangular_solve, dot_general, select, elementwise), so higher
+//! orders work:
+//! - cholesky (Murray 2016, "Differentiation of the Cholesky decomposition"):
+//!   `dL = L Φ(L^{-1} dA_s L^{-T})`, `Φ` = lower triangle with the diagonal
+//!   halved, `dA_s` = the symmetric matrix built from `dA`'s lower triangle
+//!   (what the primitive reads).
+//! - triangular_solve: linear in `b`, so its transpose is another
+//!   triangular_solve with `transpose_a` flipped; in `a`,
+//!   `dX = op(A)^{-1} (dB - op(dA) X)` (left) or `(dB - X op(dA)) op(A)^{-1}`
+//!   (right), with `dA` restricted to the triangle the primitive reads.
+//! - lu: `x = P dA`, `y = L^{-1} x U^{-1}`, `dLU = L tril(y, -1) + triu(y) U`
+//!   (JAX's rule); `pivots` and `permutation` are integers (no tangent).
+
+mod kernel;
+mod rules;
+
+use super::{check, Op};
+use crate::dtype::DType;
+use crate::error::{ExecError, IrError, TypeError};
+use crate::ir::{Builder, Value};
+use crate::tensor::Tensor;
+use crate::types::TensorType;
+
+/// The lower Cholesky factor of a batch of symmetric positive definite
+/// matrices (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cholesky;
+
+/// Solves a triangular system (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TriangularSolve {
+    /// Solve `op(A) X = B` (true) or `X op(A) = B` (false).
+    pub left: bool,
+    /// `A` is the lower (true) or upper (false) triangle of `a`.
+    pub lower: bool,
+    /// `op(A) = A^T` (true) or `A` (false).
+    pub transpose_a: bool,
+    /// The diagonal is taken as ones and not read.
+    pub unit_diagonal: bool,
+}
+
+/// LU decomposition with partial pivoting (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lu;
+
+/// `n` of a `[..., n, n]` float operand, or the shape rule's complaint.
+fn square(op: &impl Op, ins: &[TensorType], t: &TensorType, what: &str) -> Result<usize, TypeError> {
+    check::float(op, ins, t)?;
+    let r = t.rank();
+    if r < 2 || t.shape[r - 1] != t.shape[r - 2] {
+        return Err(check::err(
+            op,
+            ins,
+            format!("expected {what} to be a square matrix or a batch of them, [..., n, n]"),
+        ));
+    }
+    Ok(t.shape[r - 1])
+}
+
+impl Op for Cholesky {
+    fn name(&self) -> &'static str {
+        "cholesky"
+    }
+
+    fn params(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        square(self, ins, &ins[0], "the operand")?;
+        Ok(vec![ins[0].clone()])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        kernel::cholesky(self.name(), ins[0], &mut outs[0])
+    }
+}
+
+impl Op for TriangularSolve {
+    fn name(&self) -> &'static str {
+        "triangular_solve"
+    }
+
+    fn params(&self) -> String {
+        format!(
+            "left={}, lower={}, transpose_a={}, unit_diagonal={}",
+            self.left, self.lower, self.transpose_a, self.unit_diagonal
+        )
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 2)?;
+        let (a, b) = (&ins[0], &ins[1]);
+        let n = square(self, ins, a, "a")?;
+        if b.dtype != a.dtype {
+            return Err(check::err(self, ins, "expected a and b to have the same dtype"));
+        }
+        let r = a.rank();
+        if b.rank() != r || b.shape[..r - 2] != a.shape[..r - 2] {
+            return Err(check::err(self, ins, "expected b to have a's rank and batch dims (broadcasting is explicit)"));
+        }
+        let (axis, side) = if self.left { (r - 2, "rows") } else { (r - 1, "columns") };
+        if b.shape[axis] != n {
+            return Err(check::err(self, ins, format!("expected b to have n = {n} {side} (left={})", self.left)));
+        }
+        Ok(vec![b.clone()])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        kernel::triangular_solve(self, ins[0], ins[1], &mut outs[0])
+    }
+}
+
+impl Op for Lu {
+    fn name(&self) -> &'static str {
+        "lu"
+    }
+
+    fn params(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        let a = &ins[0];
+        square(self, ins, a, "the operand")?;
+        let idx = TensorType::new(DType::I32, a.shape[..a.rank() - 1].to_vec());
+        if a.shape[a.rank() - 1] > i32::MAX as usize {
+            return Err(check::err(self, ins, "expected at most i32::MAX rows (pivots are i32)"));
+        }
+        Ok(vec![a.clone(), idx.clone(), idx])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        kernel::lu(self.name(), ins[0], outs)
+    }
+}
+
+impl Builder {
+    /// The lower Cholesky factor of `[..., n, n]` (reads the lower triangle
+    /// only; NaN-filled where a matrix is not positive definite).
+    pub fn cholesky(&mut self, a: Value) -> Result<Value, IrError> {
+        self.emit1(Cholesky, &[a])
+    }
+
+    /// Solves `op(A) X = B` (`left`) or `X op(A) = B` for the triangle of `a`
+    /// named by `lower`; see [`TriangularSolve`].
+    pub fn triangular_solve(
+        &mut self,
+        a: Value,
+        b: Value,
+        left: bool,
+        lower: bool,
+        transpose_a: bool,
+        unit_diagonal: bool,
+    ) -> Result<Value, IrError> {
+        self.emit1(TriangularSolve { left, lower, transpose_a, unit_diagonal }, &[a, b])
+    }
+
+    /// LU with partial pivoting: `(lu, pivots, permutation)`; see [`Lu`].
+    pub fn lu(&mut self, a: Value) -> Result<(Value, Value, Value), IrError> {
+        let outs = self.emit(Lu, &[a])?;
+        match outs[..] {
+            [lu, piv, perm] => Ok((lu, piv, perm)),
+            _ => unreachable!("internal error: the lu shape rule gives three results"),
+        }
+    }
+}
+
+// Matrix helpers over the last two axes, shared by the rules here and the
+// composites in `composite::decomp`. They emit only iota, compare, select,
+// transpose and dot_general, which have every rule.
+
+/// A bool `[n, m]` mask of the band `j - i <= k` (`lower`) or `j - i >= k`.
+pub fn band_mask(b: &mut Builder, n: usize, m: usize, k: i64, lower: bool) -> Result<Value, IrError> {
+    let i = b.iota(DType::I64, &[n, m], 0)?;
+    let j = b.iota(DType::I64, &[n, m], 1)?;
+    let d = b.sub(j, i)?;
+    let kk = b.full(k as f64, &TensorType::new(DType::I64, vec![n, m]))?;
+    if lower {
+        b.le(d, kk)
+    } else {
+        b.ge(d, kk)
+    }
+}
+
+/// The rank of `x`, or an error naming `op` when it is below 2 (the
+/// helpers below work on the last two axes).
+fn matrix_rank(b: &Builder, op: &str, x: Value) -> Result<usize, IrError> {
+    let t = b.ty(x)?;
+    if t.rank() < 2 {
+        return Err(IrError::invalid(op, format!("needs a matrix or a batch of them, [..., n, m]; got {t}")));
+    }
+    Ok(t.rank())
+}
+
+/// `x` (`[..., n, m]`) with the elements outside the band of [`band_mask`] zeroed.
+pub fn band(b: &mut Builder, x: Value, k: i64, lower: bool) -> Result<Value, IrError> {
+    let r = matrix_rank(b, if lower { "tril" } else { "triu" }, x)?;
+    let t = b.ty(x)?.clone();
+    let mask = band_mask(b, t.shape[r - 2], t.shape[r - 1], k, lower)?;
+    let mask = b.broadcast_in_dim(mask, &t.shape, &[r - 2, r - 1])?;
+    let zero = b.full(0.0, &t)?;
+    b.select(mask, x, zero)
+}
+
+/// `x` with its last two axes swapped.
+pub fn swap_last2(b: &mut Builder, x: Value) -> Result<Value, IrError> {
+    let r = matrix_rank(b, "swap_last2", x)?;
+    let mut perm: Vec<usize> = (0..r).collect();
+    perm.swap(r - 2, r - 1);
+    b.transpose(x, &perm)
+}
+
+/// Batched matrix product `[..., n, m] x [..., m, k]` (equal batch dims).
+pub fn bmm(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrError> {
+    let r = matrix_rank(b, "bmm", x)?;
+    let batch: Vec<usize> = (0..r - 2).collect();
+    b.dot_general(x, y, &[r - 1], &[r - 2], &batch, &batch)
+}
+
+/// The `[..., n, n]` permutation matrix `P[..., i, j] = (perm[..., i] == j)`
+/// of an integer `perm` (`[..., n]`), in `dtype`; `P x` gathers the rows
+/// `x[perm[i]]`.
+pub fn permutation_matrix(b: &mut Builder, perm: Value, dtype: DType) -> Result<Value, IrError> {
+    let t = b.ty(perm)?.clone();
+    let r = t.rank();
+    if r == 0 || !t.dtype.is_int() {
+        return Err(IrError::invalid("permutation_matrix", format!("needs integer vectors [..., n]; got {t}")));
+    }
+    let n = t.shape[r - 1];
+    let mut shape = t.shape.clone();
+    shape.push(n);
+    let dims: Vec<usize> = (0..r).collect();
+    let rows = b.broadcast_in_dim(perm, &shape, &dims)?;
+    let cols = b.iota(t.dtype, &shape, r)?;
+    let hit = b.eq(rows, cols)?;
+    b.convert(hit, dtype)
+}
