@@ -21,8 +21,11 @@ pub fn doc(name: Option<&str>) -> Result<String, Fail> {
     if let Some((_, body)) = entries.iter().find(|(n, _)| *n == name) {
         return Ok(format!("{}\n", body.trim_end()));
     }
-    let near: Vec<&str> =
-        entries.iter().map(|(n, _)| *n).filter(|n| n.contains(name) || name.contains(*n) || close(n, name)).collect();
+    let near: Vec<&str> = entries
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| n.contains(name) || name.contains(*n) || graft_lang::check::edit_distance(n, name) <= 2)
+        .collect();
     let hint = if near.is_empty() {
         "run `graft doc` for the list".to_string()
     } else {
@@ -45,20 +48,6 @@ fn entries() -> Vec<(&'static str, &'static str)> {
         rest = &rest[body_end..];
     }
     out
-}
-
-/// Edit distance at most 2 (for "did you mean").
-fn close(a: &str, b: &str) -> bool {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for i in 1..=a.len() {
-        let mut cur = vec![i; b.len() + 1];
-        for j in 1..=b.len() {
-            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + usize::from(a[i - 1] != b[j - 1]));
-        }
-        prev = cur;
-    }
-    prev[b.len()] <= 2
 }
 
 fn wrap(names: &[&str], width: usize) -> String {

@@ -276,16 +276,7 @@ impl crate::ad::Diff for Checkpoint {
         // tan_f(primals..., present tangents...) -> tangents of float outputs.
         let present: Vec<bool> = cx.tangents.iter().map(Option::is_some).collect();
         let tan_f = rewrite::jvp(f, format!("{}_jvp", f.name), &present, false, TangentOuts::Float)?;
-        let n_out = f.outputs.len();
-        let float_outs: Vec<usize> = (0..n_out).filter(|&i| f.ty(f.outputs[i]).dtype.is_float()).collect();
-        let mut args = cx.primals.to_vec();
-        args.extend(cx.tangents.iter().flatten());
-        let tan_outs = b.checkpoint(Arc::new(tan_f), &args)?;
-        let mut res = vec![None; n_out];
-        for (&i, v) in float_outs.iter().zip(tan_outs) {
-            res[i] = Some(v);
-        }
-        Ok(res)
+        emit_tangent_map(b, f, tan_f, cx.primals, &[], cx.tangents)
     }
 
     fn transpose(&self, b: &mut Builder, cx: &crate::ad::TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
@@ -369,16 +360,31 @@ impl Checkpoint {
             });
         }
         let tan_f = crate::opt::simplify(&tb.finish(&results)?);
-        let mut args = cx.primals.to_vec();
-        args.extend_from_slice(&fwd[n_out..]);
-        args.extend(cx.tangents.iter().flatten());
-        let tan_outs = b.checkpoint(Arc::new(tan_f), &args)?;
-        let mut res = vec![None; n_out];
-        for (&i, v) in float_outs.iter().zip(tan_outs) {
-            res[i] = Some(v);
-        }
-        Ok(res)
+        emit_tangent_map(b, f, tan_f, cx.primals, &fwd[n_out..], cx.tangents)
     }
+}
+
+/// Emits `checkpoint(tan_f)(primals..., saved..., present tangents...)`,
+/// the tangent map of a checkpoint of `f` (one result per float output of
+/// `f`), and spreads its results over `f`'s outputs (`None` for the others).
+fn emit_tangent_map(
+    b: &mut Builder,
+    f: &Func,
+    tan_f: Func,
+    primals: &[Value],
+    saved: &[Value],
+    tangents: &[Option<Value>],
+) -> Result<Vec<Option<Value>>, IrError> {
+    let mut args = primals.to_vec();
+    args.extend_from_slice(saved);
+    args.extend(tangents.iter().flatten());
+    let tan_outs = b.checkpoint(Arc::new(tan_f), &args)?;
+    let float_outs = (0..f.outputs.len()).filter(|&i| f.ty(f.outputs[i]).dtype.is_float());
+    let mut res = vec![None; f.outputs.len()];
+    for (i, v) in float_outs.zip(tan_outs) {
+        res[i] = Some(v);
+    }
+    Ok(res)
 }
 
 // Batching rules: vmap the callee with the operands' batch dims as in_axes
