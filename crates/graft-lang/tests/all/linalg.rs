@@ -7,21 +7,9 @@
 //! diagnostics naming the builtin.
 
 use graft_core::Tensor;
-use graft_lang::{diag, Module, Output};
+use graft_lang::{diag, Output};
 
-fn module(src: &str) -> Module {
-    match Module::from_source("test.graft", src) {
-        Ok(m) => m,
-        Err(ds) => panic!("{}", ds.iter().map(|d| diag::render(d, "test.graft", src)).collect::<String>()),
-    }
-}
-
-fn run(m: &Module, entry: &str, inputs: &[Tensor]) -> Output {
-    match m.run(entry, inputs) {
-        Ok(o) => o,
-        Err(d) => panic!("{}", diag::render(&d, m.file(), m.source())),
-    }
-}
+use crate::common::{module, run};
 
 fn leaves(o: &Output) -> Vec<Vec<f64>> {
     o.leaves().iter().map(|t| t.to_f64_vec()).collect()

@@ -2,6 +2,8 @@
 //! instead of one per file). Each module is a former `tests/<module>.rs`,
 //! so `cargo test -p graft-lang <module>::` still selects one topic.
 
+mod common;
+
 mod check_no_panic;
 mod diagnostics;
 mod examples_dir;

@@ -5,21 +5,8 @@
 //! derivative of float `%`.
 
 use graft_core::Tensor;
-use graft_lang::{diag, Module, Output};
 
-fn module(src: &str) -> Module {
-    match Module::from_source("test.graft", src) {
-        Ok(m) => m,
-        Err(ds) => panic!("{}", ds.iter().map(|d| diag::render(d, "test.graft", src)).collect::<String>()),
-    }
-}
-
-fn run(m: &Module, entry: &str, inputs: &[Tensor]) -> Output {
-    match m.run(entry, inputs) {
-        Ok(o) => o,
-        Err(d) => panic!("{}", diag::render(&d, m.file(), m.source())),
-    }
-}
+use crate::common::{module, run};
 
 /// Python's `a // b` and `a % b` for integers (b != 0).
 fn py_divmod(a: i64, b: i64) -> (i64, i64) {

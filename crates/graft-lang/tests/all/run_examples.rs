@@ -2,7 +2,7 @@
 //! values computed by hand in the test.
 
 use graft_core::Tensor;
-use graft_lang::{diag, Module, Output};
+use graft_lang::{diag, Output};
 
 pub const ISSUE: &str = r#"# comments start with #
 def loss(w: tensor[n, f32], b: f32, x: tensor[m, n, f32], y: tensor[m, f32]) -> f32 {
@@ -25,19 +25,7 @@ def grads(w: tensor[n, f32], b: f32, x: tensor[m, n, f32], y: tensor[m, f32]) ->
 def dloss_dw(w: tensor[n, f32], x: tensor[n, f32], y: f32) -> tensor[n, f32] = (sum(w * x, 0) - y) ** 2
 "#;
 
-fn module(src: &str) -> Module {
-    match Module::from_source("test.graft", src) {
-        Ok(m) => m,
-        Err(ds) => panic!("{}", ds.iter().map(|d| diag::render(d, "test.graft", src)).collect::<String>()),
-    }
-}
-
-fn run(m: &Module, entry: &str, inputs: &[Tensor]) -> Output {
-    match m.run(entry, inputs) {
-        Ok(o) => o,
-        Err(d) => panic!("{}", diag::render(&d, m.file(), m.source())),
-    }
-}
+use crate::common::{module, run};
 
 fn f32s(o: &Output) -> Vec<f32> {
     o.tensor().expect("a tensor").to_vec::<f32>().expect("f32")
