@@ -314,6 +314,88 @@ fn is_scalar_constant(func: &Func, eqn: &Eqn) -> bool {
         && func.ty(eqn.outputs[0]).numel() == 1
 }
 
+/// Gives every elementwise reader of a splat (a one-element value broadcast
+/// to many) its own copy of the splat, placed just before the reader.
+///
+/// Why: a splat costs nothing inside a fused group (its operand is read as
+/// a scalar), but one that lands in another group than its reader (shared
+/// by two groups, or defined early and closed into a group that a layout
+/// operation ended) is that group's member and output: the group stores
+/// the whole broadcast array (`n` copies of one number) for the reader's
+/// group to load back. Reverse-mode
+/// rules and the language's literals make such shared splats everywhere (a
+/// step size `h` broadcast once and used by each stage of an ODE solver).
+/// After this pass each group builds its own splat and none is stored; the
+/// original stays only for readers that are not elementwise (they would
+/// materialise it anyway) and when it is returned. Results are unchanged:
+/// every copy computes the same elements. `None` when nothing changes.
+pub(crate) fn unshare_splats(func: &Func) -> Option<Func> {
+    let splat: Vec<bool> = func.eqns.iter().map(|e| matches!(classify(func, e), Kind::Splat(_))).collect();
+    // Splat values with at least two reading equations, and whether one of
+    // them (or the function's result) needs the original.
+    let mut n_readers = vec![0usize; func.n_values()];
+    let mut keep = vec![false; func.n_values()];
+    for v in &func.outputs {
+        keep[v.index()] = true;
+    }
+    let mut producer: Vec<Option<usize>> = vec![None; func.n_values()];
+    for (i, e) in func.eqns.iter().enumerate() {
+        if splat[i] {
+            producer[e.outputs[0].index()] = Some(i);
+        }
+    }
+    for e in &func.eqns {
+        let elementwise = matches!(classify(func, e), Kind::Elementwise(_));
+        let mut seen: Vec<Value> = Vec::new();
+        for &v in &e.inputs {
+            if producer[v.index()].is_some() && !seen.contains(&v) {
+                seen.push(v);
+                n_readers[v.index()] += 1;
+                if !elementwise {
+                    keep[v.index()] = true;
+                }
+            }
+        }
+    }
+    let shared = |v: Value| producer[v.index()].is_some() && n_readers[v.index()] >= 1;
+    if !func.eqns.iter().any(|e| e.inputs.iter().any(|&v| shared(v))) {
+        return None;
+    }
+    let mut out = func.clone();
+    out.eqns = Vec::with_capacity(func.eqns.len());
+    for (i, e) in func.eqns.iter().enumerate() {
+        if splat[i] && shared(e.outputs[0]) && !keep[e.outputs[0].index()] {
+            continue; // every reader gets its own copy
+        }
+        let mut e = e.clone();
+        if matches!(classify(func, &e), Kind::Elementwise(_)) {
+            let mut copies: Vec<(Value, Value)> = Vec::new();
+            for v in e.inputs.iter_mut() {
+                if !shared(*v) {
+                    continue;
+                }
+                if let Some(&(_, c)) = copies.iter().find(|(o, _)| o == v) {
+                    *v = c;
+                    continue;
+                }
+                let src = &func.eqns[producer[v.index()].expect("internal error: shared values are splats")];
+                let c = Value(out.types.len() as u32);
+                out.types.push(func.ty(*v).clone());
+                if let Some(name) = func.names.get(*v) {
+                    out.names.set(c, name.clone());
+                }
+                let mut copy = src.clone();
+                copy.outputs = vec![c];
+                out.eqns.push(copy);
+                copies.push((*v, c));
+                *v = c;
+            }
+        }
+        out.eqns.push(e);
+    }
+    Some(out)
+}
+
 /// Plans the schedule. With fusion off every equation is its own step.
 pub(crate) fn plan(func: &Func, opts: &ExecOptions) -> Plan {
     let eqn_steps = || (0..func.eqns.len()).map(Step::Eqn).collect();

@@ -179,6 +179,16 @@ impl Executable {
     /// Verifies and plans a function as it is (no constant folding).
     fn planned(func: Arc<Func>, options: ExecOptions) -> Result<Executable, ExecError> {
         verify(&func)?;
+        // Calls, checkpoints and one-step scans run as their bodies
+        // (`opt::flatten`); splats go next to their readers.
+        let func = match crate::opt::flatten(&func) {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
+        let func = match options.fuse.then(|| fuse::unshare_splats(&func)).flatten() {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
         let mut plan = fuse::plan(&func, &options);
         crate::kernel::prepare(&func, &mut plan, options.compile);
         let release_after = plan_releases(&func, &plan);

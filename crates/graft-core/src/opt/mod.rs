@@ -5,6 +5,7 @@
 mod algebra;
 mod cse;
 mod dce;
+mod flatten;
 mod fold;
 mod ifconv;
 mod noop;
@@ -12,6 +13,7 @@ mod noop;
 pub use algebra::fold_identities;
 pub use cse::cse;
 pub use dce::dce;
+pub use flatten::flatten;
 pub use fold::{fold_constants, FOLD_MAX_BYTES, FOLD_MAX_ELEMS};
 pub use ifconv::if_convert;
 pub use noop::remove_noops;

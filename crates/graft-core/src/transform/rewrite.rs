@@ -29,6 +29,7 @@
 use crate::ad::{jvp_inline, linearize_transpose};
 use crate::error::IrError;
 use crate::ir::{copy_eqns, lookup, Builder, Eqn, Func, Value};
+use crate::ops::Op;
 use crate::opt;
 
 /// Which values of `f` depend (transitively) on a parameter marked in `marked`.
@@ -228,12 +229,15 @@ fn cut(jf: &Func, n_primal: usize, n_const: Option<usize>, n_out: usize) -> Resu
     let np = jf.params.len();
     let late = depends(jf, &(0..np).map(|i| i >= n_primal).collect::<Vec<_>>());
     let is_late = |e: &Eqn| e.outputs.iter().any(|o| late[o.index()]);
-    // Residuals: primal values the late part reads or returns.
+    let splat = splats(jf);
+    let is_splat = |e: &Eqn| e.outputs.iter().all(|o| splat[o.index()]);
+    // Residuals: primal values the late part reads or returns, except
+    // splats of scalar constants, which the late part builds itself.
     let mut res: Vec<Value> = Vec::new();
     let mut seen = vec![false; jf.n_values()];
     let reads = jf.eqns.iter().filter(|e| is_late(e)).flat_map(|e| e.inputs.iter());
     for &x in reads.chain(&jf.outputs[n_out..]) {
-        if !late[x.index()] && !seen[x.index()] {
+        if !late[x.index()] && !seen[x.index()] && !splat[x.index()] {
             seen[x.index()] = true;
             res.push(x);
         }
@@ -292,10 +296,33 @@ fn cut(jf: &Func, n_primal: usize, n_const: Option<usize>, n_out: usize) -> Resu
     let lin = stage(
         format!("{}_lin", jf.name),
         &mut inv.iter().chain(&step).chain(&jf.params[n_primal..]).copied(),
-        &mut jf.eqns.iter().filter(|e| is_late(e)),
+        &mut jf.eqns.iter().filter(|e| is_late(e) || is_splat(e)),
         &jf.outputs[n_out..],
     )?;
     Ok(LoopStages { hoist, fwd, lin, n_out })
+}
+
+/// Values that are a one-element `constant` or a broadcast, reshape or
+/// convert of one: the later stages of [`cut`] rebuild these rather than
+/// take them as residuals. Why: a step size or the `2` of `2 * x` broadcast
+/// to a tensor's shape would otherwise be materialised by the forward pass
+/// and loaded back, element by element, by every reverse step (a scan's
+/// linear body read four such arrays per step in GradBench `ode`), where
+/// the kernels can fold the scalar into their code.
+fn splats(f: &Func) -> Vec<bool> {
+    let mut splat = vec![false; f.n_values()];
+    for e in &f.eqns {
+        let [out] = e.outputs[..] else { continue };
+        let yes = match e.prim.name() {
+            "constant" => e.inputs.is_empty() && f.ty(out).numel() == 1,
+            "broadcast_in_dim" | "reshape" | "convert" => {
+                matches!(e.inputs[..], [x] if splat[x.index()] && f.ty(x).numel() == 1)
+            }
+            _ => false,
+        };
+        splat[out.index()] = yes;
+    }
+    splat
 }
 
 /// `f` with its parameters permuted: parameter `i` of the result is

@@ -146,11 +146,26 @@ fn same_shapes(a: &Tree, b: &Tree) -> bool {
 }
 
 /// `scan(f, init, xs)` with `f(carry, x) -> (carry, y)`: `(final_carry, ys)`.
-pub fn scan(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
-    retry_wide(init, |wide| scan_at(l, f, init, xs, span, wide))
+pub fn scan(
+    l: &mut Lower<'_>,
+    f: &ArgVal,
+    init: &ArgVal,
+    xs: &ArgVal,
+    remat: Remat,
+    span: &Span,
+) -> Result<Val, Diagnostic> {
+    retry_wide(init, |wide| scan_at(l, f, init, xs, remat, span, wide))
 }
 
-fn scan_at(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Span, wide: bool) -> Result<Val, LoopErr> {
+fn scan_at(
+    l: &mut Lower<'_>,
+    f: &ArgVal,
+    init: &ArgVal,
+    xs: &ArgVal,
+    remat: Remat,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, LoopErr> {
     let fv = func_arg(l, f, "the first argument of `scan`")?;
     let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
     let (xs_l, xs_t) = l.flatten(&xs.val, &xs.span)?;
@@ -202,7 +217,7 @@ fn scan_at(l: &mut Lower<'_>, f: &ArgVal, init: &ArgVal, xs: &ArgVal, span: &Spa
     let body = captures_first(&st).map_err(|e| l.ir_err(e, span))?;
     let cs = caps(l, &st);
     l.set_span(span);
-    let r = l.b().scan(Arc::new(body), &cs, &init_l, &xs_l, ScanOpts::new(n));
+    let r = l.b().scan(Arc::new(body), &cs, &init_l, &xs_l, ScanOpts::new(n).remat(remat));
     let outs = l.ir(r, span)?;
     let nc = init_t.n_leaves();
     let carry = rebuild(l, &init_t, &outs[..nc]);
@@ -230,11 +245,26 @@ fn retype(t: &Tree, it: &mut impl Iterator<Item = TensorType>) -> Tree {
 }
 
 /// `fori(n, f, init)` with `f(i, carry) -> carry` (`i` an i32 scalar).
-pub fn fori(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
-    retry_wide(init, |wide| fori_at(l, n, f, init, span, wide))
+pub fn fori(
+    l: &mut Lower<'_>,
+    n: &ArgVal,
+    f: &ArgVal,
+    init: &ArgVal,
+    remat: Remat,
+    span: &Span,
+) -> Result<Val, Diagnostic> {
+    retry_wide(init, |wide| fori_at(l, n, f, init, remat, span, wide))
 }
 
-fn fori_at(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span, wide: bool) -> Result<Val, LoopErr> {
+fn fori_at(
+    l: &mut Lower<'_>,
+    n: &ArgVal,
+    f: &ArgVal,
+    init: &ArgVal,
+    remat: Remat,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, LoopErr> {
     let k = super::expr::static_int(&n.val);
     let dynamic = match k {
         Some(k) if k < 0 => {
@@ -254,8 +284,8 @@ fn fori_at(l: &mut Lower<'_>, n: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span
     let cs = caps(l, &st);
     l.set_span(span);
     let r = match (dynamic, k) {
-        (Some(nv), _) => l.b().fori_dynamic(nv, &body, &cs, &init_l, Remat::Off),
-        (None, k) => l.b().fori(k.unwrap_or(0) as usize, &body, &cs, &init_l, Remat::Off),
+        (Some(nv), _) => l.b().fori_dynamic(nv, &body, &cs, &init_l, remat),
+        (None, k) => l.b().fori(k.unwrap_or(0) as usize, &body, &cs, &init_l, remat),
     };
     let outs = l.ir(r, span)?;
     Ok(rebuild(l, &init_t, &outs))
@@ -284,11 +314,26 @@ fn run_time_count(l: &mut Lower<'_>, n: &ArgVal) -> Result<Value, Diagnostic> {
 
 /// `while(cond, body, init)`: `cond(carry) -> bool`, `body(carry) -> carry`;
 /// repeats `body` while `cond` holds and returns the final carry.
-pub fn while_loop(l: &mut Lower<'_>, c: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
-    retry_wide(init, |wide| while_at(l, c, f, init, span, wide))
+pub fn while_loop(
+    l: &mut Lower<'_>,
+    c: &ArgVal,
+    f: &ArgVal,
+    init: &ArgVal,
+    remat: Remat,
+    span: &Span,
+) -> Result<Val, Diagnostic> {
+    retry_wide(init, |wide| while_at(l, c, f, init, remat, span, wide))
 }
 
-fn while_at(l: &mut Lower<'_>, c: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Span, wide: bool) -> Result<Val, LoopErr> {
+fn while_at(
+    l: &mut Lower<'_>,
+    c: &ArgVal,
+    f: &ArgVal,
+    init: &ArgVal,
+    remat: Remat,
+    span: &Span,
+    wide: bool,
+) -> Result<Val, LoopErr> {
     let cv = func_arg(l, c, "the first argument of `while`")?;
     let fv = func_arg(l, f, "the second argument of `while`")?;
     let (init_l, init_t) = init_leaves(l, &init.val, wide, &init.span)?;
@@ -315,7 +360,7 @@ fn while_at(l: &mut Lower<'_>, c: &ArgVal, f: &ArgVal, init: &ArgVal, span: &Spa
     let mut consts = cc;
     consts.extend(bc);
     l.set_span(span);
-    let r = l.b().while_loop(Arc::new(cf), Arc::new(bf), &consts, &init_l);
+    let r = l.b().while_loop_remat(Arc::new(cf), Arc::new(bf), &consts, &init_l, remat);
     let outs = l.ir(r, span)?;
     Ok(rebuild(l, &init_t, &outs))
 }

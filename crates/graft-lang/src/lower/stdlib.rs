@@ -22,6 +22,7 @@ use crate::ast::{Span, TransformKind};
 use crate::diag::{Diagnostic, Stage};
 use graft_core::composite::{self as c, conv::ConvOpts, pool::PoolOpts};
 use graft_core::ops::binary::Binary;
+use graft_core::ops::remat::Remat;
 use graft_core::{DType, TensorType, Value};
 use std::rc::Rc;
 
@@ -132,9 +133,9 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("bernoulli", &["key", "p", "shape"]),
     // control flow
     ("tabulate", &["n", "f"]),
-    ("scan", &["f", "init", "xs"]),
-    ("fori", &["n", "f", "init"]),
-    ("while", &["cond", "body", "init"]),
+    ("scan", &["f", "init", "xs", "remat"]),
+    ("fori", &["n", "f", "init", "remat"]),
+    ("while", &["cond", "body", "init", "remat"]),
 ];
 
 pub fn is_builtin(name: &str) -> bool {
@@ -163,6 +164,7 @@ fn none_is_default(name: &str, p: &str) -> bool {
                 | ("split", "n")
                 | ("conv2d", "bias")
                 | ("layer_norm", "beta")
+                | (_, "remat")
         ),
     }
 }
@@ -333,6 +335,28 @@ impl A {
                     &a.span,
                     format!("`{p}` must be `true` or `false`, found {}", a.val.describe()),
                 )),
+            },
+        }
+    }
+
+    /// A loop's `remat` option: `"off"` (the default: save every trip),
+    /// `"sqrt"`, or an integer `k >= 1` (save the carry every `k` trips and
+    /// recompute the trips in between during the reverse sweep).
+    fn remat(&self, l: &Lower<'_>, p: &str) -> Result<Remat, Diagnostic> {
+        let Some(a) = self.opt(p) else { return Ok(Remat::Off) };
+        let bad = |found: String| {
+            l.err(Stage::Type, &a.span, format!("`{p}` must be \"off\", \"sqrt\" or an integer >= 1, found {found}"))
+        };
+        match &a.val {
+            Val::Str(s) => match &**s {
+                "off" => Ok(Remat::Off),
+                "sqrt" => Ok(Remat::Sqrt),
+                other => Err(bad(format!("\"{other}\""))),
+            },
+            v => match static_int(v) {
+                Some(k) if k >= 1 => Ok(Remat::Every(k as usize)),
+                Some(k) => Err(bad(k.to_string())),
+                None => Err(bad(v.describe())),
             },
         }
     }
@@ -1267,15 +1291,18 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
         }
         "scan" => {
             let (f, i, x) = (a.req(l, "f")?.clone(), a.req(l, "init")?.clone(), a.req(l, "xs")?.clone());
-            return super::control::scan(l, &f, &i, &x, span);
+            let remat = a.remat(l, "remat")?;
+            return super::control::scan(l, &f, &i, &x, remat, span);
         }
         "fori" => {
             let (n, f, i) = (a.req(l, "n")?.clone(), a.req(l, "f")?.clone(), a.req(l, "init")?.clone());
-            return super::control::fori(l, &n, &f, &i, span);
+            let remat = a.remat(l, "remat")?;
+            return super::control::fori(l, &n, &f, &i, remat, span);
         }
         "while" => {
             let (c, f, i) = (a.req(l, "cond")?.clone(), a.req(l, "body")?.clone(), a.req(l, "init")?.clone());
-            return super::control::while_loop(l, &c, &f, &i, span);
+            let remat = a.remat(l, "remat")?;
+            return super::control::while_loop(l, &c, &f, &i, remat, span);
         }
         "tabulate" => {
             let n = a.int(l, "n", None).map_err(|mut d| {

@@ -428,3 +428,44 @@ fn a_carry_that_changes_shape_is_the_reported_error() {
     let src = "def g(x: tensor[3, i32]) = fori(3, fn (i, c) -> c + x, [0.0, 0.0, 0.0])\ndef main() = g([1, 2, 3])\n";
     assert!(error(src).0.starts_with("`+` needs operands of one dtype"), "{:?}", error(src));
 }
+
+#[test]
+fn loops_take_a_remat_option_and_keep_their_gradients_bitwise() {
+    // `remat` changes what reverse mode saves, not the arithmetic of a
+    // step. With one step per segment the gradients are the same bits;
+    // longer segments sum a const's cotangent per segment first, so they
+    // agree to rounding.
+    let program = |r: &str| {
+        format!(
+            "def lf(x: tensor[5, f64]) -> f64 = sum(fori(7, fn (i, y) -> tanh(y * x + 0.1), x{r}))\n\
+             def ls(x: tensor[5, f64]) -> f64 = sum(scan(fn (c, t) -> (sin(c + t * x), c * t), x, ones((6, 5), dtype=\"f64\"){r}).1)\n\
+             def lw(x: tensor[5, f64]) -> tensor[5, f64] = while(fn (c) -> sum(c) < 40.0, fn (c) -> c * 1.5 + x, x{r})\n\
+             def main(x: tensor[5, f64]) = (grad(lf, wrt=x)(x), grad(ls, wrt=x)(x), lw(x))\n"
+        )
+    };
+    let x = Tensor::from_vec(vec![5], vec![0.3f64, -0.2, 0.5, 0.1, 0.7]).unwrap();
+    let bits = |o: &Output| -> Vec<Vec<u64>> {
+        o.leaves().iter().map(|t| t.to_f64_vec().iter().map(|v| v.to_bits()).collect()).collect()
+    };
+    let want = bits(&run(&program(""), "main", std::slice::from_ref(&x)));
+    for r in [", remat=\"off\"", ", remat=1"] {
+        assert_eq!(bits(&run(&program(r), "main", std::slice::from_ref(&x))), want, "{r}");
+    }
+    let want = run(&program(""), "main", std::slice::from_ref(&x));
+    for r in [", remat=3", ", remat=\"sqrt\""] {
+        let got = run(&program(r), "main", std::slice::from_ref(&x));
+        for (g, w) in got.leaves().iter().zip(want.leaves()) {
+            for (a, b) in g.to_f64_vec().iter().zip(w.to_f64_vec()) {
+                assert!((a - b).abs() <= 1e-13 * (1.0 + b.abs()), "{r}: {a} vs {b}");
+            }
+        }
+    }
+    for (bad, found) in [("\"often\"", "\"often\""), ("0", "found 0"), ("1.5", "found")] {
+        let src = format!("def main() -> f64 = fori(3, fn (i, y) -> y * 2.0, 1.0, remat={bad})\n");
+        let (msg, _, _) = error(&src);
+        assert!(
+            msg.contains("`remat` must be \"off\", \"sqrt\" or an integer >= 1, found") && msg.contains(found),
+            "{bad}: {msg}"
+        );
+    }
+}

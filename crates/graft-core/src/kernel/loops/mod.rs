@@ -183,6 +183,17 @@ fn build_program(
                     i += 1;
                     continue;
                 }
+                if let Some(view) = b.view_of(eqn).filter(|_| gathers_pieces(eqn)) {
+                    // A concatenation or pad: one pass over the result reading
+                    // every piece where it lies, through the views its pieces
+                    // come from (`concat(1, y[:-1])` reads `y` in place).
+                    let out = *eqn.outputs.first()?;
+                    let (k, binds) = view_kernel(func, &view, out)?;
+                    b.call(k, binds);
+                    b.views.insert(out, view);
+                    i += 1;
+                    continue;
+                }
                 match eqn_kernels(func, eqn, "")? {
                     EqnLowering::Alias => {
                         let src = b.root(*eqn.inputs.first()?);
@@ -203,6 +214,61 @@ fn build_program(
     }
     b.forward();
     b.finish(fixed, nc, nk, carry_outs, nx, ny, reverse, name)
+}
+
+/// Concatenations of at most this many operands, and pads without
+/// interior padding, are built by [`view_kernel`]: one pass whose every
+/// point tests the pieces' boxes in turn. Longer concatenations store each
+/// operand with its own kernel ([`eqn_kernels`]).
+const VIEW_PIECES_MAX: usize = 4;
+
+fn gathers_pieces(eqn: &crate::ir::Eqn) -> bool {
+    match &eqn.prim {
+        crate::ops::Prim::Concatenate(_) => (1..=VIEW_PIECES_MAX).contains(&eqn.inputs.len()),
+        crate::ops::Prim::Pad(p) => p.interior.iter().all(|&e| e == 0),
+        _ => false,
+    }
+}
+
+/// The kernel that materialises `view` as `out`: every point starts from
+/// the fill (zero when the view has none: its pieces then cover every
+/// point) and takes each piece's element where the point lies in its box,
+/// later pieces winning, as [`View`] defines. Only copies: bitwise the
+/// interpreter's result.
+fn view_kernel(func: &Func, view: &View, out: Value) -> Option<(Kernel, Vec<Value>)> {
+    let ot = func.ty(out);
+    let rd = |v: Value| Arg { dtype: func.ty(v).dtype, len: func.ty(v).numel(), access: super::ir::Access::Read };
+    let mut args = Vec::new();
+    let mut binds = Vec::new();
+    let mut body = Vec::new();
+    match view.fill {
+        Some(f) => {
+            args.push(rd(f));
+            binds.push(f);
+            body.push(Inst::Load { arg: 0, index: Index::Scalar });
+        }
+        None => body.push(Inst::Lit(Lit { dtype: ot.dtype, bits: 0 })),
+    }
+    for p in &view.pieces {
+        let window = super::ir::Window {
+            dims: view.dims.clone(),
+            lo: p.lo.clone(),
+            size: p.size.clone(),
+            strides: p.strides.clone(),
+            offset: p.offset,
+        };
+        let fill = body.len() as u32 - 1;
+        body.push(Inst::Window { arg: args.len() as u32, window, fill });
+        args.push(rd(p.src));
+        binds.push(p.src);
+    }
+    let value = body.len() as u32 - 1;
+    body.push(Inst::Store { arg: args.len() as u32, value, index: Index::Point });
+    args.push(Arg { dtype: ot.dtype, len: ot.numel(), access: super::ir::Access::Write });
+    binds.push(out);
+    let k = Kernel { name: String::new(), args, extent: ot.numel(), body };
+    super::ir::verify(&k).ok()?;
+    Some((k, binds))
 }
 
 /// A value that only moves other values' elements (a slice, broadcast,

@@ -26,8 +26,10 @@
 //! scan over the segment's steps (plus a plain scan over the leftover steps).
 //! The outer scan's residuals are then only each segment's first carry (and
 //! its xs), and the transpose of the `checkpoint` recomputes a segment's
-//! residuals right before transposing it. Same arithmetic, so the gradients
-//! are the same as without checkpointing.
+//! residuals right before transposing it. Each step's arithmetic is the
+//! same as without checkpointing; a const's cotangent is summed within a
+//! segment before it joins the total, so with segments longer than one
+//! step a gradient can differ from the unsegmented one in the last bits.
 
 use super::{Remat, Scan};
 use crate::ad::{Diff, JvpCx, TransposeCx};

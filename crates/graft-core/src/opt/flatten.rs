@@ -1,0 +1,91 @@
+//! Inlining for execution: `call` and `checkpoint` equations and scans of
+//! one step are replaced by their bodies.
+//!
+//! Why: these structures matter to the transforms (a `checkpoint` tells
+//! reverse mode what to recompute; `Remat::Every(1)` builds a scan over
+//! one-step segments), but once a function is about to run they only hide
+//! its equations from the fusion planner and, in a loop body, keep the
+//! body from compiling whole (a compiled loop has no form for a nested
+//! call). Inlined, a rematerialising reverse sweep is one flat body that
+//! recomputes each step's values and transposes them in the same kernels.
+//!
+//! Invariant: results are unchanged. A body runs on the same operands and
+//! computes the same equations in the same order; a one-step scan's `xs`
+//! are its operands' only rows (a reshape) and its stacked `ys` the body's
+//! results with a leading axis of one.
+
+use crate::error::IrError;
+use crate::ir::{lookup, Builder, Func, Value};
+use crate::ops::Prim;
+
+/// Most rounds of inlining (an inlined body may hold more calls); deeper
+/// nesting is left as it is.
+const MAX_ROUNDS: usize = 8;
+
+fn inlinable(e: &crate::ir::Eqn) -> bool {
+    match &e.prim {
+        Prim::Call(_) | Prim::Checkpoint(_) => true,
+        Prim::Scan(s) => s.length == 1,
+        _ => false,
+    }
+}
+
+/// `f` with its calls, checkpoints and one-step scans inlined (see the
+/// module docs), or `None` when it has none.
+pub fn flatten(f: &Func) -> Option<Func> {
+    let mut cur: Option<Func> = None;
+    for _ in 0..MAX_ROUNDS {
+        let g = cur.as_ref().unwrap_or(f);
+        if !g.eqns.iter().any(inlinable) {
+            break;
+        }
+        // A body that fails to rebuild is left as it was (the executor
+        // runs the structure itself).
+        match flatten_once(g) {
+            Ok(h) => cur = Some(h),
+            Err(_) => break,
+        }
+    }
+    cur
+}
+
+fn flatten_once(f: &Func) -> Result<Func, IrError> {
+    let mut b = Builder::new(f.name.clone());
+    let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
+    for &p in &f.params {
+        map[p.index()] = Some(b.param_like(f, p));
+    }
+    for e in &f.eqns {
+        let ins: Vec<Value> = e.inputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
+        b.set_loc(e.loc.clone());
+        let outs = match &e.prim {
+            Prim::Call(c) => b.inline(&c.func, &ins)?,
+            Prim::Checkpoint(c) => b.inline(&c.func, &ins)?,
+            Prim::Scan(s) if s.length == 1 => {
+                let nck = s.n_consts + s.n_carry;
+                let mut args = ins[..nck].to_vec();
+                for &x in &ins[nck..] {
+                    let shape = b.ty(x)?.shape[1..].to_vec();
+                    args.push(b.reshape(x, &shape)?);
+                }
+                let mut outs = b.inline(&s.body, &args)?;
+                for y in outs.iter_mut().skip(s.n_carry) {
+                    let mut shape = vec![1];
+                    shape.extend(&b.ty(*y)?.shape);
+                    *y = b.reshape(*y, &shape)?;
+                }
+                outs
+            }
+            p => b.emit(p.clone(), &ins)?,
+        };
+        for (&o, n) in e.outputs.iter().zip(outs) {
+            map[o.index()] = Some(n);
+            if let Some(name) = f.names.get(o) {
+                b.name_if_unnamed(n, name.clone());
+            }
+        }
+    }
+    b.set_loc(None);
+    let outs: Vec<Value> = f.outputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
+    b.finish(&outs)
+}
