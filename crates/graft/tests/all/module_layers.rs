@@ -51,7 +51,7 @@ fn linear_rejects_a_wrong_input_width() {
     let other = Vars::new(DType::F64);
     let _ = Linear::new(&other, 3, 5, false).unwrap();
     let err = run(&vars, &fc, &other.init(0).unwrap(), &Rng(1).tensor(&[2, 3])).unwrap_err();
-    assert!(err.to_string().contains("`weight` should be f64[4, 3]"), "{err}");
+    assert!(err.to_string().contains("`weight` should be f64[4,3], got f64[5,3]"), "{err}");
 }
 
 /// Naive `conv2d` (PyTorch semantics; symmetric padding).

@@ -375,7 +375,7 @@ fn a_tree_that_does_not_match_the_model_lists_every_mismatch() {
     tree.insert("extra", Tensor::vec1(&[1.0f64])).unwrap();
     let loss = |m: &Linear, cx: &Ctx, b: &[Tr]| m.forward(cx, &b[0]).sum(());
     let err = Trainer::for_module(&vars, &tree, model, loss, Optimizer::sgd(Schedule::Constant(0.1)), 0).err().unwrap().to_string();
-    assert!(err.contains("`fc.weight` is f64[2, 2], the model has f64[3, 2]"), "{err}");
+    assert!(err.contains("`fc.weight` is f64[2,2], the model has f64[3,2]"), "{err}");
     assert!(err.contains("`fc.bias` is missing"), "{err}");
     assert!(err.contains("`extra` is not a tensor of this model"), "{err}");
 }
@@ -396,7 +396,7 @@ fn trees_round_trip_through_safetensors_and_mismatches_are_listed() {
     let other = Vars::new(DType::F32);
     Linear::new(&other.pp(0), 3, 4, true).unwrap();
     let err = other.init(0).unwrap().load_into(&path).unwrap_err().to_string();
-    assert!(err.contains("`0.weight` is f32[2, 3], the model has f32[4, 3]"), "{err}");
+    assert!(err.contains("`0.weight` is f32[2,3], the model has f32[4,3]"), "{err}");
     assert!(err.contains("`1.running_var` is not a parameter of the model"), "{err}");
     // A truncated file is an error, not a panic.
     let bytes = std::fs::read(&path).unwrap();
