@@ -433,7 +433,9 @@ impl Trainer {
                     outs.len()
                 );
                 let first = outs.first().or(xs.first()).cloned();
-                return first.map(|f| vec![f.lift(|_, _| Err(graft_core::IrError::invalid("trainer", msg)))]).unwrap_or_default();
+                return first
+                    .map(|f| vec![f.lift(|_, _| Err(graft_core::IrError::invalid("trainer", msg)))])
+                    .unwrap_or_default();
             }
             let mut it = outs.into_iter();
             let mut out: Vec<Tr> = it.next().into_iter().collect();

@@ -180,7 +180,11 @@ impl Ctx {
 /// let want0 = w[0] + 2.0 * w[1] + 3.0 * w[2] + b[0];
 /// assert!((y[0].to_f64_vec()[0] - want0).abs() < 1e-12);
 /// ```
-pub fn forward_fn<'a, M: Module + ?Sized>(vars: &Vars, module: &'a M, mode: Mode) -> Jit<impl Fn(&[Tr]) -> Vec<Tr> + 'a> {
+pub fn forward_fn<'a, M: Module + ?Sized>(
+    vars: &Vars,
+    module: &'a M,
+    mode: Mode,
+) -> Jit<impl Fn(&[Tr]) -> Vec<Tr> + 'a> {
     let specs = vars.specs();
     let keyed = mode == Mode::Train && vars.uses_rng();
     jit_n("forward", move |xs: &[Tr]| -> Vec<Tr> {

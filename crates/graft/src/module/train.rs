@@ -37,7 +37,8 @@ fn check_tree(specs: &[ParamSpec], tree: &ParamTree) -> Result<(), Error> {
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(IrError::invalid("trainer", format!("the tree does not match the model:\n  {}", problems.join("\n  "))).into())
+        Err(IrError::invalid("trainer", format!("the tree does not match the model:\n  {}", problems.join("\n  ")))
+            .into())
     }
 }
 

@@ -82,7 +82,10 @@ fn conv2d_ref(
                         let cin = g * cg + ci;
                         for a in 0..kh {
                             for bb in 0..kw {
-                                let (yy, xx) = ((i * stride + a) as isize - pad as isize, (j * stride + bb) as isize - pad as isize);
+                                let (yy, xx) = (
+                                    (i * stride + a) as isize - pad as isize,
+                                    (j * stride + bb) as isize - pad as isize,
+                                );
                                 if yy < 0 || xx < 0 || yy >= h as isize || xx >= wd as isize {
                                     continue;
                                 }
@@ -106,8 +109,16 @@ fn conv2d_matches_reference_and_gradients() {
     let tree = random_tree(&vars, 3);
     let x = Rng(4).tensor(&[2, 4, 5, 5]);
     let y = run(&vars, &conv, &tree, &x).unwrap();
-    let (want, shape) =
-        conv2d_ref(&x.to_f64_vec(), [2, 4, 5, 5], &get(&tree, "conv.weight"), [2, 2, 3, 3], &get(&tree, "conv.bias"), 2, 1, 2);
+    let (want, shape) = conv2d_ref(
+        &x.to_f64_vec(),
+        [2, 4, 5, 5],
+        &get(&tree, "conv.weight"),
+        [2, 2, 3, 3],
+        &get(&tree, "conv.bias"),
+        2,
+        1,
+        2,
+    );
     assert_eq!(y.shape(), &shape);
     assert_close(&y.to_f64_vec(), &want, 1e-12, "conv2d");
     check_grads(&vars, &conv, &tree, &Rng(5).tensor(&[1, 4, 4, 4]), Mode::Eval, true);
@@ -129,7 +140,8 @@ fn conv1d_matches_conv2d_reference_with_unit_height() {
             padded[r * 8 + k + 1] = xv[r * 6 + k];
         }
     }
-    let (want, _) = conv2d_ref(&padded, [2, 3, 1, 8], &get(&tree, "weight"), [2, 3, 1, 3], &get(&tree, "bias"), 1, 0, 1);
+    let (want, _) =
+        conv2d_ref(&padded, [2, 3, 1, 8], &get(&tree, "weight"), [2, 3, 1, 3], &get(&tree, "bias"), 1, 0, 1);
     assert_eq!(y.shape(), &[2, 2, 6]);
     assert_close(&y.to_f64_vec(), &want, 1e-12, "conv1d");
     check_grads(&vars, &conv, &tree, &x, Mode::Eval, true);
@@ -139,7 +151,8 @@ fn conv1d_matches_conv2d_reference_with_unit_height() {
 fn conv_transpose2d_matches_scatter_reference_and_gradients() {
     let vars = Vars::new(DType::F64);
     let (ci, co, k, s, p) = (4, 6, 3, 2, 1);
-    let conv = ConvTranspose2d::new(&vars, ci, co, k, ConvTransposeOpts::new().stride(s).padding(p).groups(2), true).unwrap();
+    let conv =
+        ConvTranspose2d::new(&vars, ci, co, k, ConvTransposeOpts::new().stride(s).padding(p).groups(2), true).unwrap();
     let tree = random_tree(&vars, 8);
     let (n, h) = (2, 3);
     let x = Rng(9).tensor(&[n, ci, h, h]);
@@ -215,8 +228,11 @@ fn group_norm_matches_reference_and_gradients() {
     let y = run(&vars, &gn, &tree, &x).unwrap();
     // Each (example, group) is 2 channels x 3 positions = 6 consecutive values.
     let (g, b) = (get(&tree, "weight"), get(&tree, "bias"));
-    let want: Vec<f64> =
-        normalize_runs(&x.to_f64_vec(), 6, 1e-5).iter().enumerate().map(|(i, v)| v * g[(i / 3) % 4] + b[(i / 3) % 4]).collect();
+    let want: Vec<f64> = normalize_runs(&x.to_f64_vec(), 6, 1e-5)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v * g[(i / 3) % 4] + b[(i / 3) % 4])
+        .collect();
     assert_close(&y.to_f64_vec(), &want, 1e-12, "group_norm");
     check_grads(&vars, &gn, &tree, &x, Mode::Eval, true);
     assert!(GroupNorm::new(&vars.pp("bad"), 3, 4, 1e-5).is_err());
@@ -293,7 +309,10 @@ fn mha_ref(x: &[f64], l: usize, d: usize, h: usize, ws: [&[f64]; 4], bs: [&[f64]
             let allowed: Vec<usize> = (0..l).filter(|&j| !causal || j <= i).collect();
             let s: Vec<f64> = allowed
                 .iter()
-                .map(|&j| (0..dh).map(|e| q[i * d + head * dh + e] * k[j * d + head * dh + e]).sum::<f64>() / (dh as f64).sqrt())
+                .map(|&j| {
+                    (0..dh).map(|e| q[i * d + head * dh + e] * k[j * d + head * dh + e]).sum::<f64>()
+                        / (dh as f64).sqrt()
+                })
                 .collect();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let z: f64 = s.iter().map(|a| (a - mx).exp()).sum();
@@ -322,7 +341,9 @@ fn multi_head_attention_matches_reference_and_gradients() {
         let (bq, bk, bv, bo) = (p("bq"), p("bk"), p("bv"), p("bo"));
         let xv = x.to_f64_vec();
         let want: Vec<f64> = (0..b)
-            .flat_map(|e| mha_ref(&xv[e * l * d..(e + 1) * l * d], l, d, 2, [&wq, &wk, &wv, &wo], [&bq, &bk, &bv, &bo], causal))
+            .flat_map(|e| {
+                mha_ref(&xv[e * l * d..(e + 1) * l * d], l, d, 2, [&wq, &wk, &wv, &wo], [&bq, &bk, &bv, &bo], causal)
+            })
             .collect();
         assert_close(&y.to_f64_vec(), &want, 1e-12, "multi_head_attention");
         check_grads(&vars, &attn, &tree, &x, Mode::Eval, true);
@@ -345,8 +366,9 @@ fn transformer_block_is_its_composition() {
     let (wq, wk, wv, wo) = (p("wq"), p("wk"), p("wv"), p("wo"));
     let (bq, bk, bv, bo) = (p("bq"), p("bk"), p("bv"), p("bo"));
     let h_ln = ln(&x.to_f64_vec(), "ln1");
-    let a: Vec<f64> =
-        (0..2).flat_map(|e| mha_ref(&h_ln[e * 12..(e + 1) * 12], 3, 4, 2, [&wq, &wk, &wv, &wo], [&bq, &bk, &bv, &bo], true)).collect();
+    let a: Vec<f64> = (0..2)
+        .flat_map(|e| mha_ref(&h_ln[e * 12..(e + 1) * 12], 3, 4, 2, [&wq, &wk, &wv, &wo], [&bq, &bk, &bv, &bo], true))
+        .collect();
     let h: Vec<f64> = x.to_f64_vec().iter().zip(&a).map(|(p, q)| p + q).collect();
     let m_in = ln(&h, "ln2");
     let f1 = linear_ref(&m_in, &get(&tree, "block.mlp.fc1.weight"), Some(&get(&tree, "block.mlp.fc1.bias")), 4, 8);
@@ -383,7 +405,9 @@ fn activations_match_their_formulas() {
         (Activation::LeakyRelu(0.1), |v| if v > 0.0 { v } else { 0.1 * v }),
         (Activation::Elu(1.5), |v| if v > 0.0 { v } else { 1.5 * v.exp_m1() }),
         (Activation::Gelu, |v| 0.5 * v * (1.0 + libm_erf(v / 2f64.sqrt()))),
-        (Activation::GeluTanh, |v| 0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())),
+        (Activation::GeluTanh, |v| {
+            0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+        }),
     ];
     for (act, f) in cases {
         let y = run(&vars, &act, &tree, &x).unwrap();

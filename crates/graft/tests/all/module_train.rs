@@ -165,7 +165,9 @@ fn dropout_is_identity_in_eval_and_drops_at_the_rate_in_training() {
 #[test]
 fn batch_norm_running_statistics_follow_the_step() {
     let vars = Vars::new(DType::F64);
-    let model = Sequential::new().add(Linear::new(&vars.pp("fc"), 3, 2, true).unwrap()).add(BatchNorm::new(&vars.pp("bn"), 2).unwrap());
+    let model = Sequential::new()
+        .add(Linear::new(&vars.pp("fc"), 3, 2, true).unwrap())
+        .add(BatchNorm::new(&vars.pp("bn"), 2).unwrap());
     let tree = vars.init(3).unwrap();
     let mut rng = Rng(30);
     let batches: Vec<(Tensor, Tensor)> = (0..3).map(|_| (rng.tensor(&[6, 3]), rng.tensor(&[6, 2]))).collect();
@@ -178,8 +180,10 @@ fn batch_norm_running_statistics_follow_the_step() {
     for (x, y) in &batches {
         // The statistics of the linear layer's output at the parameters the step starts from.
         let cur = tr.tree(&vars).unwrap();
-        let (w, b, xv) = (cur.get("fc.weight").unwrap().to_f64_vec(), cur.get("fc.bias").unwrap().to_f64_vec(), x.to_f64_vec());
-        let h: Vec<f64> = (0..12).map(|i| (0..3).map(|j| xv[(i / 2) * 3 + j] * w[(i % 2) * 3 + j]).sum::<f64>() + b[i % 2]).collect();
+        let (w, b, xv) =
+            (cur.get("fc.weight").unwrap().to_f64_vec(), cur.get("fc.bias").unwrap().to_f64_vec(), x.to_f64_vec());
+        let h: Vec<f64> =
+            (0..12).map(|i| (0..3).map(|j| xv[(i / 2) * 3 + j] * w[(i % 2) * 3 + j]).sum::<f64>() + b[i % 2]).collect();
         for c in 0..2 {
             let col: Vec<f64> = (0..6).map(|r| h[r * 2 + c]).collect();
             let (m, s) = mean_std(&col);
@@ -203,7 +207,16 @@ fn batch_norm_running_statistics_follow_the_step() {
     });
     let t = |n: &str| trained.get(n).unwrap();
     let want = f
-        .call(&[x, t("fc.weight"), t("fc.bias"), t("bn.weight"), t("bn.bias"), t("bn.running_mean"), t("bn.running_var"), y])
+        .call(&[
+            x,
+            t("fc.weight"),
+            t("fc.bias"),
+            t("bn.weight"),
+            t("bn.bias"),
+            t("bn.running_mean"),
+            t("bn.running_var"),
+            y,
+        ])
         .unwrap()[0]
         .to_scalar_f64()
         .unwrap();
@@ -306,7 +319,10 @@ fn clusters(n: usize) -> (Tensor, Tensor) {
     for i in 0..n {
         xs.extend(centres[i % 3].iter().map(|c| c + 0.4 * rng.next()));
     }
-    (Tensor::from_vec(vec![n, 4], xs).unwrap(), Tensor::from_vec(vec![n], (0..n).map(|i| (i % 3) as i32).collect::<Vec<_>>()).unwrap())
+    (
+        Tensor::from_vec(vec![n, 4], xs).unwrap(),
+        Tensor::from_vec(vec![n], (0..n).map(|i| (i % 3) as i32).collect::<Vec<_>>()).unwrap(),
+    )
 }
 
 #[test]
@@ -374,7 +390,10 @@ fn a_tree_that_does_not_match_the_model_lists_every_mismatch() {
     tree.insert("fc.weight", Tensor::from_vec(vec![2, 2], vec![0.0f64; 4]).unwrap()).unwrap();
     tree.insert("extra", Tensor::vec1(&[1.0f64])).unwrap();
     let loss = |m: &Linear, cx: &Ctx, b: &[Tr]| m.forward(cx, &b[0]).sum(());
-    let err = Trainer::for_module(&vars, &tree, model, loss, Optimizer::sgd(Schedule::Constant(0.1)), 0).err().unwrap().to_string();
+    let err = Trainer::for_module(&vars, &tree, model, loss, Optimizer::sgd(Schedule::Constant(0.1)), 0)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("`fc.weight` is f64[2,2], the model has f64[3,2]"), "{err}");
     assert!(err.contains("`fc.bias` is missing"), "{err}");
     assert!(err.contains("`extra` is not a tensor of this model"), "{err}");

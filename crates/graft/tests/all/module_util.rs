@@ -89,7 +89,11 @@ pub fn check_grads<M: Module + ?Sized>(vars: &Vars, m: &M, tree: &ParamTree, x: 
             v[k] -= 2.0 * h;
             minus[pos] = Tensor::from_vec(ins[pos].shape().to_vec(), v).unwrap();
             let fd = (eval(&plus) - eval(&minus)) / (2.0 * h);
-            assert!((got[k] - fd).abs() <= 1e-6 * (1.0 + fd.abs()), "d/d {name}[{k}]: autodiff {} vs differences {fd}", got[k]);
+            assert!(
+                (got[k] - fd).abs() <= 1e-6 * (1.0 + fd.abs()),
+                "d/d {name}[{k}]: autodiff {} vs differences {fd}",
+                got[k]
+            );
         }
     }
 }

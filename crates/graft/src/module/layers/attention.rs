@@ -42,7 +42,7 @@ impl MultiHeadAttention {
         bias: bool,
         causal: bool,
     ) -> Result<MultiHeadAttention, Error> {
-        if n_heads == 0 || d_model % n_heads != 0 {
+        if n_heads == 0 || !d_model.is_multiple_of(n_heads) {
             let msg = format!("n_heads = {n_heads} must divide d_model = {d_model}");
             return Err(IrError::invalid("multi_head_attention", msg).into());
         }

@@ -11,7 +11,7 @@ use crate::trace::Tr;
 use graft_core::IrError;
 
 fn check_groups(op: &str, in_ch: usize, out_ch: usize, groups: usize) -> Result<(), Error> {
-    if groups == 0 || in_ch % groups != 0 || out_ch % groups != 0 {
+    if groups == 0 || !in_ch.is_multiple_of(groups) || !out_ch.is_multiple_of(groups) {
         return Err(IrError::invalid(
             op,
             format!("groups = {groups} must divide both in_channels = {in_ch} and out_channels = {out_ch}"),
@@ -55,7 +55,8 @@ impl Conv {
         let mut shape = vec![out_channels, in_channels / opts.groups];
         shape.extend(kernel);
         let weight = vars.param("weight", &shape, Init::torch_default())?;
-        let bias = bias.then(|| vars.param("bias", &[out_channels], Init::uniform_fan_in(fan_in(&shape)))).transpose()?;
+        let bias =
+            bias.then(|| vars.param("bias", &[out_channels], Init::uniform_fan_in(fan_in(&shape)))).transpose()?;
         Ok(Conv { weight, bias, opts })
     }
 
@@ -110,7 +111,8 @@ impl ConvTranspose2d {
         let mut shape = vec![in_channels, out_channels / opts.groups];
         shape.extend(kernel);
         let weight = vars.param("weight", &shape, Init::torch_default())?;
-        let bias = bias.then(|| vars.param("bias", &[out_channels], Init::uniform_fan_in(fan_in(&shape)))).transpose()?;
+        let bias =
+            bias.then(|| vars.param("bias", &[out_channels], Init::uniform_fan_in(fan_in(&shape)))).transpose()?;
         Ok(ConvTranspose2d { weight, bias, opts })
     }
 }

@@ -25,7 +25,11 @@ impl LayerNorm {
         if shape.is_empty() {
             return Err(IrError::invalid("layer_norm", "the normalised shape must have at least one axis").into());
         }
-        Ok(LayerNorm { weight: vars.param("weight", shape, Init::Ones)?, bias: vars.param("bias", shape, Init::Zeros)?, eps })
+        Ok(LayerNorm {
+            weight: vars.param("weight", shape, Init::Ones)?,
+            bias: vars.param("bias", shape, Init::Zeros)?,
+            eps,
+        })
     }
 }
 
@@ -49,8 +53,10 @@ pub struct GroupNorm {
 impl GroupNorm {
     /// `groups` must divide `channels`.
     pub fn new(vars: &Vars, groups: usize, channels: usize, eps: f64) -> Result<GroupNorm, Error> {
-        if groups == 0 || channels % groups != 0 {
-            return Err(IrError::invalid("group_norm", format!("{groups} groups must divide {channels} channels")).into());
+        if groups == 0 || !channels.is_multiple_of(groups) {
+            return Err(
+                IrError::invalid("group_norm", format!("{groups} groups must divide {channels} channels")).into()
+            );
         }
         Ok(GroupNorm {
             weight: vars.param("weight", &[channels], Init::Ones)?,
