@@ -1,6 +1,7 @@
 //! Training checkpoints as safetensors files (the format PyTorch and JAX
 //! tools read): every parameter under its name, the optimizer state under
-//! `NAME.opt.K`, and the step count in the metadata. Saving writes a
+//! `NAME.opt.K`, the trainer's buffers (BatchNorm statistics, a dropout
+//! key) under their names, and the step count in the metadata. Saving writes a
 //! temporary file and renames it over the old one, so an interrupted save
 //! never destroys the previous checkpoint; loading checks every name,
 //! dtype and shape and lists all mismatches at once.
@@ -43,6 +44,7 @@ fn named(tr: &Trainer) -> Vec<(String, &Tensor)> {
     for (i, s) in tr.state.iter().enumerate() {
         out.push((format!("{}.opt.{}", tr.names()[i / k.max(1)], i % k.max(1)), s));
     }
+    out.extend(tr.buffer_names().iter().cloned().zip(&tr.buffers));
     out
 }
 
@@ -90,8 +92,10 @@ pub fn load(path: &Path, tr: &mut Trainer) -> Result<(), Fail> {
     }
     let n = tr.params.len();
     let mut it = got.into_iter();
+    let n_state = tr.state.len();
     tr.params = it.by_ref().take(n).collect();
-    tr.state = it.collect();
+    tr.state = it.by_ref().take(n_state).collect();
+    tr.buffers = it.collect();
     tr.count = step;
     Ok(())
 }

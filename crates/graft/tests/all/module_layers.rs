@@ -415,3 +415,52 @@ fn activations_match_their_formulas() {
         assert_close(&y.to_f64_vec(), &want, 1e-12, &format!("{act:?}"));
     }
 }
+
+#[test]
+fn activations_differentiate_and_flatten_keeps_the_batch_axis() {
+    let acts = [
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+        Activation::Tanh,
+        Activation::Sigmoid,
+        Activation::Softplus,
+        Activation::LeakyRelu(0.1),
+        Activation::Elu(1.5),
+    ];
+    for act in acts {
+        let vars = Vars::new(DType::F64);
+        let net = Sequential::new().add(Linear::new(&vars.pp(0), 3, 4, true).unwrap()).add(act);
+        let tree = random_tree(&vars, 50);
+        check_grads(&vars, &net, &tree, &Rng(51).tensor(&[5, 3]), Mode::Eval, true);
+    }
+    let vars = Vars::new(DType::F64);
+    let x = Rng(52).tensor(&[2, 3, 2]);
+    let y = run(&vars, &Flatten, &vars.init(0).unwrap(), &x).unwrap();
+    assert_eq!(y.shape(), &[2, 6]);
+    assert_eq!(y.to_f64_vec(), x.to_f64_vec());
+}
+
+#[test]
+fn bad_shapes_are_errors_naming_the_layer() {
+    let vars = Vars::new(DType::F64);
+    let attn = MultiHeadAttention::new(&vars.pp("attn"), 4, 2, false, false).unwrap();
+    let bn = BatchNorm::new(&vars.pp("bn"), 3).unwrap();
+    let tree = vars.init(0).unwrap();
+    let err = run(&vars, &attn, &tree, &Rng(1).tensor(&[2, 3, 5])).unwrap_err().to_string();
+    assert!(err.contains("q must be [batch, seq, 4]"), "{err}");
+    let err = run(&vars, &bn, &tree, &Rng(1).tensor(&[2, 4])).unwrap_err().to_string();
+    assert!(err.contains("batch_norm") && err.contains("expected an input [N, [3], ...]"), "{err}");
+    // Training statistics need two values per channel.
+    let f = forward_fn(&vars, &bn, Mode::Train);
+    let x = Rng(1).tensor(&[1, 3]);
+    let mut ins: Vec<&Tensor> = tree.tensors().iter().collect();
+    ins.push(&x);
+    let err = f.call(&ins).unwrap_err().to_string();
+    assert!(err.contains("more than one value per channel"), "{err}");
+    // Configuration mistakes are caught when the layer is built.
+    assert!(MultiHeadAttention::new(&vars.pp("a2"), 6, 4, true, false).is_err());
+    assert!(Conv::conv2d(&vars.pp("c"), 3, 4, 3, ConvOpts::new().groups(2)).is_err());
+    assert!(LayerNorm::new(&vars.pp("ln"), &[], 1e-5).is_err());
+}
