@@ -393,7 +393,6 @@ impl Trainer {
     /// (the new buffers go through `stop_gradient`, so nothing flows back
     /// through them); `eval_loss` has the same inputs and returns the loss
     /// first (for [`Trainer::eval`]; BatchNorm in evaluation mode, say).
-    #[allow(clippy::too_many_arguments)]
     pub fn with_buffers<O, F, P, G>(
         train_loss: Jit<F>,
         eval_loss: Jit<G>,

@@ -9,7 +9,6 @@ use super::init::Init;
 use super::tree::ParamTree;
 use crate::error::Error;
 use crate::function::jit_n;
-use crate::random;
 use crate::trace::Tr;
 use graft_core::composite::random::key_words;
 use graft_core::{DType, IrError, Tensor, TensorType};
@@ -193,10 +192,13 @@ impl Vars {
         move |name: &str| decayed.contains(name)
     }
 
-    /// Draws every registered tensor from the Threefry key of `seed`: the
-    /// key is split into one key per random initialiser, in registration
-    /// order, and constant initialisers are filled directly. The same seed
-    /// gives the same tree, bit for bit.
+    /// Draws every registered tensor from the Threefry key of `seed`.
+    /// Each random initialiser draws with its own key, the seed's key with
+    /// a 64-bit hash of the parameter's path mixed into its words (as
+    /// Flax folds module paths into its keys), so a tensor's value depends
+    /// on the seed and its path only: adding or removing other layers does
+    /// not change it. Constant initialisers are filled directly. The same
+    /// seed gives the same tree, bit for bit.
     pub fn init(&self, seed: i64) -> Result<ParamTree, Error> {
         let specs = self.specs();
         let random: Vec<&ParamSpec> = specs.iter().filter(|s| s.init.constant().is_none()).collect();
@@ -204,11 +206,12 @@ impl Vars {
         if !random.is_empty() {
             let n = random.len();
             let draw = jit_n("init", |v: &[Tr]| -> Vec<Tr> {
-                let keys = random::split(&v[0], n);
-                random.iter().zip(&keys).map(|(s, k)| s.init.draw(k, &s.shape, s.dtype)).collect()
+                let row = |i: usize| v[0].slice_axis(0, Some(i as isize), Some(i as isize + 1), 1).reshape(&[2]);
+                random.iter().enumerate().map(|(i, s)| s.init.draw(&row(i), &s.shape, s.dtype)).collect()
             });
-            let key = Tensor::from_vec(vec![2], key_words(seed).to_vec())?;
-            drawn = draw.call(&[&key])?;
+            let words: Vec<i32> = random.iter().flat_map(|s| path_key(seed, &s.name)).collect();
+            let keys = Tensor::from_vec(vec![n, 2], words)?;
+            drawn = draw.call(&[&keys])?;
         }
         let mut drawn = drawn.into_iter();
         let mut tree = ParamTree::new();
@@ -221,4 +224,13 @@ impl Vars {
         }
         Ok(tree)
     }
+}
+
+/// The key words of one parameter: the seed's key with the FNV-1a hash of
+/// its path XORed in (distinct paths give distinct Threefry keys, hence
+/// independent streams).
+fn path_key(seed: i64, path: &str) -> [i32; 2] {
+    let h = path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let [k0, k1] = key_words(seed);
+    [k0 ^ (h >> 32) as u32 as i32, k1 ^ h as u32 as i32]
 }

@@ -55,7 +55,6 @@ fn linear_rejects_a_wrong_input_width() {
 }
 
 /// Naive `conv2d` (PyTorch semantics; symmetric padding).
-#[allow(clippy::too_many_arguments)]
 fn conv2d_ref(
     x: &[f64],
     xs: [usize; 4],
@@ -297,7 +296,6 @@ fn embedding_looks_up_rows_and_differentiates_the_table() {
 }
 
 /// Naive multi-head attention for one example `[L, D]`.
-#[allow(clippy::too_many_arguments)]
 fn mha_ref(x: &[f64], l: usize, d: usize, h: usize, ws: [&[f64]; 4], bs: [&[f64]; 4], causal: bool) -> Vec<f64> {
     let q = linear_ref(x, ws[0], Some(bs[0]), d, d);
     let k = linear_ref(x, ws[1], Some(bs[1]), d, d);

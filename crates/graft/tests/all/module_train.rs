@@ -137,6 +137,11 @@ fn initialisers_have_their_statistics_and_are_deterministic() {
     let other = vars.init(8).unwrap();
     assert_ne!(other.get("kn").unwrap().to_f64_vec(), tree.get("kn").unwrap().to_f64_vec());
     assert!(vars.param("bad", &[2], Init::Normal { mean: 0.0, std: -1.0 }).is_err());
+    // A tensor's draw depends on the seed and its path only.
+    let alone = Vars::new(DType::F64);
+    alone.param("xu", &shape, Init::xavier()).unwrap();
+    assert_eq!(alone.init(7).unwrap().get("xu").unwrap(), tree.get("xu").unwrap());
+    assert_ne!(tree.get("xu").unwrap().to_f64_vec(), tree.get("ku").unwrap().to_f64_vec()[..].to_vec());
 }
 
 #[test]
@@ -224,7 +229,6 @@ fn batch_norm_running_statistics_follow_the_step() {
 }
 
 /// One LSTM step on flat `[B, *]` data in PyTorch's gate order.
-#[allow(clippy::too_many_arguments)]
 fn lstm_step(x: &[f64], h: &[f64], c: &[f64], t: &ParamTree, bsz: usize, i: usize, hs: usize) -> (Vec<f64>, Vec<f64>) {
     let g = |n: &str| t.get(n).unwrap().to_f64_vec();
     let (wih, whh, bih, bhh) = (g("lstm.weight_ih"), g("lstm.weight_hh"), g("lstm.bias_ih"), g("lstm.bias_hh"));
