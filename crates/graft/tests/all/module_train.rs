@@ -428,3 +428,61 @@ fn trees_round_trip_through_safetensors_and_mismatches_are_listed() {
     assert!(err.contains("not a valid safetensors file"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn adamw_decays_matrices_but_not_biases_or_norm_scales_by_path() {
+    let vars = Vars::new(DType::F64);
+    let model = Sequential::new()
+        .add(Linear::new(&vars.pp("fc"), 3, 2, true).unwrap())
+        .add(LayerNorm::new(&vars.pp("ln"), &[2], 1e-5).unwrap());
+    let tree = vars.init(4).unwrap();
+    // A loss whose gradient is exactly zero: AdamW's step is then the decay alone.
+    let loss = |m: &Sequential, cx: &Ctx, b: &[Tr]| (m.forward(cx, &b[0]) * 0.0).sum(());
+    let (lr, wd) = (0.1, 0.5);
+    let opt = Optimizer::adamw(Schedule::Constant(lr), wd).decay_only(vars.decay_mask());
+    let mut tr = Trainer::for_module(&vars, &tree, model, loss, opt, 0).unwrap();
+    tr.step(&[&Rng(60).tensor(&[4, 3])]).unwrap();
+    let after = tr.tree(&vars).unwrap();
+    for (name, before) in tree.iter() {
+        let want: Vec<f64> = if name == "fc.weight" {
+            before.to_f64_vec().iter().map(|p| p - lr * wd * p).collect()
+        } else {
+            before.to_f64_vec()
+        };
+        assert_close(&after.get(name).unwrap().to_f64_vec(), &want, 1e-15, name);
+    }
+}
+
+#[test]
+fn a_step_with_buffers_takes_the_same_gradient_as_one_without() {
+    let (x, labels) = clusters(30);
+    let mut rng = Rng(70);
+    let params = vec![rng.tensor(&[8, 4]), rng.tensor(&[8]), rng.tensor(&[3, 8]), rng.tensor(&[3])];
+    let names: Vec<String> = ["w1", "b1", "w2", "b2"].map(String::from).to_vec();
+    let mlp = |v: &[Tr], x: &Tr, y: &Tr| {
+        let h = nn::linear(x, &v[0], Some(&v[1])).tanh();
+        nn::cross_entropy(&nn::linear(&h, &v[2], Some(&v[3])), y, -1)
+    };
+    let plain = jit_n("plain", move |v: &[Tr]| mlp(&v[..4], &v[4], &v[5]));
+    // The same loss carrying a buffer (a running sum of the loss) that the
+    // gradient must ignore.
+    let carried = jit_n("carried", move |v: &[Tr]| {
+        let l = mlp(&v[..4], &v[5], &v[6]);
+        vec![l.clone(), &v[4] + &l]
+    });
+    let eval = jit_n("eval", move |v: &[Tr]| mlp(&v[..4], &v[5], &v[6]));
+    let opt = || Optimizer::adam(Schedule::Constant(0.05));
+    let mut a = Trainer::new(plain, names.clone(), params.clone(), opt()).unwrap();
+    let zero = Tensor::scalar(0.0f64);
+    let mut b = Trainer::with_buffers(carried, eval, names, params, vec!["sum".into()], vec![zero], opt()).unwrap();
+    let mut total = 0.0;
+    for _ in 0..20 {
+        let la = a.step(&[&x, &labels]).unwrap();
+        let lb = b.step(&[&x, &labels]).unwrap();
+        assert_eq!(la.to_bits(), lb.to_bits());
+        total += lb;
+    }
+    assert_eq!(a.params, b.params);
+    assert!((b.buffers[0].to_scalar_f64().unwrap() - total).abs() < 1e-12);
+    assert_eq!(a.eval(&[&x, &labels]).unwrap().to_bits(), b.eval(&[&x, &labels]).unwrap().to_bits());
+}
