@@ -106,17 +106,11 @@ impl Trainer {
                 }
             }
         }
+        // Always the buffered step, also with no buffers: it evaluates
+        // with the loss in evaluation mode, and its gradient is bitwise the
+        // plain trainer's (tested).
         let (n, n_state) = (params.len(), buffers.len());
         let keyed = vars.uses_rng();
-        if n_state == 0 && !keyed {
-            // Nothing to carry: the plain trainer, the same graph as the
-            // functional path with a hand-written loss over the parameters.
-            let f = jit_n("module_loss", move |xs: &[Tr]| {
-                let cx = Ctx::new(specs.clone(), &xs[..n.min(xs.len())], Mode::Train);
-                loss(&model, &cx, &xs[n.min(xs.len())..])
-            });
-            return Trainer::new(f, names, params, optimizer);
-        }
         if keyed {
             buffer_names.push(RNG_BUFFER.to_string());
             buffers.push(Tensor::from_vec(vec![2], key_words(seed).to_vec())?);
