@@ -56,6 +56,8 @@ impl Trainer {
     /// `tree` is the starting point ([`Vars::init`]); `seed` makes the
     /// dropout key, advanced by the step. Parameter names are the tree's
     /// paths, so `optimizer.decay_only(vars.decay_mask())` reaches them.
+    /// The trainer keeps the model; pass an `Rc` to keep using it too (for
+    /// [`forward_fn`](super::forward_fn) on [`Trainer::tree`], say).
     ///
     /// ```
     /// use graft::module::{Linear, Module, Vars};

@@ -486,3 +486,37 @@ fn a_step_with_buffers_takes_the_same_gradient_as_one_without() {
     assert!((b.buffers[0].to_scalar_f64().unwrap() - total).abs() < 1e-12);
     assert_eq!(a.eval(&[&x, &labels]).unwrap().to_bits(), b.eval(&[&x, &labels]).unwrap().to_bits());
 }
+
+#[test]
+fn a_small_cnn_with_group_norm_trains() {
+    // 8x8 images: class 0 is brighter in the top half, class 1 in the bottom half.
+    let (n, mut rng) = (32, Rng(80));
+    let mut xs = Vec::with_capacity(n * 64);
+    for i in 0..n {
+        for p in 0..64 {
+            let top = p < 32;
+            let bright = (i % 2 == 0) == top;
+            xs.push(if bright { 1.0 } else { 0.0 } + 0.3 * rng.next());
+        }
+    }
+    let x = Tensor::from_vec(vec![n, 1, 8, 8], xs).unwrap();
+    let y = Tensor::from_vec(vec![n], (0..n).map(|i| (i % 2) as i32).collect::<Vec<_>>()).unwrap();
+    let vars = Vars::new(DType::F64);
+    let cnn = Sequential::new()
+        .add(Conv::conv2d(&vars.pp(0), 1, 4, 3, nn::ConvOpts::new().padding(1)).unwrap())
+        .add(GroupNorm::new(&vars.pp(1), 2, 4, 1e-5).unwrap())
+        .add(Activation::Relu)
+        .add(Conv::conv2d(&vars.pp(3), 4, 4, 3, nn::ConvOpts::new().stride(2).padding(1)).unwrap())
+        .add(Activation::Relu)
+        .add(Flatten)
+        .add(Linear::new(&vars.pp(6), 64, 2, true).unwrap());
+    let tree = vars.init(1).unwrap();
+    let loss = |m: &Sequential, cx: &Ctx, b: &[Tr]| nn::cross_entropy(&m.forward(cx, &b[0]), &b[1], -1);
+    let mut tr = Trainer::for_module(&vars, &tree, cnn, loss, Optimizer::adam(Schedule::Constant(0.02)), 0).unwrap();
+    let start = tr.eval(&[&x, &y]).unwrap();
+    for _ in 0..40 {
+        tr.step(&[&x, &y]).unwrap();
+    }
+    let end = tr.eval(&[&x, &y]).unwrap();
+    assert!(end < 0.1 * start, "loss {start} -> {end}");
+}
