@@ -194,8 +194,8 @@ impl Vars {
 
     /// Draws every registered tensor from the Threefry key of `seed`.
     /// Each random initialiser draws with its own key, the seed's key with
-    /// a 64-bit hash of the parameter's path mixed into its words (as
-    /// Flax folds module paths into its keys), so a tensor's value depends
+    /// a 64-bit hash of the parameter's path mixed into its words (Flax
+    /// folds module names into its keys for the same reason), so a tensor's value depends
     /// on the seed and its path only: adding or removing other layers does
     /// not change it. Constant initialisers are filled directly. The same
     /// seed gives the same tree, bit for bit.
