@@ -15,4 +15,8 @@ pub enum Error {
     /// A tensor could not be constructed or converted.
     #[error(transparent)]
     Tensor(#[from] TensorError),
+    /// Reading or writing a file failed, or its contents are not what was
+    /// expected (the message names the file and every problem).
+    #[error("{0}")]
+    Io(String),
 }

@@ -248,6 +248,43 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         first.lift_many(&others, n, |b, vals| b.call(inner, vals))
     }
 
+    /// Reverse mode from inside another trace: traces this function at the
+    /// types of `primals`, takes its VJP with respect to `wrt` and emits it
+    /// as one `call` on `primals ++ cotangents` (one cotangent per float
+    /// output). Returns `(outputs..., cotangents of the wrt inputs...)`;
+    /// every handle is poisoned if tracing or the transform fails.
+    pub(crate) fn apply_vjp(&self, primals: &[Tr], cotangents: &[Tr], wrt: Wrt) -> Vec<Tr> {
+        let Some(first) = primals.first() else {
+            return Vec::new();
+        };
+        let made = (|| -> Result<Func, Error> {
+            let types: Vec<TensorType> = primals
+                .iter()
+                .map(Tr::ty)
+                .collect::<Option<_>>()
+                .ok_or_else(|| IrError::invalid("vjp", "an argument comes from a failed op"))?;
+            let f = self.trace(&types)?;
+            let mut all = types;
+            for c in cotangents {
+                all.push(c.ty().ok_or_else(|| IrError::invalid("vjp", "a cotangent comes from a failed op"))?);
+            }
+            Ok(Transform::Vjp { wrt }.apply(&f, &all)?)
+        })();
+        let inner = match made {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                let e = match e {
+                    Error::Ir(e) => e,
+                    other => IrError::invalid("vjp", other.to_string()),
+                };
+                return vec![first.lift(|_, _| Err(e))];
+            }
+        };
+        let n = inner.outputs.len();
+        let others: Vec<&Tr> = primals[1..].iter().chain(cotangents).collect();
+        first.lift_many(&others, n, |b, vals| b.call(inner, vals))
+    }
+
     /// Applies `layers[..k]` to the closure traced at the types that
     /// layer `k` sees. Transforms are applied inside out, but types flow
     /// outside in: a vmap layer strips its batch axes before tracing below.

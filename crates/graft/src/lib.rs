@@ -20,7 +20,8 @@
 //! (`sum`, `mean`, `softmax`, `matmul`, `reshape`, `relu`, ...; axes may be
 //! negative, `()`/`None` means all axes), multi-input functions in [`ops`]
 //! (`concat`, `stack`, `einsum`, ...), layers and losses in [`nn`], and
-//! explicit-key random numbers in [`random`]. All of them expand to
+//! explicit-key random numbers in [`random`]; layers and models with named
+//! parameters in [`module`]. All of them expand to
 //! primitives through [`composite`], so every transform applies:
 //!
 //! ```
@@ -39,6 +40,7 @@
 
 mod error;
 mod function;
+pub mod module;
 pub mod nn;
 mod nn_layers;
 pub mod optim;

@@ -1,5 +1,5 @@
 //! Neural-network functions over traced tensors: layers (`linear`,
-//! `layer_norm`, `batch_norm`), activations, losses and attention. All
+//! `layer_norm`, `batch_norm`, `group_norm`), activations, losses and attention. All
 //! forward to `graft_core::composite`; see there for the exact conventions
 //! (PyTorch weight layouts, `eps` placement, mask semantics).
 //! Convolution, pooling, embedding, one-hot and dropout live in
@@ -59,6 +59,22 @@ pub fn batch_norm(x: &Tr, gamma: Option<&Tr>, beta: Option<&Tr>, axes: Option<Ax
     let mean = out.pop().expect("internal error: lift_many returns n_out handles");
     let y = out.pop().expect("internal error: lift_many returns n_out handles");
     (y, mean, var)
+}
+
+/// `F.group_norm(x, num_groups, gamma, beta, eps)` on `[N, C, ...]`:
+/// statistics per example over groups of `C / num_groups` consecutive
+/// channels (and every spatial position), then a per-channel affine
+/// (`gamma`, `beta`: `[C]`).
+pub fn group_norm(x: &Tr, num_groups: usize, gamma: Option<&Tr>, beta: Option<&Tr>, eps: f64) -> Tr {
+    let mut others = vec![];
+    others.extend(gamma);
+    others.extend(beta);
+    let (has_g, has_b) = (gamma.is_some(), beta.is_some());
+    x.lift_with(&others, |b, v| {
+        let g = has_g.then(|| v[1]);
+        let bt = has_b.then(|| v[1 + usize::from(has_g)]);
+        norm::group_norm(b, v[0], num_groups, g, bt, eps)
+    })
 }
 
 /// `max(x, 0)`.

@@ -317,21 +317,35 @@ impl Optimizer {
 }
 
 /// A training step compiled once per input types: forward, backward and
-/// the optimizer update in one graph, `(params..., state..., t, batch...)
-/// -> (loss, params'..., state'...)`.
+/// the optimizer update in one graph, `(params..., state..., buffers...,
+/// t, batch...) -> (loss, params'..., state'..., buffers'...)`.
+///
+/// *Buffers* are tensors the step carries but does not differentiate or
+/// optimise (BatchNorm's running statistics, a dropout key): the loss
+/// function returns their new values after the loss, and the step hands
+/// them back. A trainer made by [`Trainer::new`] has none.
 pub struct Trainer {
     names: Vec<String>,
+    buffer_names: Vec<String>,
     step: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
-    /// The loss alone, for evaluation (`eval`).
+    /// The loss alone, for evaluation (`eval`): `(params..., buffers..., batch...)`.
     loss: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
     optimizer: Optimizer,
     /// Parameters, in `names` order.
     pub params: Vec<Tensor>,
     /// Optimizer state (see [`Optimizer::init`]).
     pub state: Vec<Tensor>,
+    /// Buffers, in `buffer_names` order (empty for [`Trainer::new`]).
+    pub buffers: Vec<Tensor>,
     /// Steps taken.
     pub count: u64,
     compiled: Option<(Vec<TensorType>, Compiled)>,
+}
+
+type StepFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
+
+fn invalid(msg: String) -> Error {
+    graft_core::IrError::invalid("trainer", msg).into()
 }
 
 impl Trainer {
@@ -348,19 +362,15 @@ impl Trainer {
         F: Fn(&[Tr]) -> O + 'static,
     {
         if names.len() != params.len() {
-            return Err(graft_core::IrError::invalid(
-                "trainer",
-                format!("{} parameter names for {} parameters", names.len(), params.len()),
-            )
-            .into());
+            return Err(invalid(format!("{} parameter names for {} parameters", names.len(), params.len())));
         }
         let n = params.len();
         let grad = loss.value_and_grad(Wrt::Positions((0..n).collect()));
-        let plain: Box<dyn Fn(&[Tr]) -> Vec<Tr>> = Box::new(move |xs: &[Tr]| loss.apply(xs));
+        let plain: StepFn = Box::new(move |xs: &[Tr]| loss.apply(xs));
         let opt = optimizer.clone();
         let step_names = names.clone();
         let k = optimizer.n_state();
-        let body: Box<dyn Fn(&[Tr]) -> Vec<Tr>> = Box::new(move |xs: &[Tr]| {
+        let body: StepFn = Box::new(move |xs: &[Tr]| {
             let (ps, rest) = xs.split_at(n);
             let (st, rest) = rest.split_at(n * k);
             let (t, batch) = rest.split_at(1);
@@ -374,23 +384,119 @@ impl Trainer {
             out.extend(new_s);
             out
         });
+        Ok(Trainer::assemble(body, plain, names, params, Vec::new(), Vec::new(), optimizer))
+    }
+
+    /// A trainer whose step also carries buffers: `train_loss(params...,
+    /// buffers..., batch...)` returns `(loss, buffers'...)` (each new buffer
+    /// of its old type), differentiated with respect to the parameters only
+    /// (the new buffers go through `stop_gradient`, so nothing flows back
+    /// through them); `eval_loss` has the same inputs and returns the loss
+    /// first (for [`Trainer::eval`]; BatchNorm in evaluation mode, say).
+    pub fn with_buffers<O, F, P, G>(
+        train_loss: Jit<F>,
+        eval_loss: Jit<G>,
+        names: Vec<String>,
+        params: Vec<Tensor>,
+        buffer_names: Vec<String>,
+        buffers: Vec<Tensor>,
+        optimizer: Optimizer,
+    ) -> Result<Trainer, Error>
+    where
+        O: IntoOutputs + 'static,
+        F: Fn(&[Tr]) -> O + 'static,
+        P: IntoOutputs + 'static,
+        G: Fn(&[Tr]) -> P + 'static,
+    {
+        if names.len() != params.len() || buffer_names.len() != buffers.len() {
+            return Err(invalid(format!(
+                "{} parameter names for {} parameters, {} buffer names for {} buffers",
+                names.len(),
+                params.len(),
+                buffer_names.len(),
+                buffers.len()
+            )));
+        }
+        let (n, m) = (params.len(), buffers.len());
+        let buffer_types: Vec<TensorType> = buffers.iter().map(Tensor::ty).collect();
+        // The loss with its buffers cut off from differentiation, checked to
+        // return one float scalar and the buffers at their own types.
+        let cut = jit_n("loss_and_buffers", move |xs: &[Tr]| -> Vec<Tr> {
+            let outs = train_loss.apply(xs);
+            let types: Vec<Option<TensorType>> = outs.iter().skip(1).map(Tr::ty).collect();
+            let want: Vec<Option<TensorType>> = buffer_types.iter().cloned().map(Some).collect();
+            if outs.len() != 1 + m || types != want {
+                let msg = format!(
+                    "the loss must return the loss and then the {m} buffers at their types ({}); it returns {} values",
+                    buffer_types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "),
+                    outs.len()
+                );
+                let first = outs.first().or(xs.first()).cloned();
+                return first
+                    .map(|f| vec![f.lift(|_, _| Err(graft_core::IrError::invalid("trainer", msg)))])
+                    .unwrap_or_default();
+            }
+            let mut it = outs.into_iter();
+            let mut out: Vec<Tr> = it.next().into_iter().collect();
+            out.extend(it.map(|b| b.stop_gradient()));
+            out
+        });
+        let plain: StepFn = Box::new(move |xs: &[Tr]| eval_loss.apply(xs));
+        let opt = optimizer.clone();
+        let step_names = names.clone();
+        let k = optimizer.n_state();
+        let body: StepFn = Box::new(move |xs: &[Tr]| {
+            let (ps, rest) = xs.split_at(n);
+            let (st, rest) = rest.split_at(n * k);
+            let (bufs, rest) = rest.split_at(m);
+            let (t, batch) = rest.split_at(1);
+            let args: Vec<Tr> = ps.iter().chain(bufs).chain(batch).cloned().collect();
+            let dtype = ps.first().and_then(Tr::ty).map_or(graft_core::DType::F32, |t| t.dtype);
+            let mut cots = vec![t[0].scalar(1.0, dtype)];
+            cots.extend(bufs.iter().filter(|b| b.ty().is_some_and(|t| t.dtype.is_float())).map(Tr::zeros_like));
+            let outs = cut.apply_vjp(&args, &cots, Wrt::Positions((0..n).collect()));
+            if outs.len() != 1 + m + n {
+                return outs;
+            }
+            let (loss_bufs, grads) = outs.split_at(1 + m);
+            let (new_p, new_s) = opt.update(&step_names, &t[0], ps, grads, st);
+            let mut out = loss_bufs[..1].to_vec();
+            out.extend(new_p);
+            out.extend(new_s);
+            out.extend_from_slice(&loss_bufs[1..]);
+            out
+        });
+        Ok(Trainer::assemble(body, plain, names, params, buffer_names, buffers, optimizer))
+    }
+
+    fn assemble(
+        body: StepFn,
+        plain: StepFn,
+        names: Vec<String>,
+        params: Vec<Tensor>,
+        buffer_names: Vec<String>,
+        buffers: Vec<Tensor>,
+        optimizer: Optimizer,
+    ) -> Trainer {
         let state = optimizer.init(&params);
-        Ok(Trainer {
+        Trainer {
             names,
+            buffer_names,
             step: jit_n("train_step", body),
             loss: jit_n("eval_step", plain),
             optimizer,
             params,
             state,
+            buffers,
             count: 0,
             compiled: None,
-        })
+        }
     }
 
-    /// The loss at the current parameters on a batch, without a step
-    /// (compiled once per batch types, like the step).
+    /// The loss at the current parameters (and buffers) on a batch, without
+    /// a step (compiled once per batch types, like the step).
     pub fn eval(&self, batch: &[&Tensor]) -> Result<f64, Error> {
-        let mut ins: Vec<&Tensor> = self.params.iter().collect();
+        let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.buffers).collect();
         ins.extend_from_slice(batch);
         let out = self.loss.call(&ins)?;
         Ok(out.first().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN))
@@ -401,18 +507,24 @@ impl Trainer {
         &self.names
     }
 
+    /// The buffer names.
+    pub fn buffer_names(&self) -> &[String] {
+        &self.buffer_names
+    }
+
     /// The optimizer.
     pub fn optimizer(&self) -> &Optimizer {
         &self.optimizer
     }
 
     /// One step on a batch: returns the loss before the update. The old
-    /// parameter and state buffers go back to the step's buffer pool, so
-    /// the next step writes its results into them instead of allocating.
+    /// parameter, state and buffer tensors go back to the step's buffer
+    /// pool, so the next step writes its results into them instead of
+    /// allocating.
     pub fn step(&mut self, batch: &[&Tensor]) -> Result<f64, Error> {
         let dtype = self.params.first().map_or(graft_core::DType::F32, Tensor::dtype);
         let t = Tensor::full(&TensorType::scalar(dtype), self.count as f64);
-        let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).collect();
+        let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).chain(&self.buffers).collect();
         ins.push(&t);
         ins.extend_from_slice(batch);
         let types: Vec<TensorType> = ins.iter().map(|x| x.ty()).collect();
@@ -428,10 +540,12 @@ impl Trainer {
         let loss = outs.next().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN);
         let n = self.params.len();
         let new_p: Vec<Tensor> = outs.by_ref().take(n).collect();
-        let new_s: Vec<Tensor> = outs.collect();
+        let new_s: Vec<Tensor> = outs.by_ref().take(self.state.len()).collect();
+        let new_b: Vec<Tensor> = outs.collect();
         let old_p = std::mem::replace(&mut self.params, new_p);
         let old_s = std::mem::replace(&mut self.state, new_s);
-        compiled.recycle(old_p.into_iter().chain(old_s));
+        let old_b = std::mem::replace(&mut self.buffers, new_b);
+        compiled.recycle(old_p.into_iter().chain(old_s).chain(old_b));
         self.count += 1;
         Ok(loss)
     }

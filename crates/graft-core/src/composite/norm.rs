@@ -1,7 +1,8 @@
 //! Normalisation layers: `normalize` (zero mean, unit variance over axes),
 //! `layer_norm` (PyTorch's `F.layer_norm`: the trailing axes covered by
-//! `gamma`) and `batch_norm` in training mode (batch statistics over every
-//! axis but the channel axis).
+//! `gamma`), `batch_norm` in training mode (batch statistics over every
+//! axis but the channel axis) and `group_norm` (statistics per example over
+//! groups of channels).
 //!
 //! Conventions (PyTorch's): the variance used for normalising is the biased
 //! (population) variance, `eps` is added inside the square root
@@ -166,4 +167,54 @@ pub fn batch_norm(
         y = b.add(y, bt)?;
     }
     Ok((y, mean, var))
+}
+
+/// `F.group_norm(x, num_groups, gamma, beta, eps)`: `x [N, C, *spatial]`
+/// (the batch axis is required) is split into `num_groups` groups of
+/// `C / num_groups` consecutive channels; each (example, group) is
+/// normalised over its channels and spatial positions with the biased
+/// variance, then the per-channel affine `y * gamma + beta` (`[C]`) is
+/// applied. Written as a reshape to `[N, G, C/G * prod(spatial)]` and
+/// [`normalize`] over the last axis, so its derivatives and batching come
+/// from those primitives.
+pub fn group_norm(
+    b: &mut Builder,
+    x: Value,
+    num_groups: usize,
+    gamma: Option<Value>,
+    beta: Option<Value>,
+    eps: f64,
+) -> Result<Value, IrError> {
+    require_float(b, "group_norm", x)?;
+    check_eps("group_norm", eps)?;
+    let xt = b.ty(x)?.clone();
+    if xt.rank() < 2 {
+        return Err(IrError::invalid("group_norm", format!("expected an input [N, C, ...] of rank >= 2, got {xt}")));
+    }
+    let (n, c) = (xt.shape[0], xt.shape[1]);
+    if num_groups == 0 || c % num_groups != 0 {
+        return Err(IrError::invalid("group_norm", format!("num_groups = {num_groups} must divide the {c} channels")));
+    }
+    for (name, p) in [("gamma", gamma), ("beta", beta)] {
+        if let Some(p) = p {
+            let pt = b.ty(p)?;
+            if pt.shape != [c] || pt.dtype != xt.dtype {
+                return Err(IrError::invalid("group_norm", format!("{name} must be {}[{c}], got {pt}", xt.dtype)));
+            }
+        }
+    }
+    let per_group = xt.shape[1..].iter().product::<usize>() / num_groups;
+    let g = b.reshape(x, &[n, num_groups, per_group])?;
+    let g = normalize(b, g, &[2], eps)?;
+    let mut y = b.reshape(g, &xt.shape)?;
+    let others: Vec<usize> = (0..xt.rank()).filter(|&a| a != 1).collect();
+    if let Some(gm) = gamma {
+        let gm = expand_back(b, gm, &xt.shape, &others)?;
+        y = b.mul(y, gm)?;
+    }
+    if let Some(bt) = beta {
+        let bt = expand_back(b, bt, &xt.shape, &others)?;
+        y = b.add(y, bt)?;
+    }
+    Ok(y)
 }

@@ -237,6 +237,9 @@ fn norm_composites() {
             let (y, m, v) = norm::batch_norm(b, p[0], Some(p[1]), None, Some(&[0]), 1e-5)?;
             Ok(vec![y, m, v])
         }),
+        case("group_norm NCL, 2 groups", &[f64t(&[2, 4, 3]), f64t(&[4]), f64t(&[4])], |b, p| {
+            Ok(vec![norm::group_norm(b, p[0], 2, Some(p[1]), Some(p[2]), 1e-5)?])
+        }),
     ];
     run_cases(cases, 303);
 }

@@ -82,7 +82,8 @@ fn norms() {
         let ln1 = norm::layer_norm(b, p[0], p[2], None, 1e-5)?;
         let nz = norm::normalize(b, p[0], &[2, 0], 1e-3)?;
         let (bn, mean, var) = norm::batch_norm(b, p[0], Some(p[3]), Some(p[3]), None, 1e-5)?;
-        Ok(vec![ln, ln1, nz, bn, mean, var])
+        let gn = norm::group_norm(b, p[0], 3, Some(p[3]), Some(p[3]), 1e-5)?;
+        Ok(vec![ln, ln1, nz, bn, mean, var, gn])
     });
     check_vmap("norms", &f, &[X, X, X, X], TRIALS);
 }

@@ -5,6 +5,9 @@
 mod front_ends;
 mod layers;
 mod modes;
+mod module_layers;
+mod module_train;
+mod module_util;
 mod optim;
 mod roles;
 mod tr_control;
