@@ -112,10 +112,10 @@ fn measure(a: &BenchArgs) -> Result<Timings, Fail> {
     let m = load(&file)?;
     let parse_time = start.elapsed();
     // Reading inputs (a large .npy) is not compiling: it stays out of the figure.
-    let ins = inputs::gather(&m, a.entry, a.inputs, a.seed)?;
+    let args = inputs::gather(&m, a.entry, a.inputs, a.seed)?;
+    let ins = args.leaves;
     let start = Instant::now();
-    let types: Vec<_> = ins.iter().map(Tensor::ty).collect();
-    let c = m.instantiate(a.entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+    let c = m.instantiate_nested(a.entry, &args.trees).map_err(|d| render_all(&[d], m.file(), m.source()))?;
     // The same failure `graft run` reports for an execution error: a
     // diagnostic at the entry's name.
     let span = m.def(a.entry).map_or(0..0, |d| d.name.span.clone());

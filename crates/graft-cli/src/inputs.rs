@@ -14,7 +14,7 @@ use crate::{render_all, Fail};
 use graft_core::{DType, Tensor, TensorType};
 use graft_lang::ast::{self, ExprKind, TypeKind, UnOp};
 use graft_lang::diag::{Diagnostic, Stage};
-use graft_lang::Module;
+use graft_lang::{Module, Tree};
 use std::collections::HashMap;
 
 fn dtype_of(s: ast::ScalarType) -> DType {
@@ -120,50 +120,107 @@ impl<'a> Entry<'a> {
         Ok(given)
     }
 
-    /// The tensor for parameter `p`: its `--input` value, or the `--seed`
-    /// default of an integer scalar named `seed`; `None` when neither exists.
+    /// The value of parameter `p` as its type tree and leaf tensors: its
+    /// `--input` value, or `--seed N` for an integer scalar named `seed`;
+    /// `None` when neither is given (never a silent default). A tuple
+    /// parameter takes a whole `.npz`, its arrays in archive order bound to
+    /// the tuple's leaves depth first.
     fn value(
         &self,
         p: &ast::Param,
         given: &HashMap<String, String>,
         seed: Option<i64>,
-    ) -> Result<Option<Tensor>, Fail> {
+    ) -> Result<Option<(Tree, Vec<Tensor>)>, Fail> {
         let name = &p.name.name;
         let Some((dt, rank)) = declared(&p.ty) else {
-            return Err(self.at(
-                p,
-                format!(
-                    "parameter `{name}` of `{}` has a tuple type, which cannot be given on the command line",
-                    self.name
-                ),
-                &[],
-            ));
+            return match given.get(name) {
+                Some(v) => self.tuple_from_npz(p, v).map(Some),
+                None => Ok(None),
+            };
         };
-        let t = match given.get(name) {
-            Some(v) => self.input_tensor(p, v, dt)?,
-            None if name == "seed" && rank == 0 && dt.is_int() => {
-                let s = seed.unwrap_or(0);
-                match dt {
-                    DType::I64 => Tensor::scalar(s),
-                    _ => Tensor::scalar(i32::try_from(s).map_err(|_| {
-                        self.at(p, format!("--seed {s} is out of range for `{name}` ({dt})"), &[range_note(dt)])
-                    })?),
-                }
-            }
-            None => return Ok(None),
+        let t = match (given.get(name), seed) {
+            (Some(v), _) => self.input_tensor(p, v, dt)?,
+            (None, Some(s)) if name == "seed" && rank == 0 && dt.is_int() => match dt {
+                DType::I64 => Tensor::scalar(s),
+                _ => Tensor::scalar(i32::try_from(s).map_err(|_| {
+                    self.at(p, format!("--seed {s} is out of range for `{name}` ({dt})"), &[range_note(dt)])
+                })?),
+            },
+            (None, _) => return Ok(None),
+        };
+        self.check_leaf(p, &t, &p.ty, &format!("input `{name}`"))?;
+        Ok(Some((Tree::Leaf(t.ty()), vec![t])))
+    }
+
+    /// `t` has the dtype and rank of `decl` (`what` names it in the error).
+    fn check_leaf(&self, p: &ast::Param, t: &Tensor, decl: &ast::Type, what: &str) -> Result<(), Fail> {
+        let Some((dt, rank)) = declared(decl) else {
+            return Err(self.at(p, format!("internal error: {what} is declared as a tuple"), &[]));
         };
         if t.dtype() != dt || t.rank() != rank {
             return Err(self.at(
                 p,
                 format!(
-                    "input `{name}` must be {} (dtype {dt}, rank {rank}), but {} was given; inputs are never cast",
-                    show_decl(&p.ty),
+                    "{what} must be {} (dtype {dt}, rank {rank}), but {} was given; inputs are never cast",
+                    show_decl(decl),
                     t.ty()
                 ),
                 &[],
             ));
         }
-        Ok(Some(t))
+        Ok(())
+    }
+
+    /// A tuple parameter from `PATH.npz`: the archive's arrays in order,
+    /// one per leaf of the declared tuple (depth first), each checked
+    /// against its leaf's dtype and rank.
+    fn tuple_from_npz(&self, p: &ast::Param, v: &str) -> Result<(Tree, Vec<Tensor>), Fail> {
+        let name = &p.name.name;
+        let mut decls = Vec::new();
+        leaf_decls(&p.ty, name.clone(), &mut decls);
+        if !v.ends_with(".npz") {
+            return Err(self.at(
+                p,
+                format!("input `{name}`: a tuple parameter takes a whole .npz archive, not `{v}`"),
+                &[format!(
+                    "help: pass --input {name}=PATH.npz holding {} arrays, bound in archive order to {}",
+                    decls.len(),
+                    decls.iter().map(|(path, _)| path.as_str()).collect::<Vec<_>>().join(", ")
+                )],
+            ));
+        }
+        let arrays = graft_core::npy::load_npz(v)
+            .map_err(|e| self.at(p, format!("input `{name}`: cannot read {v}: {}", npy_msg(&e, v)), &[]))?;
+        if arrays.len() != decls.len() {
+            let keys: Vec<&str> = arrays.iter().map(|(k, _)| k.as_str()).collect();
+            return Err(self.at(
+                p,
+                format!(
+                    "input `{name}`: {v} holds {} array{}, but `{name}` has {} tensors",
+                    arrays.len(),
+                    if arrays.len() == 1 { "" } else { "s" },
+                    decls.len()
+                ),
+                &[
+                    format!(
+                        "note: the archive holds {}",
+                        if keys.is_empty() { "nothing".into() } else { keys.join(", ") }
+                    ),
+                    format!(
+                        "note: its arrays are bound in archive order to {}",
+                        decls.iter().map(|(path, _)| path.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                ],
+            ));
+        }
+        let mut leaves = Vec::new();
+        for ((path, ty), (key, t)) in decls.iter().zip(arrays) {
+            self.check_leaf(p, &t, ty, &format!("input `{path}` (array `{key}` of {v})"))?;
+            leaves.push(t);
+        }
+        let mut it = leaves.iter().map(Tensor::ty);
+        let tree = tree_like(&p.ty, &mut it);
+        Ok((tree, leaves))
     }
 
     fn input_tensor(&self, p: &ast::Param, v: &str, dt: DType) -> Result<Tensor, Fail> {
@@ -173,7 +230,10 @@ impl<'a> Entry<'a> {
                 .map_err(|e| self.at(p, format!("input `{name}`: cannot read {v}: {}", npy_msg(&e, v)), &[]));
         }
         if v.ends_with(".npz") {
-            return self.npz_array(p, v);
+            return self.npz_array(p, v, None);
+        }
+        if let Some((path, key)) = v.rsplit_once(".npz:") {
+            return self.npz_array(p, &format!("{path}.npz"), Some(key));
         }
         let e = graft_lang::parse_expr(v).map_err(|_| {
             self.at(
@@ -294,28 +354,56 @@ impl<'a> Entry<'a> {
         Tensor::from_storage(shape, storage).map_err(|e| bad(e.to_string(), &[]))
     }
 
-    /// `NAME=PATH.npz`: the archive's array named `NAME`, or its only array.
-    fn npz_array(&self, p: &ast::Param, path: &str) -> Result<Tensor, Fail> {
+    /// `NAME=PATH.npz:KEY`: the archive's array `KEY`; `NAME=PATH.npz`: its
+    /// array named `NAME`, or its only array.
+    fn npz_array(&self, p: &ast::Param, path: &str, key: Option<&str>) -> Result<Tensor, Fail> {
         let name = &p.name.name;
         let arrays = graft_core::npy::load_npz(path)
             .map_err(|e| self.at(p, format!("input `{name}`: cannot read {path}: {}", npy_msg(&e, path)), &[]))?;
         let keys: Vec<String> = arrays.iter().map(|(k, _)| k.clone()).collect();
         let mut arrays = arrays;
-        if let Some(i) = keys.iter().position(|k| k == name) {
+        let want = key.unwrap_or(name);
+        if let Some(i) = keys.iter().position(|k| k == want) {
             return Ok(arrays.swap_remove(i).1);
         }
-        if arrays.len() == 1 {
+        if key.is_none() && arrays.len() == 1 {
             return Ok(arrays.swap_remove(0).1);
         }
         Err(self.at(
             p,
-            format!("input `{name}`: {path} has no array named `{name}`"),
+            format!("input `{name}`: {path} has no array named `{want}`"),
             &[if keys.is_empty() {
                 "note: the archive holds no arrays".into()
+            } else if key.is_some() {
+                format!("note: it holds {}", keys.join(", "))
             } else {
-                format!("note: it holds {}; an archive of one array may use any name", keys.join(", "))
+                format!(
+                    "note: it holds {}; an archive of one array may use any name, and `{name}={path}:KEY` picks one",
+                    keys.join(", ")
+                )
             }],
         ))
+    }
+}
+
+/// The tensor leaves of a declared type, depth first, with their paths
+/// (`p.0`, `p.1.0`, ...).
+fn leaf_decls(ty: &ast::Type, path: String, out: &mut Vec<(String, ast::Type)>) {
+    match &ty.kind {
+        TypeKind::Tuple(parts) => {
+            for (i, t) in parts.iter().enumerate() {
+                leaf_decls(t, format!("{path}.{i}"), out);
+            }
+        }
+        _ => out.push((path, ty.clone())),
+    }
+}
+
+/// The declared tuple structure of `ty` with the leaves' actual types.
+fn tree_like(ty: &ast::Type, leaves: &mut impl Iterator<Item = TensorType>) -> Tree {
+    match &ty.kind {
+        TypeKind::Tuple(parts) => Tree::Tuple(parts.iter().map(|t| tree_like(t, leaves)).collect()),
+        _ => Tree::Leaf(leaves.next().expect("internal error: one tensor per declared leaf")),
     }
 }
 
@@ -345,25 +433,46 @@ fn show_float(f: f64) -> String {
     }
 }
 
-/// One `Tensor` per entry parameter, in order.
-pub fn gather(m: &Module, entry: &str, inputs: &[String], seed: Option<i64>) -> Result<Vec<Tensor>, Fail> {
+/// The entry's arguments: one type tree per parameter (a tuple parameter's
+/// is a tuple) and the leaf tensors, depth first, as the compiled function
+/// takes them.
+pub struct Args {
+    pub trees: Vec<Tree>,
+    pub leaves: Vec<Tensor>,
+}
+
+fn missing(e: &Entry<'_>, p: &ast::Param, what: &str, help: String) -> Fail {
+    let name = &p.name.name;
+    let mut notes = vec![help];
+    if name == "seed" && matches!(declared(&p.ty), Some((dt, 0)) if dt.is_int()) {
+        notes.push(format!("help: or pass --seed N to set `{name}`"));
+    }
+    e.at(p, format!("missing {what} for parameter `{name}` of `{}`", e.name), &notes)
+}
+
+/// The arguments of `entry` from `--input` values and `--seed`.
+pub fn gather(m: &Module, entry: &str, inputs: &[String], seed: Option<i64>) -> Result<Args, Fail> {
     let e = Entry::new(m, entry)?;
     let given = e.assignments(inputs)?;
-    let mut out = Vec::new();
+    let mut args = Args { trees: Vec::new(), leaves: Vec::new() };
     for p in &e.def.params {
         match e.value(p, &given, seed)? {
-            Some(t) => out.push(t),
+            Some((tree, leaves)) => {
+                args.trees.push(tree);
+                args.leaves.extend(leaves);
+            }
             None => {
                 let name = &p.name.name;
-                return Err(e.at(
-                    p,
-                    format!("missing input for parameter `{name}` of `{entry}`"),
-                    &[format!("help: pass --input {name}=VALUE (a literal, or a path ending in .npy or .npz)")],
-                ));
+                let help = if declared(&p.ty).is_none() {
+                    format!("help: pass --input {name}=PATH.npz (its arrays in order, one per tensor of the tuple)")
+                } else {
+                    format!("help: pass --input {name}=VALUE (a literal, or a path ending in .npy, .npz or .npz:KEY)")
+                };
+                return Err(missing(&e, p, "input", help));
             }
         }
     }
-    Ok(out)
+    Ok(args)
 }
 
 /// Parameter types for `graft ir`: from `--shapes` or from `--input` values.
@@ -373,7 +482,7 @@ pub fn gather_types(
     inputs: &[String],
     shapes: &[String],
     seed: Option<i64>,
-) -> Result<Vec<TensorType>, Fail> {
+) -> Result<Vec<Tree>, Fail> {
     let e = Entry::new(m, entry)?;
     let mut from_shapes: HashMap<String, TensorType> = HashMap::new();
     for s in shapes {
@@ -394,16 +503,17 @@ pub fn gather_types(
             if given.contains_key(name) {
                 return Err(e.at(p, format!("`{name}` is given both with --shapes and with --input"), &[]));
             }
-            types.push(t.clone());
+            types.push(Tree::Leaf(t.clone()));
             continue;
         }
         match e.value(p, &given, seed)? {
-            Some(t) => types.push(t.ty()),
+            Some((tree, _)) => types.push(tree),
             None => {
-                return Err(e.at(
+                return Err(missing(
+                    &e,
                     p,
-                    format!("missing type for parameter `{name}` of `{entry}`"),
-                    &[format!("help: give it with --shapes {name}=TYPE or --input {name}=VALUE")],
+                    "type",
+                    format!("help: give it with --shapes {name}=TYPE or --input {name}=VALUE"),
                 ))
             }
         }

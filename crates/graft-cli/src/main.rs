@@ -1,6 +1,6 @@
 //! `graft`: the command-line front end of the graft language.
 //!
-//! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=PATH.npz | NAME=LITERAL]... [--out PATH.npz] [--seed N]`
+//! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=PATH.npz | NAME=PATH.npz:KEY | NAME=LITERAL]... [--out PATH.npz] [--seed N]`
 //! - `graft check FILE`
 //! - `graft ast FILE`
 //! - `graft ir FILE --entry NAME (--input ... | --shapes NAME=TYPE ...) [--kernels]`
@@ -52,13 +52,16 @@ enum Cmd {
         #[arg(long, default_value = "main")]
         entry: String,
         /// `NAME=PATH.npy`, `NAME=PATH.npz` (its array NAME, or its only
-        /// array) or `NAME=LITERAL` (a number, or an array like `[1, 2]`).
+        /// array; for a tuple parameter, all its arrays in order),
+        /// `NAME=PATH.npz:KEY` (its array KEY) or `NAME=LITERAL` (a number,
+        /// or an array like `[1, 2]`). Every parameter must be given.
         #[arg(long = "input", value_name = "NAME=VALUE")]
         inputs: Vec<String>,
         /// Write every result leaf, depth first, into an .npz under keys 0, 1, 2, ...
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Value of an integer parameter named `seed` when no --input gives it.
+        /// Value of an integer parameter named `seed` when no --input gives
+        /// it (without either, a `seed` parameter is a missing input).
         #[arg(long)]
         seed: Option<i64>,
         /// Refuse to run when the plan's estimated peak memory exceeds this
@@ -207,9 +210,8 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             };
             let phase = timeout.map(watchdog::start).transpose()?;
             let m = load(&file)?;
-            let ins = inputs::gather(&m, &entry, &inputs, seed)?;
-            let types: Vec<graft_core::TensorType> = ins.iter().map(graft_core::Tensor::ty).collect();
-            let c = m.instantiate(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            let args = inputs::gather(&m, &entry, &inputs, seed)?;
+            let c = m.instantiate_nested(&entry, &args.trees).map_err(|d| render_all(&[d], m.file(), m.source()))?;
             let need = graft_core::memory::estimated_peak_bytes(&c.func);
             let what = format!("`{entry}` at these input sizes");
             if let Some(msg) = graft_core::memory::over_limit(&what, need, limit, "the memory limit") {
@@ -225,7 +227,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             if let Some(p) = &phase {
                 p.set(watchdog::RUNNING);
             }
-            let res = m.run_compiled(&entry, &c, &ins).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            let res = m.run_compiled(&entry, &c, &args.leaves).map_err(|d| render_all(&[d], m.file(), m.source()))?;
             if let Some(p) = &phase {
                 p.set(watchdog::WRITING);
             }
@@ -263,7 +265,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
         Cmd::Ir { file, entry, inputs, shapes, seed, kernels } => {
             let m = load(&file)?;
             let types = inputs::gather_types(&m, &entry, &inputs, &shapes, seed)?;
-            let c = m.instantiate(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            let c = m.instantiate_nested(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
             let mut out = graft_core::ir::print_func(&c.func);
             if kernels {
                 out.push_str(&kernel_listing(&c.func)?);

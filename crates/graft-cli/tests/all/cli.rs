@@ -410,7 +410,7 @@ fn input_errors_point_at_the_parameter_declaration() {
         ),
         (
             run("pairs", &["p=1".into()]),
-            "parameter `p` of `pairs` has a tuple type",
+            "input `p`: a tuple parameter takes a whole .npz archive, not `1`",
             "9:11",
             "def pairs(p: (f32, f32)) -> (f32, f32) = p",
         ),
@@ -815,4 +815,51 @@ fn printing_rounds_a_carry_into_the_exponent() {
     assert_eq!(s, "0: 1.e-10\n1: [1.e-10 1.e+00]\n2: 1.e+21\n3: [-1.e-04  2.e+00]\n4: [1.  1.5]\n");
     let s = stdout(graft().current_dir(d).args(["run", "p.graft", "--entry", "lp", "--input", "x=[1e-10]"]));
     assert_eq!(s, "[1.e-10]\n");
+}
+
+#[test]
+fn npz_keys_tuple_parameters_and_seeds_are_explicit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let f32s = |v: &[f32]| Tensor::from_vec(vec![v.len()], v.to_vec()).unwrap();
+    npy::save_npz(
+        d.join("d.npz"),
+        &[("a".to_string(), f32s(&[1.0, 2.0, 3.0])), ("b".to_string(), f32s(&[4.0, 5.0, 6.0]))],
+    )
+    .unwrap();
+    let run = |prog: &str, args: &[&str]| {
+        std::fs::write(d.join("q.graft"), prog).unwrap();
+        let out = graft().current_dir(d).arg("run").arg("q.graft").args(args).output().expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), err)
+    };
+    // `NAME=PATH.npz:KEY` picks one array of an archive of several.
+    let vec_prog = "def main(x: tensor[3, f32]) -> f32 = sum(x)\n";
+    assert_eq!(run(vec_prog, &["--input", "x=d.npz:b"]).1, "15.\n");
+    let (code, _, err) = run(vec_prog, &["--input", "x=d.npz:c"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("input `x`: d.npz has no array named `c`") && err.contains("it holds a, b"), "{err}");
+    // A tuple parameter takes a whole archive, its arrays in order.
+    let tuple_prog = "def main(p: (tensor[3, f32], tensor[3, f32])) -> f32 = sum(p.0 * p.1)\n";
+    assert_eq!(run(tuple_prog, &["--input", "p=d.npz"]).1, "32.\n");
+    let nested = "def main(p: (tensor[3, f32], (i32, tensor[3, f32]))) -> f32 = sum(p.0)\n";
+    let (code, _, err) = run(nested, &["--input", "p=d.npz"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("d.npz holds 2 arrays, but `p` has 3 tensors"), "{err}");
+    assert!(err.contains("bound in archive order to p.0, p.1.0, p.1.1"), "{err}");
+    let ints = "def main(p: (tensor[3, f32], tensor[3, i32])) -> f32 = sum(p.0)\n";
+    let (code, _, err) = run(ints, &["--input", "p=d.npz"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("input `p.1` (array `b` of d.npz) must be tensor[3, i32] (dtype i32, rank 1)"), "{err}");
+    let (code, _, err) = run(tuple_prog, &["--input", "p=[1, 2, 3]"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("a tuple parameter takes a whole .npz archive"), "{err}");
+    // A `seed` parameter is never silently zero: --seed or --input sets it.
+    let seed_prog = "def main(seed: i32) -> i32 = seed\n";
+    let (code, out, err) = run(seed_prog, &[]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("missing input for parameter `seed` of `main`") && err.contains("--seed N"), "{err}");
+    assert_eq!(run(seed_prog, &["--seed", "3"]).1, "3\n");
+    assert_eq!(run(seed_prog, &["--input", "seed=5"]).1, "5\n");
 }
