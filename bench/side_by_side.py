@@ -771,7 +771,7 @@ def check_outputs(args, w, data, jax_npz):
         return "graft run failed: " + first_error_line(p.stderr)
     g = np.load(out)
     j = np.load(jax_npz)
-    gl = [g[str(i)] for i in range(len(g.files))]
+    gl = [g[k] for k in g.files]  # labels, in result order
     jl = [j[f"arr_{i}"] for i in range(len(j.files))]
     if len(gl) != len(jl):
         return f"MISMATCH: graft gave {len(gl)} results, JAX {len(jl)}"

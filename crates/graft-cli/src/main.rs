@@ -28,11 +28,12 @@ mod checkpoint;
 mod doc;
 mod inputs;
 mod plot;
+mod results;
 mod train;
 mod watchdog;
 
 use clap::{Parser, Subcommand};
-use graft_lang::{diag, Module, Output};
+use graft_lang::{diag, Module};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -57,9 +58,15 @@ enum Cmd {
         /// or an array like `[1, 2]`). Every parameter must be given.
         #[arg(long = "input", value_name = "NAME=VALUE")]
         inputs: Vec<String>,
-        /// Write every result leaf, depth first, into an .npz under keys 0, 1, 2, ...
+        /// Write every result tensor into an .npz, under the labels `graft
+        /// run` prints (keys 0, 1, 2, ... with --raw).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Print a tuple's tensors numbered depth first, values only
+        /// (`0: [1. 2.]`), instead of labelled with names or paths and
+        /// types (`loss: f32[] = 0.5`).
+        #[arg(long)]
+        raw: bool,
         /// Value of an integer parameter named `seed` when no --input gives
         /// it (without either, a `seed` parameter is a missing input).
         #[arg(long)]
@@ -199,7 +206,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             let n = m.program().defs.len();
             Ok(format!("{}: ok ({n} definition{})\n", m.file(), if n == 1 { "" } else { "s" }))
         }
-        Cmd::Run { file, entry, inputs, out, seed, max_memory, timeout } => {
+        Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout } => {
             let limit = match max_memory {
                 Some(s) => graft_core::memory::parse_bytes(&s).ok_or_else(|| {
                     Fail::usage(format!(
@@ -232,12 +239,11 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
                 p.set(watchdog::WRITING);
             }
             if let Some(path) = out {
-                let arrays: Vec<(String, graft_core::Tensor)> =
-                    res.leaves().into_iter().enumerate().map(|(i, t)| (i.to_string(), t.clone())).collect();
+                let arrays = results::arrays(m.def(&entry), &res, raw);
                 graft_core::npy::save_npz(&path, &arrays)
                     .map_err(|e| Fail::new(format!("error: cannot write {}: {e}", path.display())))?;
             }
-            Ok(show(&res))
+            Ok(results::show(m.def(&entry), &res, raw))
         }
         Cmd::Bench { file, entry, inputs, seed, runs, warmup, json } => bench::bench(&bench::BenchArgs {
             file: &file,
@@ -306,21 +312,4 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
         }
     }
     Ok(s)
-}
-
-/// A single tensor prints as NumPy prints it; a tuple prints one leaf per
-/// entry, keyed like `--out` (depth first: `0: ...`, `1: ...`).
-fn show(o: &Output) -> String {
-    match o {
-        Output::Tensor(t) => format!("{}\n", graft_core::format::format_tensor(t)),
-        Output::Tuple(_) => {
-            let mut s = String::new();
-            for (i, t) in o.leaves().into_iter().enumerate() {
-                let body = graft_core::format::format_tensor(t);
-                let pad = " ".repeat(i.to_string().len() + 2);
-                s.push_str(&format!("{i}: {}\n", body.replace('\n', &format!("\n{pad}"))));
-            }
-            s
-        }
-    }
 }

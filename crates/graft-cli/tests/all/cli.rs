@@ -22,7 +22,11 @@ fn stdout(c: &mut Command) -> String {
 #[test]
 fn run_syntax_example_prints_results() {
     let s = stdout(graft().arg("run").arg(examples().join("syntax.graft")));
-    assert_eq!(s, "0: 49.8125\n1: [-5.5   12.125 48.25 ]\n2: 13.\n3: [[0. 1. 2.]\n    [0. 0. 3.]]\n4: [ 6. 12. 18.]\n");
+    assert_eq!(
+        s,
+        "0: f32[] = 49.8125\n1.0: f32[3] = [-5.5   12.125 48.25 ]\n1.1: f32[] = 13.\n\
+         2: f32[2,3] = [[0. 1. 2.]\n               [0. 0. 3.]]\n3: f32[3] = [ 6. 12. 18.]\n"
+    );
 }
 
 #[test]
@@ -30,14 +34,14 @@ fn run_quickstart_trains() {
     let s = stdout(graft().arg("run").arg(examples().join("quickstart.graft")));
     let lines: Vec<&str> = s.lines().collect();
     let losses: Vec<f64> = lines[0]
-        .trim_start_matches("0: [")
+        .trim_start_matches("0: f32[10] = [")
         .trim_end_matches(']')
         .split_whitespace()
         .map(|x| x.parse().unwrap())
         .collect();
     assert_eq!(losses.len(), 10);
     assert!(losses.windows(2).all(|w| w[1] < w[0]), "{losses:?}");
-    let acc: f64 = lines[1].trim_start_matches("1: ").parse().unwrap();
+    let acc: f64 = lines[1].trim_start_matches("accuracy: f32[] = ").parse().unwrap();
     assert!(acc >= 0.95, "{acc}");
 }
 
@@ -61,10 +65,11 @@ fn npy_inputs_and_npz_output_round_trip() {
             .arg("--out")
             .arg(&out),
     );
-    assert_eq!(s, "0: [-5.5   12.125 48.25 ]\n1: 13.\n");
+    // `grads` returns `(dw, db)`: the results and their .npz keys take those names.
+    assert_eq!(s, "dw: f32[3] = [-5.5   12.125 48.25 ]\ndb: f32[] = 13.\n");
     let arrays = npy::load_npz(&out).unwrap();
     assert_eq!(arrays.len(), 2);
-    assert_eq!(arrays[0].0, "0");
+    assert_eq!((arrays[0].0.as_str(), arrays[1].0.as_str()), ("dw", "db"));
     assert_eq!(arrays[0].1.to_vec::<f32>().unwrap(), vec![-5.5, 12.125, 48.25]);
     assert_eq!(arrays[1].1.to_vec::<f32>().unwrap(), vec![13.0]);
 }
@@ -138,7 +143,8 @@ fn gradbench_serves_the_protocol_on_stdin_from_any_directory() {
 /// Every example program runs through the binary, and what it prints is
 /// exactly the results the library computes (which
 /// `crates/graft-lang/tests/all/examples_dir.rs` checks against reference
-/// values): leaf `i` of `main`'s result printed NumPy-style after `i: `.
+/// values): leaf `i` of `main`'s result printed NumPy-style after `i: `
+/// (`--raw`; the labelled form is `results_are_labelled_by_name_or_path_with_their_types`).
 #[test]
 fn every_example_runs_and_prints_its_checked_results() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(examples())
@@ -154,7 +160,7 @@ fn every_example_runs_and_prints_its_checked_results() {
         let module = graft_lang::Module::from_source(&name, &src).expect("the example parses");
         let out = module.run("main", &[]).expect("main runs");
         let leaves = out.leaves();
-        let printed = stdout(graft().arg("run").arg(&path));
+        let printed = stdout(graft().arg("run").arg("--raw").arg(&path));
         let mut expected = String::new();
         for (i, t) in leaves.iter().enumerate() {
             let body = graft_core::format::format_tensor(t);
@@ -470,11 +476,34 @@ fn number_literal_inputs_are_never_cast() {
     let ints = |k: &str, big: &str| {
         run_in(
             d,
-            &["run", "p.graft", "--entry", "ints", "--input", &format!("k={k}"), "--input", &format!("big={big}")],
+            &[
+                "run",
+                "--raw",
+                "p.graft",
+                "--entry",
+                "ints",
+                "--input",
+                &format!("k={k}"),
+                "--input",
+                &format!("big={big}"),
+            ],
         )
     };
     let floats = |x: &str, s: &str| {
-        run_in(d, &["run", "p.graft", "--entry", "floats", "--input", &format!("d={x}"), "--input", &format!("s={s}")])
+        run_in(
+            d,
+            &[
+                "run",
+                "--raw",
+                "p.graft",
+                "--entry",
+                "floats",
+                "--input",
+                &format!("d={x}"),
+                "--input",
+                &format!("s={s}"),
+            ],
+        )
     };
     // In range: exact, also beyond 2^53 for i64.
     assert_eq!(
@@ -780,7 +809,7 @@ fn bool_literal_inputs_are_for_bool_parameters() {
         )
     };
     let (code, out, err) = run(&["--entry", "mask", "--input", "x=[true, false]", "--input", "b=true"]);
-    assert_eq!((code, out.as_str()), (Some(0), "0: [ True False]\n1: True\n"), "{err}");
+    assert_eq!((code, out.as_str()), (Some(0), "x: bool[2] = [ True False]\nb: bool[] = True\n"), "{err}");
     let (code, out, err) = run(&["--entry", "mask", "--input", "x=[true, 0]", "--input", "b=true"]);
     assert_eq!(code, Some(1));
     assert!(out.is_empty());
@@ -811,7 +840,7 @@ fn printing_rounds_a_carry_into_the_exponent() {
         "def main() {\n  let c: f64 = 9.9999999995e-11\n  let big: f64 = 9.9999999996e20\n  let neg: f64 = -9.99999999999e-5\n  let pos: tensor[2, f64] = [0.999999999996, 1.5]\n  (c, [c, 1.0], big, [neg, 2.0], pos)\n}\n\ndef lp(x: tensor[1, f64]) -> tensor[1, f64] = log1p(x)\n",
     )
     .unwrap();
-    let s = stdout(graft().current_dir(d).args(["run", "p.graft"]));
+    let s = stdout(graft().current_dir(d).args(["run", "--raw", "p.graft"]));
     assert_eq!(s, "0: 1.e-10\n1: [1.e-10 1.e+00]\n2: 1.e+21\n3: [-1.e-04  2.e+00]\n4: [1.  1.5]\n");
     let s = stdout(graft().current_dir(d).args(["run", "p.graft", "--entry", "lp", "--input", "x=[1e-10]"]));
     assert_eq!(s, "[1.e-10]\n");
@@ -862,4 +891,41 @@ fn npz_keys_tuple_parameters_and_seeds_are_explicit() {
     assert!(err.contains("missing input for parameter `seed` of `main`") && err.contains("--seed N"), "{err}");
     assert_eq!(run(seed_prog, &["--seed", "3"]).1, "3\n");
     assert_eq!(run(seed_prog, &["--input", "seed=5"]).1, "5\n");
+}
+
+#[test]
+fn results_are_labelled_by_name_or_path_with_their_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("r.graft"),
+        "def main() {\n  let loss = 0.5\n  let grads = (1.0, [[1.0, 2.0], [3.0, 4.0]])\n  (loss, grads, loss, ([1, 2], true))\n}\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| stdout(graft().current_dir(d).arg("run").arg("r.graft").args(args));
+    // Names the body returns, a named tuple's parts as NAME.i, paths for
+    // the rest (and for a name used twice), each with its type; continued
+    // lines line up under the value.
+    assert_eq!(
+        run(&[]),
+        "loss: f32[] = 0.5\n\
+         grads.0: f32[] = 1.\n\
+         grads.1: f32[2,2] = [[1. 2.]\n\
+         \x20                    [3. 4.]]\n\
+         2: f32[] = 0.5\n\
+         3.0: i32[2] = [1 2]\n\
+         3.1: bool[] = True\n"
+    );
+    assert_eq!(run(&["--raw"]), "0: 0.5\n1: 1.\n2: [[1. 2.]\n    [3. 4.]]\n3: 0.5\n4: [1 2]\n5: True\n");
+    // --out writes the same labels as keys (indices with --raw).
+    let keys = |args: &[&str]| {
+        let out = d.join("o.npz");
+        run(&[&["--out", out.to_str().unwrap()], args].concat());
+        npy::load_npz(&out).unwrap().into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&[]), ["loss", "grads.0", "grads.1", "2", "3.0", "3.1"]);
+    assert_eq!(keys(&["--raw"]), ["0", "1", "2", "3", "4", "5"]);
+    // A single tensor prints as its value.
+    std::fs::write(d.join("r.graft"), "def main() = [1.0, 2.0]\n").unwrap();
+    assert_eq!(run(&[]), "[1. 2.]\n");
 }
