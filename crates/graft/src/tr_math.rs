@@ -16,6 +16,27 @@ impl Tr {
     pub fn relu(&self) -> Tr {
         self.lift(math::relu)
     }
+    /// `x` where `x >= 0`, `negative_slope * x` elsewhere (`jax.nn.leaky_relu`).
+    pub fn leaky_relu(&self, negative_slope: f64) -> Tr {
+        self.lift(|b, x| math::leaky_relu(b, x, negative_slope))
+    }
+    /// `x` where `x > 0`, `alpha (e^x - 1)` elsewhere (`jax.nn.elu`); the
+    /// gradient stays finite for large `x`.
+    pub fn elu(&self, alpha: f64) -> Tr {
+        self.lift(|b, x| math::elu(b, x, alpha))
+    }
+    /// Whether each element is NaN (bool).
+    pub fn isnan(&self) -> Tr {
+        self.lift(math::isnan)
+    }
+    /// Whether each element is infinite (bool).
+    pub fn isinf(&self) -> Tr {
+        self.lift(math::isinf)
+    }
+    /// Whether each element is finite (bool).
+    pub fn isfinite(&self) -> Tr {
+        self.lift(math::isfinite)
+    }
     /// Exact GELU `x Φ(x)` (PyTorch's default; `jax.nn.gelu(approximate=False)`).
     pub fn gelu(&self) -> Tr {
         self.lift(|b, x| math::gelu(b, x, false))

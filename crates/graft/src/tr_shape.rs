@@ -21,6 +21,21 @@ impl Tr {
     pub fn t(&self) -> Tr {
         self.transpose(None)
     }
+    /// Repeats the whole tensor `reps[k]` times along each axis (`np.tile`).
+    pub fn tile(&self, reps: &[usize]) -> Tr {
+        self.lift(|b, x| shape::tile(b, x, reps))
+    }
+    /// Repeats each element `repeats` times along `axis` (`np.repeat`;
+    /// `None` flattens first).
+    pub fn repeat(&self, repeats: usize, axis: Option<isize>) -> Tr {
+        self.lift(|b, x| {
+            let axis = match axis {
+                Some(a) => Some(Axes::resolve_axis("repeat", a, b.ty(x)?.rank())?),
+                None => None,
+            };
+            shape::repeat(b, x, repeats, axis)
+        })
+    }
     /// Exchanges two axes.
     pub fn swapaxes(&self, a1: isize, a2: isize) -> Tr {
         self.lift(|b, x| {

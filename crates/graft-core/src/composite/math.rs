@@ -1,7 +1,7 @@
 //! Elementwise math composites: `square`, `reciprocal`, `clamp`,
-//! `safe_log`, Python's `//` and `%` (`floor_divide`, `remainder`), and the
-//! activation functions `relu`, `gelu`, `silu`, `softplus`, `sigmoid`,
-//! `log_sigmoid`.
+//! `safe_log`, Python's `//` and `%` (`floor_divide`, `remainder`), the
+//! tests `isnan`, `isinf`, `isfinite`, and the activation functions `relu`,
+//! `leaky_relu`, `elu`, `gelu`, `silu`, `softplus`, `sigmoid`, `log_sigmoid`.
 //!
 //! Conventions:
 //! - Everything is elementwise, keeps the operand's shape and dtype, and
@@ -85,6 +85,57 @@ pub fn relu(b: &mut Builder, x: Value) -> Result<Value, IrError> {
     let zero = scalar_like(b, 0.0, x)?;
     let nonpos = broadcast::compare(b, Compare::Le, x, zero)?;
     broadcast::select(b, nonpos, zero, x)
+}
+
+/// `x` where `x >= 0`, `negative_slope * x` elsewhere (`jax.nn.leaky_relu`,
+/// whose derivative at 0 is 1). Floats only.
+pub fn leaky_relu(b: &mut Builder, x: Value, negative_slope: f64) -> Result<Value, IrError> {
+    require_float(b, "leaky_relu", x)?;
+    let zero = scalar_like(b, 0.0, x)?;
+    let nonneg = broadcast::compare(b, Compare::Ge, x, zero)?;
+    let s = scalar_like(b, negative_slope, x)?;
+    let neg = broadcast::binary(b, Binary::Mul, x, s)?;
+    broadcast::select(b, nonneg, x, neg)
+}
+
+/// `x` where `x > 0`, `alpha (e^x - 1)` elsewhere (`jax.nn.elu`; derivative
+/// `alpha` at 0). The exponential only ever sees `min(x, 0)`, so a large
+/// positive `x` gives no overflow and no NaN in the gradient (`0 * inf`).
+pub fn elu(b: &mut Builder, x: Value, alpha: f64) -> Result<Value, IrError> {
+    require_float(b, "elu", x)?;
+    let zero = scalar_like(b, 0.0, x)?;
+    let pos = broadcast::compare(b, Compare::Gt, x, zero)?;
+    let safe = broadcast::select(b, pos, zero, x)?;
+    let em = b.expm1(safe)?;
+    let a = scalar_like(b, alpha, x)?;
+    let neg = broadcast::binary(b, Binary::Mul, a, em)?;
+    broadcast::select(b, pos, x, neg)
+}
+
+/// Whether each element is NaN (bool; all false for integers).
+pub fn isnan(b: &mut Builder, x: Value) -> Result<Value, IrError> {
+    broadcast::compare(b, Compare::Ne, x, x)
+}
+
+/// Whether each element is +inf or -inf (bool; all false for integers).
+pub fn isinf(b: &mut Builder, x: Value) -> Result<Value, IrError> {
+    if !b.ty(x)?.dtype.is_float() {
+        return broadcast::compare(b, Compare::Ne, x, x);
+    }
+    let m = b.abs(x)?;
+    let inf = scalar_like(b, f64::INFINITY, x)?;
+    broadcast::compare(b, Compare::Eq, m, inf)
+}
+
+/// Whether each element is neither NaN nor infinite (bool; all true for
+/// integers): `|x| < inf`, false for NaN since NaN compares false.
+pub fn isfinite(b: &mut Builder, x: Value) -> Result<Value, IrError> {
+    if !b.ty(x)?.dtype.is_float() {
+        return broadcast::compare(b, Compare::Eq, x, x);
+    }
+    let m = b.abs(x)?;
+    let inf = scalar_like(b, f64::INFINITY, x)?;
+    broadcast::compare(b, Compare::Lt, m, inf)
 }
 
 /// The Gaussian error linear unit.

@@ -190,6 +190,52 @@ pub fn swapaxes(b: &mut Builder, x: Value, a1: usize, a2: usize) -> Result<Value
     transpose_to(b, x, &perm)
 }
 
+/// `x` repeated `reps[k]` times along each axis (`np.tile`): a shorter
+/// `reps` is padded with leading 1s, a longer one gives `x` leading axes
+/// of size 1. One broadcast and two reshapes (no copies in fused code).
+pub fn tile(b: &mut Builder, x: Value, reps: &[usize]) -> Result<Value, IrError> {
+    let shape = b.ty(x)?.shape.clone();
+    let n = shape.len().max(reps.len());
+    let pad = |v: &[usize]| {
+        let mut p = vec![1usize; n - v.len()];
+        p.extend_from_slice(v);
+        p
+    };
+    let (shape, reps) = (pad(&shape), pad(reps));
+    let x = b.reshape(x, &shape)?;
+    // [s0, s1, ...] -> [r0, s0, r1, s1, ...] -> [r0 s0, r1 s1, ...]
+    let wide: Vec<usize> = shape.iter().zip(&reps).flat_map(|(&s, &r)| [r, s]).collect();
+    let dims: Vec<usize> = (0..n).map(|k| 2 * k + 1).collect();
+    let y = b.broadcast_in_dim(x, &wide, &dims)?;
+    let out: Vec<usize> = shape.iter().zip(&reps).map(|(&s, &r)| s * r).collect();
+    b.reshape(y, &out)
+}
+
+/// Each element of `x` repeated `repeats` times along `axis` (`np.repeat`
+/// with an integer count; `axis = None` flattens first).
+pub fn repeat(b: &mut Builder, x: Value, repeats: usize, axis: Option<usize>) -> Result<Value, IrError> {
+    let x = match axis {
+        Some(_) => x,
+        None => {
+            let n = b.ty(x)?.numel();
+            b.reshape(x, &[n])?
+        }
+    };
+    let axis = axis.unwrap_or(0);
+    let shape = b.ty(x)?.shape.clone();
+    if axis >= shape.len() {
+        return Err(IrError::invalid("repeat", format!("axis {axis} is out of range for rank {}", shape.len())));
+    }
+    // [..., s, ...] -> [..., s, r, ...] -> [..., s r, ...]
+    let mut wide = shape.clone();
+    wide.insert(axis + 1, repeats);
+    let dims: Vec<usize> = (0..shape.len()).map(|k| if k <= axis { k } else { k + 1 }).collect();
+    let y = b.broadcast_in_dim(x, &wide, &dims)?;
+    let mut out = shape;
+    out[axis] *= repeats;
+    b.reshape(y, &out)
+}
+
 /// Broadcasts to `shape` with NumPy rules (see [`broadcast::broadcast_to`]).
 pub fn broadcast_to(b: &mut Builder, x: Value, shape: &[usize]) -> Result<Value, IrError> {
     broadcast::broadcast_to(b, x, shape)

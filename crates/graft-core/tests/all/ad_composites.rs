@@ -141,6 +141,11 @@ fn math_composites() {
         // Away from the clamp at eps: plain log there.
         cases.push(case1(format!("safe_log {s:?}"), s, |b, x| math::safe_log(b, x, 1e-3)).range(0.5, 2.0));
         cases.push(case1(format!("relu {s:?}"), s, math::relu).first_order().away_from_zero());
+        cases.push(
+            case1(format!("leaky_relu {s:?}"), s, |b, x| math::leaky_relu(b, x, 0.2)).first_order().away_from_zero(),
+        );
+        // Smooth on each side of 0 (second order there too), kink at 0.
+        cases.push(case1(format!("elu {s:?}"), s, |b, x| math::elu(b, x, 0.7)).away_from_zero());
         cases.push(case1(format!("gelu exact {s:?}"), s, |b, x| math::gelu(b, x, false)).range(-3.0, 3.0));
         cases.push(case1(format!("gelu tanh {s:?}"), s, |b, x| math::gelu(b, x, true)).range(-3.0, 3.0));
         cases.push(case1(format!("sigmoid {s:?}"), s, math::sigmoid).range(-4.0, 4.0));

@@ -242,6 +242,8 @@ fn elementwise_math_and_broadcasting() {
         Ok(vec![
             sel,
             math::relu(b, p[0])?,
+            math::leaky_relu(b, p[0], 0.2)?,
+            math::elu(b, p[0], 0.7)?,
             math::gelu(b, p[0], false)?,
             math::gelu(b, p[0], true)?,
             math::silu(b, p[0])?,

@@ -48,6 +48,11 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("sigmoid", &["x"]),
     ("logistic", &["x"]),
     ("relu", &["x"]),
+    ("leaky_relu", &["x", "negative_slope"]),
+    ("elu", &["x", "alpha"]),
+    ("isnan", &["x"]),
+    ("isinf", &["x"]),
+    ("isfinite", &["x"]),
     ("gelu", &["x", "approximate"]),
     ("silu", &["x"]),
     ("softplus", &["x"]),
@@ -110,6 +115,10 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("take", &["x", "idx", "axis"]),
     ("one_hot", &["labels", "n", "dtype"]),
     ("size", &["x", "axis"]),
+    ("ndim", &["x"]),
+    ("shape", &["x"]),
+    ("tile", &["x", "reps"]),
+    ("repeat", &["x", "repeats", "axis"]),
     // creation
     ("zeros", &["shape", "dtype"]),
     ("ones", &["shape", "dtype"]),
@@ -811,6 +820,31 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 _ => ir!(c::math::square(b, x)),
             }
         }
+        "leaky_relu" | "elu" => {
+            let x = a.t(l, "x", true)?;
+            let t = l.ty(x);
+            if !t.dtype.is_float() {
+                return Err(l
+                    .err(Stage::Type, &a.span_of("x"), format!("`{name}` needs a floating-point value, found {t}"))
+                    .with_note("help: convert with `cast(x, f32)`"));
+            }
+            if name == "elu" {
+                let alpha = a.num(l, "alpha", Some(1.0))?;
+                ir!(c::math::elu(l.b(), x, alpha))
+            } else {
+                let slope = a.num(l, "negative_slope", Some(0.01))?;
+                ir!(c::math::leaky_relu(l.b(), x, slope))
+            }
+        }
+        "isnan" | "isinf" | "isfinite" => {
+            let x = a.t(l, "x", true)?;
+            let b = l.b();
+            match name {
+                "isnan" => ir!(c::math::isnan(b, x)),
+                "isinf" => ir!(c::math::isinf(b, x)),
+                _ => ir!(c::math::isfinite(b, x)),
+            }
+        }
         "maximum" | "minimum" | "pow" | "atan2" => {
             let (p, q) = if name == "atan2" { ("y", "x") } else { ("x", "y") };
             let (xa, ya) = (a.req(l, p)?.clone(), a.req(l, q)?.clone());
@@ -1174,6 +1208,29 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                     Val::Const(Const::Int(t.shape[k] as i64))
                 }
             });
+        }
+        "ndim" => {
+            let x = a.t(l, "x", false)?;
+            return Ok(Val::Const(Const::Int(l.ty(x).rank() as i64)));
+        }
+        "shape" => {
+            let x = a.t(l, "x", false)?;
+            let dims = l.ty(x).shape.iter().map(|&d| Val::Const(Const::Int(d as i64))).collect();
+            return Ok(Val::tuple(dims));
+        }
+        "tile" => {
+            let x = a.t(l, "x", false)?;
+            let reps = a.ushape(l, "reps")?;
+            ir!(c::shape::tile(l.b(), x, &reps))
+        }
+        "repeat" => {
+            let x = a.t(l, "x", false)?;
+            let r = a.int_min(l, "repeats", None, 0)? as usize;
+            let axis = match a.opt("axis") {
+                None => None,
+                Some(_) => Some(one_axis(l, name, x, a.opt("axis"), false, span)?),
+            };
+            ir!(c::shape::repeat(l.b(), x, r, axis))
         }
         "zeros" | "ones" | "full" => {
             let s = a.ushape(l, "shape")?;

@@ -469,3 +469,70 @@ fn loops_take_a_remat_option_and_keep_their_gradients_bitwise() {
         );
     }
 }
+
+#[test]
+fn activations_tests_and_tiling_builtins_compute_numpys_values() {
+    let out = leaves(
+        "def main() = (elu([-2.0, 0.0, 3.0], alpha=0.5), leaky_relu([-2.0, 0.0, 3.0], negative_slope=0.1),\n\
+         isnan([1.0, 0.0 / 0.0]), isinf([-1.0 / 0.0, 1.0]), isfinite([1.0 / 0.0, 2.0]),\n\
+         tile([[1, 2], [3, 4]], (1, 2)), tile([5], (2, 1, 2)), repeat([1.0, 2.0, 3.0], 2), repeat([[1, 2], [3, 4]], 3, axis=0),\n\
+         ndim(zeros((2, 3, 4))), shape(zeros((2, 3, 4))))\n",
+    );
+    let f = |t: &Tensor| t.to_f64_vec();
+    let e = |x: f64| if x > 0.0 { x } else { 0.5 * x.exp_m1() };
+    let want_elu: Vec<f64> = [-2.0f64, 0.0, 3.0].iter().map(|&x| e(x) as f32 as f64).collect();
+    assert_eq!(f(&out[0]), want_elu);
+    assert_eq!(f(&out[1]), [-0.2f32 as f64, 0.0, 3.0]);
+    assert_eq!(f(&out[2]), [0.0, 1.0]);
+    assert_eq!(f(&out[3]), [1.0, 0.0]);
+    assert_eq!(f(&out[4]), [0.0, 1.0]);
+    assert_eq!((out[5].shape(), f(&out[5])), (&[2usize, 4][..], vec![1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0]));
+    assert_eq!((out[6].shape(), f(&out[6])), (&[2usize, 1, 2][..], vec![5.0; 4]));
+    assert_eq!(f(&out[7]), [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
+    assert_eq!((out[8].shape(), out[8].dtype()), (&[6usize, 2][..], DType::I32));
+    assert_eq!(f(&out[8]), [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 3.0, 4.0, 3.0, 4.0]);
+    assert_eq!(f(&out[9]), [3.0]);
+    assert_eq!([f(&out[10]), f(&out[11]), f(&out[12])], [[2.0], [3.0], [4.0]]);
+}
+
+#[test]
+fn elu_and_leaky_relu_derivatives_match_differences() {
+    // f64 gradients of sum(w * act(x)) against central differences, away
+    // from the kink; at the kink, JAX's conventions (elu: alpha, leaky: 1);
+    // and a huge positive input keeps a finite elu gradient.
+    let src = "def e(x: tensor[5, f64]) -> f64 = sum(elu(x, alpha=0.7) * [1.0, -2.0, 0.5, 3.0, 1.5])\n\
+               def k(x: tensor[5, f64]) -> f64 = sum(leaky_relu(x, negative_slope=0.3) * [1.0, -2.0, 0.5, 3.0, 1.5])\n\
+               def main(x: tensor[5, f64]) = (grad(e)(x), grad(k)(x), e(x), k(x))\n";
+    let m = module(src);
+    let x0 = [-1.3f64, -0.2, 0.4, 2.0, -3.0];
+    let at = |x: &[f64]| -> Vec<Tensor> {
+        let t = Tensor::from_vec(vec![5], x.to_vec()).unwrap();
+        m.run("main", &[t]).unwrap().leaves().into_iter().cloned().collect()
+    };
+    let base = at(&x0);
+    for (which, value) in [(0usize, 2usize), (1, 3)] {
+        let g = base[which].to_f64_vec();
+        for i in 0..5 {
+            let h = 1e-6;
+            let (mut p, mut q) = (x0, x0);
+            p[i] += h;
+            q[i] -= h;
+            let fd = (at(&p)[value].to_f64_vec()[0] - at(&q)[value].to_f64_vec()[0]) / (2.0 * h);
+            assert!((g[i] - fd).abs() <= 1e-7 * (1.0 + fd.abs()), "{which} {i}: {} vs {fd}", g[i]);
+        }
+    }
+    let kink = leaves("def main() = (grad(fn (x) -> elu(x, alpha=0.7))(0.0), grad(fn (x) -> leaky_relu(x))(0.0), grad(fn (x) -> elu(x))(1000.0))\n");
+    assert_eq!(kink.iter().map(|t| t.to_f64_vec()[0]).collect::<Vec<_>>(), [0.7f32 as f64, 1.0, 1.0]);
+}
+
+#[test]
+fn shape_builtins_reject_what_numpy_rejects() {
+    let (msg, _, _) = error("def f(x: tensor[2, i32]) = elu(x)\ndef main() = f([1, 2])\n");
+    assert!(msg.contains("`elu` needs a floating-point value, found i32[2]"), "{msg}");
+    let (msg, _, _) = error("def main() = repeat([1, 2], -1)\n");
+    assert!(msg.contains("`repeats` must be an integer >= 0, found -1"), "{msg}");
+    let (msg, _, _) = error("def main() = tile([1, 2], (2, -1))\n");
+    assert!(msg.contains("`tile`") && msg.contains("negative"), "{msg}");
+    let (msg, _, _) = error("def main() = repeat([1, 2], 2, axis=1)\n");
+    assert!(msg.contains("`repeat`"), "{msg}");
+}

@@ -122,7 +122,7 @@ pub enum Activation {
     Sigmoid,
     /// `log(1 + e^x)`
     Softplus,
-    /// `x` for `x > 0`, `slope x` otherwise.
+    /// `x` for `x >= 0`, `slope x` otherwise (`jax.nn.leaky_relu`).
     LeakyRelu(f64),
     /// `x` for `x > 0`, `alpha (e^x - 1)` otherwise.
     Elu(f64),
@@ -131,7 +131,6 @@ pub enum Activation {
 impl Activation {
     /// Applies the activation.
     pub fn apply(&self, x: &Tr) -> Tr {
-        let positive = || x.gt(&x.scalar_like(0.0));
         match *self {
             Activation::Identity => x.clone(),
             Activation::Relu => x.relu(),
@@ -141,8 +140,8 @@ impl Activation {
             Activation::Tanh => x.tanh(),
             Activation::Sigmoid => x.sigmoid(),
             Activation::Softplus => x.softplus(),
-            Activation::LeakyRelu(slope) => positive().select(x, &(x * slope)),
-            Activation::Elu(alpha) => positive().select(x, &(x.expm1() * alpha)),
+            Activation::LeakyRelu(slope) => x.leaky_relu(slope),
+            Activation::Elu(alpha) => x.elu(alpha),
         }
     }
 }
