@@ -89,11 +89,15 @@
 //! - eigh: `X = v^T dA_s v`, `dw = diag(X)`, `dv = v (F ∘ X)`, with
 //!   `F_ij = 1 / (w_j - w_i)` for `w_i != w_j` and **0 where `w_i == w_j`**
 //!   (the diagonal, and exactly repeated eigenvalues, where JAX's rule
-//!   gives inf/NaN). Zero drops the rotation within a repeated
-//!   eigenvalue's space, which is not determined; so derivatives of
-//!   functions that do not depend on that choice (the eigenvalues, `v
-//!   diag(f(w)) v^T`) stay finite and correct, while eigenvalues that are
-//!   close but not equal give the large (true) derivatives.
+//!   gives inf/NaN). At a repeated eigenvalue the decomposition is not
+//!   differentiable (the basis of its space is arbitrary); zero drops the
+//!   rotation within that space, so every derivative is finite, and
+//!   derivatives of functions that treat a repeated group symmetrically
+//!   (sums of its eigenvalues: `trace`, `log det`, `sum(w^2)`) are exact.
+//!   Others (the eigenvectors, `v diag(f(w)) v^T` for an `f` not constant
+//!   on the group, individual eigenvalues of the group) are not defined
+//!   there and come out as the formula's value with that term dropped.
+//!   Close but unequal eigenvalues give the large (true) derivatives.
 //! - svd (JAX's `_svd_jvp_rule`): `X = u^T dA v`, `ds = diag(X)`,
 //!   `du = u (F ∘ (X S + S X^T))`, `dv = v (F ∘ (S X + X^T S))`,
 //!   `F_ij = 1 / (s_j^2 - s_i^2)` (0 where `s_i == s_j`, as in JAX), plus
