@@ -320,6 +320,41 @@ fn hand_cases() {
     assert_close("s", &o[5].to_f64_vec(), &[4.0, 2.0], 1e-15);
 }
 
+#[test]
+fn tiny_and_huge_matrices_factor_as_well_as_ordinary_ones() {
+    // Subnormal entries (faer alone flushes their norms to zero) and
+    // entries near the overflow threshold (whose squares overflow): scaled
+    // by a power of two around the factorization, so the usual properties
+    // hold relative to the matrix's size.
+    let base = [3.0, 1.0, -2.0, 1.0, 4.0, 0.5, -2.0, 0.5, 5.0];
+    for (dtype, factor) in [(DType::F64, 1e-310), (DType::F64, 1e300), (DType::F32, 1e-40), (DType::F32, 1e37)] {
+        let a: Vec<f64> = base.iter().map(|x| x * factor).collect();
+        let t = tensor(dtype, &[3, 3], &a);
+        let a = t.to_f64_vec(); // as rounded to the dtype
+        let f = func(&[ty(dtype, &[3, 3])], |b, p| {
+            let (q, r) = b.qr(p[0], false)?;
+            let (w, v) = b.eigh(p[0])?;
+            let (u, s, vh) = b.svd(p[0], false)?;
+            Ok(vec![q, r, w, v, u, s, vh])
+        });
+        let o: Vec<Vec<f64>> = run(&f, &[t]).iter().map(|t| t.to_f64_vec()).collect();
+        let what = format!("{dtype} x {factor:e}");
+        // Relative to the scale, with room for the rounding of subnormals.
+        let close = |name: &str, got: &[f64], want: &[f64]| {
+            let tol = if dtype == DType::F64 { 1e-12 } else { 1e-4 };
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() <= tol * factor * 10.0, "{what} {name}: {got:?} vs {want:?}");
+            }
+        };
+        close("q r", &mm(&o[0], &o[1], 3, 3, 3), &a);
+        let vw: Vec<f64> = (0..9).map(|k| o[3][k] * o[2][k % 3]).collect();
+        close("a v = v w", &mm(&a, &o[3], 3, 3, 3), &vw);
+        let us: Vec<f64> = (0..9).map(|k| o[4][k] * o[5][k % 3]).collect();
+        close("u s vh", &mm(&us, &o[6], 3, 3, 3), &a);
+        assert!(o[5].iter().all(|&x| x > 0.0 && x.is_finite()), "{what}: {:?}", o[5]);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // shape rules and front doors
 // ---------------------------------------------------------------------------

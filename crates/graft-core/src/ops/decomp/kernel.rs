@@ -21,6 +21,11 @@
 //! Operands with a NaN or an infinity among the entries a factorization
 //! reads get NaN-filled results without calling faer: its iterations need
 //! finite input, and the documented answer for such a matrix is NaN anyway.
+//! QR, eigh and the SVD first scale a matrix whose largest magnitude is far
+//! from 1 by a power of two (exact) and scale `r`, the eigenvalues or the
+//! singular values back: faer flushes subnormal norms to zero and squares
+//! entries in its norms, so without it a matrix of subnormal entries would
+//! factor as zero and one near the overflow threshold as infinities.
 
 use super::super::kernel::{input, output, Real};
 use super::TriangularSolve;
@@ -99,6 +104,54 @@ fn identity<T: Field>(o: &mut [T], rows: usize, cols: usize) {
     for i in 0..rows.min(cols) {
         o[i * cols + i] = T::one();
     }
+}
+
+/// A power-of-two scaling bringing a matrix's largest magnitude `amax`
+/// near 1, as two factors each way (`2^k` itself may not be representable
+/// when `amax` is subnormal); `None` when `amax` is already in the range
+/// where faer's norms neither underflow nor overflow, or is zero.
+struct Scale<T> {
+    by: [T; 2],
+    back: [T; 2],
+}
+
+impl<T: Field> Scale<T> {
+    fn of(amax: T) -> Option<Scale<T>> {
+        let a = num_traits::ToPrimitive::to_f64(&amax)?;
+        if a == 0.0 || !a.is_finite() {
+            return None;
+        }
+        let e = a.log2().round() as i32;
+        let safe = if std::mem::size_of::<T>() == 4 { 40 } else { 300 };
+        if e.abs() <= safe {
+            return None;
+        }
+        let (k1, k2) = (-e / 2, -e - (-e / 2));
+        let pow = |k: i32| -> Option<T> { num_traits::NumCast::from(2f64.powi(k)) };
+        Some(Scale { by: [pow(k1)?, pow(k2)?], back: [pow(-k1)?, pow(-k2)?] })
+    }
+
+    fn apply(&self, x: T) -> T {
+        x * self.by[0] * self.by[1]
+    }
+
+    fn undo(&self, xs: &mut [T]) {
+        for x in xs {
+            *x = *x * self.back[0] * self.back[1];
+        }
+    }
+}
+
+/// The largest magnitude among `xs`.
+fn amax<'a, T: Field>(xs: impl Iterator<Item = &'a T>) -> T {
+    xs.fold(T::zero(), |m, &x| {
+        let x = num_traits::Float::abs(x);
+        if x > m {
+            x
+        } else {
+            m
+        }
+    })
 }
 
 /// The last two dims `(n, m)` of a `[..., n, m]` tensor.
@@ -309,10 +362,12 @@ fn qr_one<T: Field>(a: &[T], q: &mut [T], r: &mut [T], m: usize, n: usize, qc: u
     if k == 0 {
         return;
     }
+    let scale = Scale::of(amax(a.iter()));
     let mut w = vec![T::zero(); m * n];
     for i in 0..m {
         for j in 0..n {
-            w[i + j * m] = a[i * n + j];
+            let x = a[i * n + j];
+            w[i + j * m] = scale.as_ref().map_or(x, |s| s.apply(x));
         }
     }
     let par = Par::Seq;
@@ -331,6 +386,9 @@ fn qr_one<T: Field>(a: &[T], q: &mut [T], r: &mut [T], m: usize, n: usize, qc: u
         for j in i..n {
             r[i * n + j] = w[i + j * m];
         }
+    }
+    if let Some(s) = &scale {
+        s.undo(r);
     }
     let basis = MatRef::from_column_major_slice(&w, m, n).subcols(0, k);
     let qm = MatMut::from_row_major_slice_mut(q, m, qc);
@@ -376,6 +434,15 @@ fn eigh_one<T: Field>(a: &[T], w: &mut [T], v: &mut [T], n: usize) {
         v.fill(T::nan());
         return;
     }
+    let scale = Scale::of(amax((0..n).flat_map(|i| &a[i * n..i * n + i + 1])));
+    let scaled: Vec<T>;
+    let a = match &scale {
+        Some(s) => {
+            scaled = a.iter().map(|&x| s.apply(x)).collect();
+            &scaled[..]
+        }
+        None => a,
+    };
     let par = Par::Seq;
     let params: faer::Spec<evd::SelfAdjointEvdParams, T> = Default::default();
     let mut mem = MemBuffer::new(evd::self_adjoint_evd_scratch::<T>(n, evd::ComputeEigenvectors::Yes, par, params));
@@ -389,6 +456,9 @@ fn eigh_one<T: Field>(a: &[T], w: &mut [T], v: &mut [T], n: usize) {
                 for j in 0..n {
                     v[i * n + j] = u[i + j * n];
                 }
+            }
+            if let Some(s) = &scale {
+                s.undo(w);
             }
         }
         Err(_) => {
@@ -461,6 +531,15 @@ fn svd_one<T: Field>(
     } else {
         fsvd::ComputeSvdVectors::Thin
     };
+    let scale = Scale::of(amax(a.iter()));
+    let scaled: Vec<T>;
+    let a = match &scale {
+        Some(s) => {
+            scaled = a.iter().map(|&x| s.apply(x)).collect();
+            &scaled[..]
+        }
+        None => a,
+    };
     let par = Par::Seq;
     let params: faer::Spec<fsvd::SvdParams, T> = Default::default();
     let mut mem = MemBuffer::new(fsvd::svd_scratch::<T>(m, n, mode, mode, par, params));
@@ -475,6 +554,9 @@ fn svd_one<T: Field>(
                 for j in 0..uc {
                     u[i * uc + j] = uw[i + j * m];
                 }
+            }
+            if let Some(sc) = &scale {
+                sc.undo(s);
             }
         }
         Err(_) => {
