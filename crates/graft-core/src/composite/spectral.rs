@@ -111,7 +111,8 @@ pub fn svd(b: &mut Builder, x: Value, full_matrices: bool) -> Result<(Value, Val
     b.svd(x, full_matrices)
 }
 
-/// `jnp.linalg.svdvals(x)`: the singular values, descending.
+/// `jnp.linalg.svdvals(x)`: the singular values, descending. (The
+/// primitive computes the singular vectors too: its derivative needs them.)
 pub fn svdvals(b: &mut Builder, x: Value) -> Result<Value, IrError> {
     float_matrix(b, "svdvals", x)?;
     Ok(b.svd(x, false)?.1)

@@ -140,6 +140,28 @@ fn vmap_over_a_batch_of_matrices_equals_each_matrix() {
     }
 }
 
+#[test]
+fn options_reach_the_core() {
+    let m = module(
+        "def main() {\n\
+           let lower: tensor[2, 2, f64] = [[2.0, 100.0], [1.0, 2.0]]\n\
+           let d: tensor[2, 2, f64] = [[1.0, 0.0], [0.0, 1e-3]]\n\
+           (eigh(lower, symmetrize_input=false).0, eigh(lower).0, pinv(d), pinv(d, rtol=1e-2), lstsq(d, [1.0, 1.0], rcond=1e-2).0,\n\
+            matrix_rank(d), matrix_rank(d, rtol=1e-2), cond(d, p=-2), matrix_norm(d, ord=\"-inf\"))\n\
+         }\n",
+    );
+    let o = leaves(&run(&m, "main", &[]));
+    close("UPLO=L", &o[0], &[1.0, 3.0], 1e-15);
+    close("symmetrized", &o[1], &[2.0 - 50.5, 2.0 + 50.5], 1e-15);
+    close("pinv", &o[2], &[1.0, 0.0, 0.0, 1e3], 1e-12);
+    close("pinv rtol", &o[3], &[1.0, 0.0, 0.0, 0.0], 0.0);
+    close("lstsq rcond", &o[4], &[1.0, 0.0], 0.0);
+    assert_eq!(o[5], vec![2.0]);
+    assert_eq!(o[6], vec![1.0]);
+    close("cond -2", &o[7], &[1e-3], 1e-15);
+    close("-inf", &o[8], &[1e-3], 1e-15);
+}
+
 fn error(src: &str) -> (String, (u32, u32)) {
     let m = module(src);
     match m.check() {
