@@ -2,11 +2,11 @@
 //! `eigh` and `svd`.
 //!
 //! Every primitive here works on a batch of matrices natively: operands are
-//! `[..., n, n]` (and `[..., n, k]` / `[..., k, n]` right-hand sides), the
-//! leading dims are batch dims, and the kernel loops over them. So a batching
-//! rule only has to put the batch dim among the leading dims (where it
-//! already is unless it sits in one of the matrix dims), and `vmap` never
-//! emits a loop over examples.
+//! `[..., n, n]` (`[..., m, n]` for `qr` and `svd`; `[..., n, k]` /
+//! `[..., k, n]` right-hand sides), the leading dims are batch dims, and
+//! the kernel loops over them. So a batching rule only has to put the batch
+//! dim among the leading dims (where it already is unless it sits in one of
+//! the matrix dims), and `vmap` never emits a loop over examples.
 //!
 //! Semantics (f32 and f64 only):
 //! - `cholesky(a)`: the lower-triangular `L` with `A = L L^T`, where `A` is
@@ -62,9 +62,10 @@
 //! NaN, and the other matrices of the batch are unaffected.
 //!
 //! Kernels use `faer` (Cholesky, LU with partial pivoting, triangular
-//! solves, Householder QR, the symmetric eigensolver and the SVD). Each matrix is factorized on one thread (`Par::Seq`); a batch is
-//! spread over rayon's pool one matrix per task, so results never depend on
-//! the thread count.
+//! solves, Householder QR, the symmetric eigensolver and the SVD). Each
+//! matrix is factorized on one thread (`Par::Seq`); a batch is spread over
+//! rayon's pool one matrix per task, so results never depend on the thread
+//! count.
 //!
 //! Derivatives (`rules.rs`), all in terms of primitives that have every rule
 //! themselves (triangular_solve, dot_general, select, elementwise), so higher
