@@ -17,7 +17,8 @@
 //!   definite case from a Cholesky factor.
 //! - Derivatives come from the primitives' rules; nothing here has a rule of
 //!   its own. `norm`'s gradient at zero is NaN (`sqrt`'s slope there), as in
-//!   JAX.
+//!   JAX. `norm`'s spectral orders of a matrix (`2`, `-2`, `"nuc"`) are
+//!   `spectral::matrix_norm`'s.
 
 use super::broadcast::{self, broadcast_shapes};
 use crate::dtype::DType;
@@ -342,18 +343,26 @@ pub enum NormOrd {
     Default,
     /// `"fro"`: the Frobenius norm of a matrix.
     Fro,
+    /// `"nuc"`: the nuclear norm of a matrix (sum of singular values).
+    Nuc,
     /// `1`: sum of magnitudes (vector); largest column sum (matrix).
     One,
-    /// `2`: the Euclidean norm (vector only: the spectral norm needs an SVD).
+    /// `-1`: harmonic sum `1 / sum(1/|x|)` (vector); smallest column sum (matrix).
+    NegOne,
+    /// `2`: the Euclidean norm (vector); the largest singular value (matrix).
     Two,
+    /// `-2`: `sum(|x|^-2)^(-1/2)` (vector); the smallest singular value (matrix).
+    NegTwo,
     /// `inf`: largest magnitude (vector); largest row sum (matrix).
     Inf,
     /// `-inf`: smallest magnitude (vector); smallest row sum (matrix).
     NegInf,
 }
 
-/// `jnp.linalg.norm(x, ord)` for vectors and matrices (no `axis`).
+/// `jnp.linalg.norm(x, ord)` for vectors and matrices (no `axis`; a batch
+/// of matrices is [`super::spectral::matrix_norm`]).
 pub fn norm(b: &mut Builder, x: Value, ord: NormOrd) -> Result<Value, IrError> {
+    use super::spectral::{matrix_norm, MatrixOrd};
     let t = b.ty(x)?.clone();
     if !t.dtype.is_float() {
         return Err(IrError::invalid("norm", format!("needs a floating-point operand, got {t}")));
@@ -367,27 +376,39 @@ pub fn norm(b: &mut Builder, x: Value, ord: NormOrd) -> Result<Value, IrError> {
     };
     let ax = b.abs(x)?;
     match (ord, r) {
-        (NormOrd::Default, _) | (NormOrd::Two, 1) | (NormOrd::Fro, 2) => two_norm(b),
+        (NormOrd::Default, _) | (NormOrd::Two, 1) => two_norm(b),
         (NormOrd::One, 1) => b.reduce_sum(ax, &[0]),
         (NormOrd::Inf, 1) => b.reduce_max(ax, &[0]),
         (NormOrd::NegInf, 1) => b.reduce_min(ax, &[0]),
-        (NormOrd::One, 2) => {
-            let cols = b.reduce_sum(ax, &[0])?;
-            b.reduce_max(cols, &[0])
+        (NormOrd::NegOne | NormOrd::NegTwo, 1) => {
+            // sum(|x|^p)^(1/p), p = -1 or -2.
+            let p = if ord == NormOrd::NegOne { -1.0 } else { -2.0 };
+            let pt = b.full(p, &t)?;
+            let powed = b.pow(ax, pt)?;
+            let s = b.reduce_sum(powed, &[0])?;
+            let st = b.ty(s)?.clone();
+            let inv = b.full(1.0 / p, &st)?;
+            b.pow(s, inv)
         }
-        (NormOrd::Inf | NormOrd::NegInf, 2) => {
-            let rows = b.reduce_sum(ax, &[1])?;
-            if ord == NormOrd::Inf {
-                b.reduce_max(rows, &[0])
-            } else {
-                b.reduce_min(rows, &[0])
-            }
+        (_, 2) => {
+            let m = match ord {
+                NormOrd::Default | NormOrd::Fro => MatrixOrd::Fro,
+                NormOrd::Nuc => MatrixOrd::Nuc,
+                NormOrd::One => MatrixOrd::One,
+                NormOrd::NegOne => MatrixOrd::NegOne,
+                NormOrd::Two => MatrixOrd::Two,
+                NormOrd::NegTwo => MatrixOrd::NegTwo,
+                NormOrd::Inf => MatrixOrd::Inf,
+                NormOrd::NegInf => MatrixOrd::NegInf,
+            };
+            matrix_norm(b, x, m).map_err(|e| match e {
+                IrError::Invalid { msg, .. } => IrError::invalid("norm", msg),
+                e => e,
+            })
         }
-        (NormOrd::Two, 2) => Err(IrError::invalid(
-            "norm",
-            format!("ord=2 of a matrix ({t}) is the spectral norm, which needs an SVD (not available yet)"),
-        )),
-        (NormOrd::Fro, _) => Err(IrError::invalid("norm", format!("ord=\"fro\" needs a matrix (rank 2), got {t}"))),
+        (NormOrd::Fro | NormOrd::Nuc, _) => {
+            Err(IrError::invalid("norm", format!("ord={ord:?} needs a matrix (rank 2), got {t}")))
+        }
         _ => Err(IrError::invalid("norm", format!("ord={ord:?} needs a vector or a matrix (rank 1 or 2), got {t}"))),
     }
 }

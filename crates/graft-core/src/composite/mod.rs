@@ -8,7 +8,9 @@
 //! and activations), [`reduce`] (reductions, softmax family), [`shape`]
 //! (user-level shape helpers and creators), [`linalg`] (matmul, linear,
 //! einsum), [`decomp`] (cholesky, triangular and general solves, inv,
-//! slogdet/det, eye, diag, tril/triu, trace, outer, kron, norm), [`norm`] (layer/batch norm), [`loss`], [`attention`],
+//! slogdet/det, eye, diag, tril/triu, trace, outer, kron, norm), [`spectral`]
+//! (qr, eigh, svd and, from the SVD, pinv, lstsq, matrix norms, rank and
+//! condition number), [`norm`] (layer/batch norm), [`loss`], [`attention`],
 //! [`random`] (keys and distributions over the random primitives),
 //! [`conv`] (convolution and transposed convolution), [`pool`] (max, average,
 //! smooth-max and adaptive pooling), [`embed`] (embedding lookup, one-hot) and
@@ -34,3 +36,4 @@ pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod shape;
+pub mod spectral;

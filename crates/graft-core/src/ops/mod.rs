@@ -190,6 +190,12 @@ define_prims! {
     TriangularSolve(decomp::TriangularSolve),
     /// LU with partial pivoting: `(lu, pivots, permutation)`.
     Lu(decomp::Lu),
+    /// Householder QR: `(q, r)`.
+    Qr(decomp::Qr),
+    /// Symmetric eigendecomposition: `(w, v)`, eigenvalues ascending.
+    Eigh(decomp::Eigh),
+    /// Singular value decomposition: `(u, s, vh)`, `s` descending.
+    Svd(decomp::Svd),
     /// General N-d grouped, strided, padded, dilated convolution.
     ConvGeneral(conv::ConvGeneral),
     /// Reductions over axes (reduce_sum, reduce_max, ...).

@@ -39,6 +39,7 @@ mod ir;
 mod jac;
 mod linalg;
 mod linalg_decomp;
+mod linalg_spectral;
 mod mathfn;
 mod mathfn_c;
 mod native;

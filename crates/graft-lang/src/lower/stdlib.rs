@@ -101,6 +101,16 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("outer", &["x", "y"]),
     ("kron", &["x", "y"]),
     ("norm", &["x", "ord"]),
+    ("qr", &["x", "mode"]),
+    ("eigh", &["x", "symmetrize_input"]),
+    ("eigvalsh", &["x"]),
+    ("svd", &["x", "full_matrices", "compute_uv"]),
+    ("svdvals", &["x"]),
+    ("pinv", &["x", "rtol"]),
+    ("lstsq", &["a", "b", "rcond"]),
+    ("matrix_norm", &["x", "ord"]),
+    ("matrix_rank", &["x", "rtol"]),
+    ("cond", &["x", "p"]),
     // shapes
     ("reshape", &["x", "shape"]),
     ("transpose", &["x", "perm"]),
@@ -174,6 +184,10 @@ fn none_is_default(name: &str, p: &str) -> bool {
                 | ("conv2d", "bias")
                 | ("layer_norm", "beta")
                 | (_, "remat")
+                | ("pinv", "rtol")
+                | ("lstsq", "rcond")
+                | ("matrix_rank", "rtol")
+                | ("cond", "p")
         ),
     }
 }
@@ -703,33 +717,68 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
     l.const_tensor(&shape, &data, dt, span)
 }
 
-/// The `ord` of `norm`: `none`, `1`, `2`, `"fro"`, `"inf"`, `"-inf"` (or an
-/// infinite number known while compiling).
-fn norm_ord(l: &Lower<'_>, a: &A) -> Result<c::decomp::NormOrd, Diagnostic> {
+/// The `ord` of `norm`: `none`, `1`, `-1`, `2`, `-2`, `"fro"`, `"nuc"`,
+/// `"inf"`, `"-inf"` (or an infinite number known while compiling).
+/// `p` names the argument (`ord`, or `cond`'s `p`).
+fn norm_ord(l: &Lower<'_>, a: &A, p: &str) -> Result<c::decomp::NormOrd, Diagnostic> {
     use c::decomp::NormOrd;
-    let Some(o) = a.opt("ord") else { return Ok(NormOrd::Default) };
+    let Some(o) = a.opt(p) else { return Ok(NormOrd::Default) };
     let bad = || {
         l.err(
             Stage::Type,
             &o.span,
-            format!("`ord` of `norm` must be none, 1, 2, \"fro\", \"inf\" or \"-inf\", found {}", o.val.describe()),
+            format!(
+                "`{p}` of `{}` must be none, 1, -1, 2, -2, \"fro\", \"nuc\", \"inf\" or \"-inf\", found {}",
+                a.name,
+                o.val.describe()
+            ),
         )
     };
     match &o.val {
         Val::None => Ok(NormOrd::Default),
         Val::Str(s) => match &**s {
             "fro" => Ok(NormOrd::Fro),
+            "nuc" => Ok(NormOrd::Nuc),
             "inf" => Ok(NormOrd::Inf),
             "-inf" => Ok(NormOrd::NegInf),
             _ => Err(bad()),
         },
         v => match super::expr::static_scalar(v).map(Const::as_f64) {
             Some(1.0) => Ok(NormOrd::One),
+            Some(-1.0) => Ok(NormOrd::NegOne),
             Some(2.0) => Ok(NormOrd::Two),
+            Some(-2.0) => Ok(NormOrd::NegTwo),
             Some(f64::INFINITY) => Ok(NormOrd::Inf),
             Some(f64::NEG_INFINITY) => Ok(NormOrd::NegInf),
             _ => Err(bad()),
         },
+    }
+}
+
+/// A matrix order (`matrix_norm`'s `ord`, `cond`'s `p`): `norm`'s orders
+/// less the default; `matrix_norm` defaults to `"fro"`.
+fn matrix_ord(l: &Lower<'_>, a: &A, p: &str) -> Result<Option<c::spectral::MatrixOrd>, Diagnostic> {
+    use c::decomp::NormOrd;
+    use c::spectral::MatrixOrd;
+    Ok(match norm_ord(l, a, p)? {
+        NormOrd::Default => None,
+        NormOrd::Fro => Some(MatrixOrd::Fro),
+        NormOrd::Nuc => Some(MatrixOrd::Nuc),
+        NormOrd::One => Some(MatrixOrd::One),
+        NormOrd::NegOne => Some(MatrixOrd::NegOne),
+        NormOrd::Two => Some(MatrixOrd::Two),
+        NormOrd::NegTwo => Some(MatrixOrd::NegTwo),
+        NormOrd::Inf => Some(MatrixOrd::Inf),
+        NormOrd::NegInf => Some(MatrixOrd::NegInf),
+    })
+}
+
+/// A relative tolerance option (`rtol`, `rcond`): a number known while
+/// compiling, or `none` for the default.
+fn tolerance(l: &Lower<'_>, a: &A, p: &str) -> Result<Option<f64>, Diagnostic> {
+    match a.opt(p) {
+        None => Ok(None),
+        Some(_) => a.num(l, p, None).map(Some),
     }
 }
 
@@ -1019,7 +1068,7 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                     ir!(c::decomp::diag(l.b(), x))
                 }
                 "norm" => {
-                    let ord = norm_ord(l, &a)?;
+                    let ord = norm_ord(l, &a, "ord")?;
                     ir!(c::decomp::norm(l.b(), x, ord))
                 }
                 _ => {
@@ -1032,6 +1081,81 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                     }
                 }
             }
+        }
+        "matrix_norm" | "matrix_rank" | "cond" | "pinv" | "eigvalsh" | "svdvals" => {
+            let x = a.t(l, "x", true)?;
+            match name {
+                "matrix_norm" => {
+                    let ord = matrix_ord(l, &a, "ord")?.unwrap_or(c::spectral::MatrixOrd::Fro);
+                    ir!(c::spectral::matrix_norm(l.b(), x, ord))
+                }
+                "matrix_rank" => {
+                    let rtol = tolerance(l, &a, "rtol")?;
+                    ir!(c::spectral::matrix_rank(l.b(), x, rtol))
+                }
+                "cond" => {
+                    let p = matrix_ord(l, &a, "p")?;
+                    ir!(c::spectral::cond(l.b(), x, p))
+                }
+                "pinv" => {
+                    let rtol = tolerance(l, &a, "rtol")?;
+                    ir!(c::spectral::pinv(l.b(), x, rtol))
+                }
+                "eigvalsh" => ir!(c::spectral::eigvalsh(l.b(), x)),
+                _ => ir!(c::spectral::svdvals(l.b(), x)),
+            }
+        }
+        "qr" | "eigh" | "svd" => {
+            let x = a.t(l, "x", true)?;
+            let vals: Vec<Value> = match name {
+                "qr" => {
+                    let mode = match a.opt("mode").map(|m| (&m.val, &m.span)) {
+                        None => "reduced".to_string(),
+                        Some((Val::Str(s), _)) if matches!(&**s, "reduced" | "complete" | "r") => s.to_string(),
+                        Some((v, sp)) => {
+                            return Err(l.err(
+                                Stage::Type,
+                                sp,
+                                format!(
+                                    "`mode` of `qr` must be \"reduced\", \"complete\" or \"r\", found {}",
+                                    v.describe()
+                                ),
+                            ))
+                        }
+                    };
+                    let (q, r) = ir!(c::spectral::qr(l.b(), x, mode == "complete"));
+                    if mode == "r" {
+                        return Ok(out(l, r));
+                    }
+                    vec![q, r]
+                }
+                "eigh" => {
+                    let sym = a.flag_or(l, "symmetrize_input", true)?;
+                    let (w, v) = ir!(c::spectral::eigh(l.b(), x, sym));
+                    vec![w, v]
+                }
+                _ => {
+                    let full = a.flag(l, "full_matrices")?;
+                    if !a.flag_or(l, "compute_uv", true)? {
+                        let s = ir!(c::spectral::svdvals(l.b(), x));
+                        return Ok(out(l, s));
+                    }
+                    let (u, s, vh) = ir!(c::spectral::svd(l.b(), x, full));
+                    vec![u, s, vh]
+                }
+            };
+            return Ok(Val::tuple(vals.into_iter().map(|v| out(l, v)).collect()));
+        }
+        "lstsq" => {
+            let (xa, ya) = (a.req(l, "a")?.clone(), a.req(l, "b")?.clone());
+            let (x, y) = if matches!(xa.val, Val::T(_)) || matches!(ya.val, Val::T(_)) {
+                l.unify(&xa.val, &ya.val, span)?
+            } else {
+                (l.tensor_as(&xa.val, DType::F32, &xa.span)?, l.tensor_as(&ya.val, DType::F32, &ya.span)?)
+            };
+            let rcond = tolerance(l, &a, "rcond")?;
+            let (sol, resid, rank, s) = ir!(c::spectral::lstsq(l.b(), x, y, rcond));
+            return Ok(Val::tuple([sol, resid, rank, s].into_iter().map(|v| out(l, v)).collect()));
         }
         "lu" | "slogdet" => {
             let x = a.t(l, "x", true)?;

@@ -9,6 +9,7 @@ mod diagnostics;
 mod examples_dir;
 mod limits;
 mod linalg;
+mod linalg_spectral;
 mod operators;
 mod parse_corpus;
 mod parse_docs;

@@ -1,11 +1,12 @@
-//! Dense matrix decompositions: `cholesky`, `triangular_solve` and `lu`.
+//! Dense matrix decompositions: `cholesky`, `triangular_solve`, `lu`, `qr`,
+//! `eigh` and `svd`.
 //!
 //! Every primitive here works on a batch of matrices natively: operands are
-//! `[..., n, n]` (and `[..., n, k]` / `[..., k, n]` right-hand sides), the
-//! leading dims are batch dims, and the kernel loops over them. So a batching
-//! rule only has to put the batch dim among the leading dims (where it
-//! already is unless it sits in one of the matrix dims), and `vmap` never
-//! emits a loop over examples.
+//! `[..., n, n]` (`[..., m, n]` for `qr` and `svd`; `[..., n, k]` /
+//! `[..., k, n]` right-hand sides), the leading dims are batch dims, and
+//! the kernel loops over them. So a batching rule only has to put the batch
+//! dim among the leading dims (where it already is unless it sits in one of
+//! the matrix dims), and `vmap` never emits a loop over examples.
 //!
 //! Semantics (f32 and f64 only):
 //! - `cholesky(a)`: the lower-triangular `L` with `A = L L^T`, where `A` is
@@ -32,11 +33,39 @@
 //!   `[..., n]`: `a[permutation[i], :] = (L U)[i, :]`). A singular matrix
 //!   factorizes (a zero pivot stays in `U`); using its `U` to solve gives
 //!   IEEE infinities/NaNs.
+//! - `qr[full_matrices](a)`: Householder QR of `[..., m, n]` (any `m`, `n`),
+//!   as `jnp.linalg.qr`: `q` (`[..., m, k]`, orthonormal columns) and `r`
+//!   (`[..., k, n]`, upper triangular) with `a = q r`, `k = min(m, n)`, or
+//!   with `full_matrices` `k = m` (`q` square; `r`'s rows past `n` zero).
+//!   The signs are LAPACK's (`geqrf`): `r[i, i] = -sign(x_i) |x|` for the
+//!   `i`-th column `x` being reflected, so the diagonal of `r` may be
+//!   negative. Where a column is dependent on the earlier ones to within
+//!   rounding, faer skips its reflector: `a = q r` still holds to rounding
+//!   and `q` stays orthonormal, but such factors may differ from LAPACK's.
+//! - `eigh(a)`: the eigendecomposition of symmetric `[..., n, n]`, as
+//!   `jax.lax.linalg.eigh(lower=True)` (results in `jnp.linalg.eigh`'s
+//!   order): `w` (`[..., n]`, eigenvalues ascending) and `v` (`[..., n, n]`,
+//!   orthonormal eigenvectors in its columns, `a v = v diag(w)`). Only the
+//!   lower triangle is read, like `cholesky` (the composite symmetrizes
+//!   first, like `jnp.linalg.eigh`'s `symmetrize_input=True`). Each column
+//!   of `v` is defined up to its sign (up to a rotation within a repeated
+//!   eigenvalue's space).
+//! - `svd[full_matrices](a)`: `u` (`[..., m, k]`), `s` (`[..., k]`, singular
+//!   values descending, non-negative) and `vh` (`[..., k, n]`) with
+//!   `a = u diag(s) vh`, `k = min(m, n)`; with `full_matrices` `u` is
+//!   `[..., m, m]` and `vh` `[..., n, n]` (`jnp.linalg.svd`'s results).
+//!   Pairs of singular vectors are defined up to a common sign.
+//!
+//! Bad input to the three factorizations is a value, not an error: a matrix
+//! with a NaN or an infinity among the entries they read (or, for `eigh` and
+//! `svd`, one whose iteration does not converge) gives results filled with
+//! NaN, and the other matrices of the batch are unaffected.
 //!
 //! Kernels use `faer` (Cholesky, LU with partial pivoting, triangular
-//! solves). Each matrix is factorized on one thread (`Par::Seq`); a batch is
-//! spread over rayon's pool one matrix per task, so results never depend on
-//! the thread count.
+//! solves, Householder QR, the symmetric eigensolver and the SVD). Each
+//! matrix is factorized on one thread (`Par::Seq`); a batch is spread over
+//! rayon's pool one matrix per task, so results never depend on the thread
+//! count.
 //!
 //! Derivatives (`rules.rs`), all in terms of primitives that have every rule
 //! themselves (triangular_solve, dot_general, select, elementwise), so higher
@@ -51,6 +80,36 @@
 //!   (right), with `dA` restricted to the triangle the primitive reads.
 //! - lu: `x = P dA`, `y = L^{-1} x U^{-1}`, `dLU = L tril(y, -1) + triu(y) U`
 //!   (JAX's rule); `pivots` and `permutation` are integers (no tangent).
+//! - qr (`m >= n`; JAX's `qr_jvp_rule`): `C = q^T dA r^{-1}`,
+//!   `Ω = tril(C, -1) - tril(C, -1)^T`, `dq = q (Ω - C) + dA r^{-1}`,
+//!   `dr = (C - Ω) r`. For `m < n`, `a = q [r1 | r2]`: the square rule on
+//!   `a[:, :m] = q r1` gives `dq`, `dr1`, and `dr2 = dq^T a2 + q^T da2`.
+//!   Needs `r`'s leading block invertible (full rank). `full_matrices` with
+//!   `m > n` has no JVP (the extra columns of `q` are not a differentiable
+//!   function of `a`): an error, as in JAX and PyTorch.
+//! - eigh: `X = v^T dA_s v`, `dw = diag(X)`, `dv = v (F ∘ X)`, with
+//!   `F_ij = 1 / (w_j - w_i)` for `w_i != w_j` and **0 where `w_i == w_j`**
+//!   (the diagonal, and exactly repeated eigenvalues, where JAX's rule
+//!   gives inf/NaN). At a repeated eigenvalue the decomposition is not
+//!   differentiable (the basis of its space is arbitrary); zero drops the
+//!   rotation within that space, so every derivative is finite, and
+//!   derivatives of functions that treat a repeated group symmetrically
+//!   (sums of its eigenvalues: `trace`, `log det`, `sum(w^2)`) are exact.
+//!   Others (the eigenvectors, `v diag(f(w)) v^T` for an `f` not constant
+//!   on the group, individual eigenvalues of the group) are not defined
+//!   there and come out as the formula's value with that term dropped.
+//!   Close but unequal eigenvalues give the large (true) derivatives.
+//! - svd (JAX's `_svd_jvp_rule`): `X = u^T dA v`, `ds = diag(X)`,
+//!   `du = u (F ∘ (X S + S X^T))`, `dv = v (F ∘ (S X + X^T S))`,
+//!   `F_ij = 1 / (s_j^2 - s_i^2)` (0 where `s_i == s_j`, as in JAX), plus
+//!   for `m > n` `(I - u u^T) dA v S^{-1}` on `du` and for `m < n`
+//!   `(I - v v^T) dA^T u S^{-1}` on `dv`, with `1/s` taken as 0 where
+//!   `s == 0` (JAX divides, giving inf/NaN). `full_matrices` with `m != n`
+//!   has no JVP (as in JAX); the square case is the reduced one.
+//!
+//! F and `1/s` are computed with the "double select" (`1 / select(eq, 1, d)`
+//! then `select(eq, 0, ..)`), so no infinity is ever formed and reverse
+//! mode through them never multiplies a zero cotangent by an infinite slope.
 
 mod kernel;
 mod rules;
@@ -83,6 +142,26 @@ pub struct TriangularSolve {
 /// LU decomposition with partial pivoting (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lu;
+
+/// Householder QR (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Qr {
+    /// `q` square (`[..., m, m]`) and `r` `[..., m, n]`, instead of the
+    /// reduced `[..., m, k]` and `[..., k, n]`, `k = min(m, n)`.
+    pub full_matrices: bool,
+}
+
+/// Symmetric eigendecomposition `(w, v)`, reading the lower triangle (see
+/// the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Eigh;
+
+/// Singular value decomposition `(u, s, vh)` (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Svd {
+    /// Square `u` and `vh` instead of the reduced ones.
+    pub full_matrices: bool,
+}
 
 /// `n` of a `[..., n, n]` float operand, or the shape rule's complaint.
 fn square(op: &impl Op, ins: &[TensorType], t: &TensorType, what: &str) -> Result<usize, TypeError> {
@@ -178,6 +257,93 @@ impl Op for Lu {
     }
 }
 
+/// `(m, n)` of a `[..., m, n]` float operand, or the shape rule's complaint.
+fn matrix(op: &impl Op, ins: &[TensorType], t: &TensorType) -> Result<(usize, usize), TypeError> {
+    check::float(op, ins, t)?;
+    let r = t.rank();
+    if r < 2 {
+        return Err(check::err(op, ins, "expected a matrix or a batch of them, [..., m, n]"));
+    }
+    Ok((t.shape[r - 2], t.shape[r - 1]))
+}
+
+/// `t`'s type with its last two dims replaced by `rows, cols`.
+fn with_matrix(t: &TensorType, rows: usize, cols: usize) -> TensorType {
+    let r = t.rank();
+    let mut shape = t.shape[..r - 2].to_vec();
+    shape.extend([rows, cols]);
+    TensorType::new(t.dtype, shape)
+}
+
+impl Op for Qr {
+    fn name(&self) -> &'static str {
+        "qr"
+    }
+
+    fn params(&self) -> String {
+        format!("full_matrices={}", self.full_matrices)
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        let a = &ins[0];
+        let (m, n) = matrix(self, ins, a)?;
+        let k = if self.full_matrices { m } else { m.min(n) };
+        Ok(vec![with_matrix(a, m, k), with_matrix(a, k, n)])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        kernel::qr(self.name(), ins[0], outs)
+    }
+}
+
+impl Op for Eigh {
+    fn name(&self) -> &'static str {
+        "eigh"
+    }
+
+    fn params(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        let a = &ins[0];
+        square(self, ins, a, "the operand")?;
+        let w = TensorType::new(a.dtype, a.shape[..a.rank() - 1].to_vec());
+        Ok(vec![w, a.clone()])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        kernel::eigh(self.name(), ins[0], outs)
+    }
+}
+
+impl Op for Svd {
+    fn name(&self) -> &'static str {
+        "svd"
+    }
+
+    fn params(&self) -> String {
+        format!("full_matrices={}", self.full_matrices)
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 1)?;
+        let a = &ins[0];
+        let (m, n) = matrix(self, ins, a)?;
+        let k = m.min(n);
+        let (uc, vr) = if self.full_matrices { (m, n) } else { (k, k) };
+        let mut s = a.shape[..a.rank() - 2].to_vec();
+        s.push(k);
+        Ok(vec![with_matrix(a, m, uc), TensorType::new(a.dtype, s), with_matrix(a, vr, n)])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        kernel::svd(self.name(), ins[0], outs)
+    }
+}
+
 impl Builder {
     /// The lower Cholesky factor of `[..., n, n]` (reads the lower triangle
     /// only; NaN-filled where a matrix is not positive definite).
@@ -205,6 +371,34 @@ impl Builder {
         match outs[..] {
             [lu, piv, perm] => Ok((lu, piv, perm)),
             _ => unreachable!("internal error: the lu shape rule gives three results"),
+        }
+    }
+
+    /// Householder QR of `[..., m, n]`: `(q, r)`; see [`Qr`].
+    pub fn qr(&mut self, a: Value, full_matrices: bool) -> Result<(Value, Value), IrError> {
+        let outs = self.emit(Qr { full_matrices }, &[a])?;
+        match outs[..] {
+            [q, r] => Ok((q, r)),
+            _ => unreachable!("internal error: the qr shape rule gives two results"),
+        }
+    }
+
+    /// Eigenvalues (ascending) and eigenvectors of the symmetric matrices
+    /// whose lower triangles are `a`'s: `(w, v)`; see [`Eigh`].
+    pub fn eigh(&mut self, a: Value) -> Result<(Value, Value), IrError> {
+        let outs = self.emit(Eigh, &[a])?;
+        match outs[..] {
+            [w, v] => Ok((w, v)),
+            _ => unreachable!("internal error: the eigh shape rule gives two results"),
+        }
+    }
+
+    /// Singular value decomposition: `(u, s, vh)`; see [`Svd`].
+    pub fn svd(&mut self, a: Value, full_matrices: bool) -> Result<(Value, Value, Value), IrError> {
+        let outs = self.emit(Svd { full_matrices }, &[a])?;
+        match outs[..] {
+            [u, s, vh] => Ok((u, s, vh)),
+            _ => unreachable!("internal error: the svd shape rule gives three results"),
         }
     }
 }
