@@ -108,6 +108,7 @@ impl<'a> R<'a> {
         self.defs.contains_key(n)
             || crate::lower::stdlib::is_builtin(n)
             || n == "none"
+            || crate::lower::stdlib::constant(n).is_some()
             || crate::ast::soft_transform(n).is_some()
             || graft_core::DType::parse(n).is_some()
     }
@@ -123,6 +124,7 @@ impl<'a> R<'a> {
         let mut cands: Vec<String> = scope.to_vec();
         cands.extend(self.defs.keys().map(|k| k.to_string()));
         cands.extend(crate::lower::stdlib::names().map(String::from));
+        cands.extend(crate::lower::stdlib::CONSTANTS.iter().map(|(n, _)| n.to_string()));
         let best = cands
             .iter()
             .filter(|c| **c != id.name)

@@ -218,6 +218,9 @@ impl Lower<'_> {
         if name == "none" {
             return Ok(Val::None);
         }
+        if let Some(v) = super::stdlib::constant(name) {
+            return Ok(Val::Const(Const::Float(v)));
+        }
         if let Some(kind) = crate::ast::soft_transform(name) {
             return Err(self
                 .err(Stage::Transform, span, format!("`{name}` must be applied to a function"))
@@ -796,15 +799,31 @@ impl Lower<'_> {
         }
         let mut x = self.tensor(&base, bspan)?;
         let rank = self.ty(x).rank();
-        if items.len() > rank {
+        // `none` inserts an axis of size 1 there (NumPy's `np.newaxis`): it
+        // takes no axis of `x`, and its position counts in the result.
+        let is_new = |it: &IndexItem| matches!(it, IndexItem::Single(e) if matches!(&e.kind, ExprKind::Var(id) if id.name == "none" && env.get("none").is_none()));
+        let n_real = items.iter().filter(|it| !is_new(it)).count();
+        if n_real > rank {
             return Err(self.err(
                 Stage::Type,
                 span,
-                format!("too many indices: {} given for a value of type {}", items.len(), self.ty(x)),
+                format!("too many indices: {n_real} given for a value of type {}", self.ty(x)),
             ));
         }
+        let mut new_axes = Vec::new();
+        let mut out_pos = 0;
+        for it in items {
+            match it {
+                _ if is_new(it) => {
+                    new_axes.push(out_pos);
+                    out_pos += 1;
+                }
+                IndexItem::Slice { .. } => out_pos += 1,
+                IndexItem::Single(_) => {}
+            }
+        }
         let mut squeeze = Vec::new();
-        for (axis, item) in items.iter().enumerate() {
+        for (axis, item) in items.iter().filter(|it| !is_new(it)).enumerate() {
             let n = self.ty(x).shape[axis];
             match item {
                 IndexItem::Single(e) => {
@@ -891,6 +910,10 @@ impl Lower<'_> {
         }
         if !squeeze.is_empty() {
             let r = cshape::squeeze(self.b(), x, &squeeze);
+            x = self.ir(r, span)?;
+        }
+        if !new_axes.is_empty() {
+            let r = cshape::expand_dims(self.b(), x, &new_axes);
             x = self.ir(r, span)?;
         }
         Ok(Val::T(self.tv(x)))

@@ -157,6 +157,16 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("while", &["cond", "body", "init", "remat"]),
 ];
 
+/// Named constants: numbers known while compiling, typed by their context
+/// like a float literal (`pi * x` for an f32 `x` is f32). A local or a def
+/// of the same name shadows them.
+pub const CONSTANTS: &[(&str, f64)] = &[("pi", std::f64::consts::PI), ("inf", f64::INFINITY), ("nan", f64::NAN)];
+
+/// The value of the named constant `name`, if it is one.
+pub fn constant(name: &str) -> Option<f64> {
+    CONSTANTS.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
+}
+
 pub fn is_builtin(name: &str) -> bool {
     BUILTINS.iter().any(|(n, _)| *n == name)
 }

@@ -192,11 +192,24 @@ impl Parser<'_> {
                 Tok::Dot => {
                     self.enter()?;
                     let dot = self.bump().span;
+                    if matches!(self.tok(), Tok::Ident(id) if id.as_str() == "T") {
+                        // `x.T`: the reversed axes, `transpose(x)` (NumPy's `.T`).
+                        let t_span = self.bump().span;
+                        let b = std::mem::replace(&mut e, placeholder());
+                        let span = join(&b.span, &t_span);
+                        let func = Expr {
+                            kind: ExprKind::Var(crate::ast::Ident { name: "transpose".into(), span: t_span.clone() }),
+                            span: t_span,
+                        };
+                        let arg = crate::ast::Arg { name: None, span: b.span.clone(), value: b };
+                        e = Expr { kind: ExprKind::Call { func: Box::new(func), args: vec![arg] }, span };
+                        continue;
+                    }
                     let Tok::Int(n) = *self.tok() else {
-                        let mut d = self.unexpected("a tuple index after `.`, e.g. `t.0`");
+                        let mut d = self.unexpected("a tuple index after `.`, e.g. `t.0`, or `.T`");
                         if matches!(self.tok(), Tok::Ident(_)) {
                             d = d.with_note(
-                                "note: graft has no methods or named fields; call functions instead: `sum(x)`",
+                                "note: graft has no methods or named fields (only `x.T`); call functions instead: `sum(x)`",
                             );
                         }
                         return Err(d.with_secondary(dot, "after this `.`"));

@@ -536,3 +536,27 @@ fn shape_builtins_reject_what_numpy_rejects() {
     let (msg, _, _) = error("def main() = repeat([1, 2], 2, axis=1)\n");
     assert!(msg.contains("`repeat`"), "{msg}");
 }
+
+#[test]
+fn dot_t_newaxis_and_named_constants() {
+    let out = leaves(
+        "def main() {\n\
+           let m = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]\n\
+           (m.T, m[:, none], m[none, 1, none], m[1:, none, 0:2], pi, inf, nan, cast(pi, f64))\n\
+         }\n",
+    );
+    assert_eq!((out[0].shape(), out[0].to_f64_vec()), (&[3usize, 2][..], vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+    assert_eq!((out[1].shape(), out[1].to_f64_vec()), (&[2usize, 1, 3][..], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+    assert_eq!((out[2].shape(), out[2].to_f64_vec()), (&[1usize, 1, 3][..], vec![4.0, 5.0, 6.0]));
+    assert_eq!((out[3].shape(), out[3].to_f64_vec()), (&[1usize, 1, 2][..], vec![4.0, 5.0]));
+    assert_eq!(out[4].to_f64_vec(), [std::f32::consts::PI as f64]);
+    assert_eq!(out[5].to_f64_vec(), [f64::INFINITY]);
+    assert!(out[6].to_f64_vec()[0].is_nan());
+    assert_eq!((out[7].dtype(), out[7].to_f64_vec()), (DType::F64, vec![std::f64::consts::PI]));
+    // A local shadows a constant; `none` still counts only as an index.
+    let out = leaves("def main() {\n  let pi = 3\n  (pi, [1, 2][none, :])\n}\n");
+    assert_eq!((out[0].dtype(), out[0].to_f64_vec()), (DType::I32, vec![3.0]));
+    assert_eq!(out[1].shape(), &[1usize, 2]);
+    let (msg, _, _) = error("def main() = [1.0, 2.0][none, 0, 1]\n");
+    assert!(msg.contains("too many indices: 2 given for a value of type f32[2]"), "{msg}");
+}
