@@ -40,3 +40,18 @@ pub fn normal(key: &Tr, shape: &[usize], dtype: DType) -> Tr {
 pub fn bernoulli(key: &Tr, p: f64, shape: &[usize]) -> Tr {
     key.lift(|b, k| random::bernoulli(b, k, p, shape))
 }
+
+/// Integers uniform in `[lo, hi)` (i32 or i64; see
+/// `graft_core::composite::random::randint` for the modulo's small bias).
+pub fn randint(key: &Tr, shape: &[usize], lo: i64, hi: i64, dtype: DType) -> Tr {
+    key.lift(|b, k| random::randint(b, k, shape, lo, hi, dtype))
+}
+
+/// One i32 index per row of `logits` along `axis` (negative counts from
+/// the end), drawn with probabilities `softmax(logits)`.
+pub fn categorical(key: &Tr, logits: &Tr, axis: isize) -> Tr {
+    key.lift2(logits, |b, k, l| {
+        let axis = crate::trace::Axes::resolve_axis("random.categorical", axis, b.ty(l)?.rank())?;
+        random::categorical(b, k, l, axis, DType::I32)
+    })
+}

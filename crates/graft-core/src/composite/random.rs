@@ -1,6 +1,7 @@
 //! Random-number composites over the counter-based primitives
 //! (`random_split`, `random_uniform`): key creation from a seed, splitting,
-//! uniform draws in `[lo, hi)`, standard normals (Box–Muller), Bernoulli.
+//! uniform draws in `[lo, hi)`, standard normals (Box–Muller), Bernoulli,
+//! integers in `[lo, hi)` and categorical draws (the Gumbel-max trick).
 //!
 //! Keys are `i32[2]` tensors (two u32 words as bit patterns), as the
 //! primitives expect. Randomness is explicit and functional like JAX: the
@@ -147,4 +148,68 @@ pub fn bernoulli(b: &mut Builder, key: Value, p: f64, shape: &[usize]) -> Result
     let u = b.random_uniform(key, shape, DType::F64)?;
     let pv = b.scalar(p, DType::F64)?;
     broadcast::compare(b, Compare::Lt, u, pv)
+}
+
+/// Integers uniform in `[lo, hi)` (`jax.random.randint`'s range; not its
+/// bit stream): each element is `lo + (u mod (hi - lo))` for 32 uniform
+/// random bits `u`, computed in i64. For a span `s` the modulo favours
+/// the first `2^32 mod s` values by at most `s / 2^32` relative (none for
+/// a power of two). `dtype` is i32 or i64; requires `lo < hi`, both in its
+/// range, and `hi - lo <= 2^32`.
+pub fn randint(b: &mut Builder, key: Value, shape: &[usize], lo: i64, hi: i64, dtype: DType) -> Result<Value, IrError> {
+    check_key(b, "random.randint", key)?;
+    if !matches!(dtype, DType::I32 | DType::I64) {
+        return Err(IrError::invalid("random.randint", format!("dtype must be i32 or i64, got {dtype}")));
+    }
+    let (min, max) = if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
+    let span = (hi as i128) - (lo as i128);
+    if span <= 0 || span > 1i128 << 32 || lo < min || hi - 1 > max {
+        return Err(IrError::invalid(
+            "random.randint",
+            format!("need lo < hi within {dtype} and hi - lo <= 2^32, got lo={lo}, hi={hi}"),
+        ));
+    }
+    let bits = b.random_bits(key, shape)?;
+    let wide = b.convert(bits, DType::I64)?;
+    // The bit pattern as an unsigned 32-bit number.
+    let mask = b.scalar(4294967295.0, DType::I64)?;
+    let u = broadcast::binary(b, Binary::And, wide, mask)?;
+    let s = b.scalar(span as f64, DType::I64)?;
+    let r = broadcast::binary(b, Binary::Rem, u, s)?;
+    let lo_v = b.scalar(lo as f64, DType::I64)?;
+    let y = broadcast::binary(b, Binary::Add, r, lo_v)?;
+    if dtype == DType::I64 {
+        Ok(y)
+    } else {
+        b.convert(y, DType::I32)
+    }
+}
+
+/// One draw per row of `logits` (unnormalised log-probabilities) along
+/// `axis`, as indices (`jax.random.categorical`'s distribution): the
+/// Gumbel-max trick, `argmax(logits + g)` with `g = -log(-log(u))` for `u`
+/// uniform in `[tiny, 1)` (the smallest normal float up, so `g` is finite).
+/// A `-inf` logit is never drawn. The result has `logits`' shape without
+/// `axis`.
+pub fn categorical(
+    b: &mut Builder,
+    key: Value,
+    logits: Value,
+    axis: usize,
+    index_dtype: DType,
+) -> Result<Value, IrError> {
+    check_key(b, "random.categorical", key)?;
+    let t = b.ty(logits)?.clone();
+    check_float("random.categorical", t.dtype)?;
+    if axis >= t.rank() {
+        return Err(IrError::invalid("random.categorical", format!("axis {axis} is out of range for {t}")));
+    }
+    let tiny = if t.dtype == DType::F32 { f32::MIN_POSITIVE as f64 } else { f64::MIN_POSITIVE };
+    let u = uniform(b, key, &t.shape, t.dtype, tiny, 1.0)?;
+    let l1 = b.log(u)?;
+    let n1 = b.neg(l1)?;
+    let l2 = b.log(n1)?;
+    let g = b.neg(l2)?;
+    let z = b.add(logits, g)?;
+    super::reduce::argmax(b, z, axis, false, index_dtype)
 }

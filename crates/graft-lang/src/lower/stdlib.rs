@@ -150,6 +150,8 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("uniform", &["key", "shape", "lo", "hi", "dtype"]),
     ("normal", &["key", "shape", "dtype"]),
     ("bernoulli", &["key", "p", "shape"]),
+    ("randint", &["key", "shape", "lo", "hi", "dtype"]),
+    ("categorical", &["key", "logits", "axis"]),
     // control flow
     ("tabulate", &["n", "f"]),
     ("scan", &["f", "init", "xs", "remat"]),
@@ -1479,6 +1481,19 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
             let p = a.num(l, "p", Some(0.5))?;
             let s = a.ushape(l, "shape")?;
             ir!(c::random::bernoulli(l.b(), k, p, &s))
+        }
+        "randint" => {
+            let k = a.t(l, "key", false)?;
+            let s = a.ushape(l, "shape")?;
+            let (lo, hi) = (a.int(l, "lo", None)?, a.int(l, "hi", None)?);
+            let dt = a.dtype(l, "dtype", DType::I32)?;
+            ir!(c::random::randint(l.b(), k, &s, lo, hi, dt))
+        }
+        "categorical" => {
+            let k = a.t(l, "key", false)?;
+            let logits = a.t(l, "logits", true)?;
+            let axis = one_axis(l, name, logits, a.opt("axis"), true, span)?;
+            ir!(c::random::categorical(l.b(), k, logits, axis, DType::I32))
         }
         "scan" => {
             let (f, i, x) = (a.req(l, "f")?.clone(), a.req(l, "init")?.clone(), a.req(l, "xs")?.clone());

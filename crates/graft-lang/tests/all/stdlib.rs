@@ -560,3 +560,48 @@ fn dot_t_newaxis_and_named_constants() {
     let (msg, _, _) = error("def main() = [1.0, 2.0][none, 0, 1]\n");
     assert!(msg.contains("too many indices: 2 given for a value of type f32[2]"), "{msg}");
 }
+
+#[test]
+fn randint_and_categorical_draw_their_distributions() {
+    let out = leaves(
+        "def main() {\n\
+           let r = randint(key(7), (40000,), -3, 5)\n\
+           let c = categorical(key(8), log([[0.5, 0.25, 0.125, 0.125]]) + zeros((40000, 4)))\n\
+           (r, c, categorical(key(9), [[0.0, -inf], [-inf, 0.0]] + zeros((500, 2, 2)), axis=2), randint(key(7), (40000,), -3, 5, dtype=i64))\n\
+         }\n",
+    );
+    // randint: every value of [-3, 5) about equally often, nothing outside.
+    let r = out[0].to_f64_vec();
+    assert_eq!(out[0].dtype(), DType::I32);
+    let mut counts = [0usize; 8];
+    for v in &r {
+        assert!((-3.0..5.0).contains(v), "{v}");
+        counts[(*v + 3.0) as usize] += 1;
+    }
+    for c in counts {
+        assert!((c as f64 - 5000.0).abs() < 300.0, "{counts:?}");
+    }
+    // The same bits give the same numbers in i64.
+    assert_eq!(out[3].dtype(), DType::I64);
+    assert_eq!(out[3].to_f64_vec(), r);
+    // categorical: frequencies match softmax(logits) within 5 standard errors.
+    let c = out[1].to_f64_vec();
+    assert_eq!(out[1].shape(), &[40000usize]);
+    for (k, p) in [0.5, 0.25, 0.125, 0.125].iter().enumerate() {
+        let f = c.iter().filter(|&&v| v == k as f64).count() as f64 / c.len() as f64;
+        assert!((f - p).abs() < 5.0 * (p * (1.0 - p) / 40000.0f64).sqrt(), "class {k}: {f} vs {p}");
+    }
+    // A -inf logit is never drawn.
+    assert_eq!(out[2].shape(), &[500usize, 2]);
+    assert!(out[2].to_f64_vec().chunks(2).all(|p| p == [0.0, 1.0]));
+    for (src, want) in [
+        ("def main() = randint(key(0), (3,), 5, 5)\n", "need lo < hi"),
+        ("def main() = randint(key(0), (3,), 0, 4294967297, dtype=i64)\n", "hi - lo <= 2^32"),
+        ("def main() = randint(key(0), (3,), 0, 3000000000)\n", "within i32"),
+        ("def main() = randint(key(0), (3,), 0, 3, dtype=f32)\n", "dtype must be i32 or i64"),
+        ("def main() = categorical(key(0), [1.0, 2.0], axis=1)\n", "axis"),
+    ] {
+        let (msg, _, _) = error(src);
+        assert!(msg.contains(want), "{src}: {msg}");
+    }
+}

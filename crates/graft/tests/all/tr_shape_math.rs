@@ -170,7 +170,11 @@ fn random_api() {
         let b = random::normal(&ks[1], &[1000], DType::F32);
         let c = random::bernoulli(&ks[0], 0.25, &[1000]);
         let arr = random::split_array(&k, 2);
-        vec![k, a, b, c, arr]
+        let r = random::randint(&ks[1], &[1000], 10, 13, DType::I64);
+        let logits =
+            x.constant(Tensor::from_vec(vec![2, 3], vec![0.0f32, f32::NEG_INFINITY, 0.0, -1e9, 5.0, -1e9]).unwrap());
+        let cat = random::categorical(&ks[0], &logits, -1);
+        vec![k, a, b, c, arr, r, cat]
     });
     let out = f.call(&[&ctx]).unwrap();
     assert_eq!(out[0].to_vec::<i32>().unwrap(), vec![0, 42]);
@@ -183,6 +187,11 @@ fn random_api() {
     let frac = out[3].to_vec::<bool>().unwrap().iter().filter(|&&b| b).count() as f64 / 1000.0;
     assert!((frac - 0.25).abs() < 0.05, "{frac}");
     assert_eq!(out[4].shape(), &[2, 2]);
+    let r = out[5].to_vec::<i64>().unwrap();
+    assert!(r.iter().all(|v| (10..13).contains(v)) && (10..13).all(|k| r.contains(&k)), "{r:?}");
+    let cat = out[6].to_vec::<i32>().unwrap();
+    assert!(cat[0] == 0 || cat[0] == 2, "{cat:?}");
+    assert_eq!(cat[1], 1);
     // Traced seed: key_from gives the same key as the constant.
     let g = jit("kf", random::key_from);
     assert_eq!(g.call(&[&Tensor::scalar(42i64)]).unwrap()[0].to_vec::<i32>().unwrap(), vec![0, 42]);
