@@ -139,9 +139,13 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("ones_like", &["x"]),
     // neural networks
     ("conv2d", &["x", "w", "bias", "stride", "padding"]),
-    ("max_pool2d", &["x", "k", "stride"]),
-    ("avg_pool2d", &["x", "k", "stride"]),
+    ("conv_transpose2d", &["x", "w", "bias", "stride", "padding", "output_padding"]),
+    ("max_pool2d", &["x", "k", "stride", "padding"]),
+    ("avg_pool2d", &["x", "k", "stride", "padding"]),
     ("layer_norm", &["x", "gamma", "beta", "eps"]),
+    ("batch_norm", &["x", "gamma", "beta", "eps"]),
+    ("group_norm", &["x", "num_groups", "gamma", "beta", "eps"]),
+    ("dropout", &["key", "x", "rate", "training"]),
     ("cross_entropy", &["logits", "labels"]),
     ("mse", &["pred", "target"]),
     // random numbers from explicit keys
@@ -195,6 +199,9 @@ fn none_is_default(name: &str, p: &str) -> bool {
                 | ("split", "n")
                 | ("conv2d", "bias")
                 | ("layer_norm", "beta")
+                | ("conv_transpose2d", "bias")
+                | ("batch_norm", "gamma" | "beta")
+                | ("group_norm", "gamma" | "beta")
                 | (_, "remat")
                 | ("pinv", "rtol")
                 | ("lstsq", "rcond")
@@ -1412,7 +1419,7 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
         "max_pool2d" | "avg_pool2d" => {
             let x = a.t(l, "x", true)?;
             let k = a.int_min(l, "k", None, 1)? as usize;
-            let mut opts = PoolOpts::new();
+            let mut opts = PoolOpts::new().padding(a.int_min(l, "padding", Some(0), 0)? as usize);
             if a.opt("stride").is_some() {
                 opts = opts.stride(a.int_min(l, "stride", None, 1)? as usize);
             }
@@ -1422,6 +1429,43 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
             } else {
                 ir!(c::pool::avg_pool2d(l.b(), x, &kd, &opts))
             }
+        }
+        "conv_transpose2d" => {
+            let (x, w, bias) = a.float_operands(l, ["x", "w"], "bias")?;
+            let st = a.int_min(l, "stride", Some(1), 1)? as usize;
+            let pd = a.int_min(l, "padding", Some(0), 0)? as usize;
+            let op = a.int_min(l, "output_padding", Some(0), 0)? as usize;
+            let opts = c::conv::ConvTransposeOpts::new().stride(st).padding(pd).output_padding(op);
+            ir!(c::conv::conv_transpose2d(l.b(), x, w, bias, &opts))
+        }
+        "batch_norm" | "group_norm" => {
+            let x = a.t(l, "x", true)?;
+            let dt = l.ty(x).dtype;
+            let mut affine = |p: &str| -> Result<Option<Value>, Diagnostic> {
+                match a.opt(p).cloned() {
+                    None => Ok(None),
+                    Some(v) => Ok(Some(l.tensor_as(&v.val, dt, &v.span)?)),
+                }
+            };
+            let (g, beta) = (affine("gamma")?, affine("beta")?);
+            let eps = a.num(l, "eps", Some(1e-5))?;
+            if name == "group_norm" {
+                let groups = a.int_min(l, "num_groups", None, 1)? as usize;
+                ir!(c::norm::group_norm(l.b(), x, groups, g, beta, eps))
+            } else {
+                l.set_span(span);
+                let r = c::norm::batch_norm(l.b(), x, g, beta, None, eps);
+                let (y, mean, var) = r.map_err(|e| l.ir_err(e, span))?;
+                let vals = [y, mean, var].iter().map(|&v| Val::T(l.tv(v))).collect();
+                return Ok(Val::tuple(vals));
+            }
+        }
+        "dropout" => {
+            let k = a.t(l, "key", false)?;
+            let x = a.t(l, "x", true)?;
+            let rate = a.num(l, "rate", None)?;
+            let training = a.flag_or(l, "training", true)?;
+            ir!(c::dropout::dropout(l.b(), k, x, rate, training))
         }
         "layer_norm" => {
             let (x, g, beta) = a.float_operands(l, ["x", "gamma"], "beta")?;

@@ -605,3 +605,53 @@ fn randint_and_categorical_draw_their_distributions() {
         assert!(msg.contains(want), "{src}: {msg}");
     }
 }
+
+#[test]
+fn network_builtins_match_pytorch_semantics() {
+    let out = leaves(
+        "def main() {\n\
+           let x = reshape(arange(0.0, 16.0), (1, 1, 4, 4))\n\
+           let (y, m, v) = batch_norm(reshape(arange(0.0, 8.0), (2, 2, 2)), gamma=[1.0, 2.0], beta=[0.0, 1.0])\n\
+           (max_pool2d(x, 2, stride=2, padding=1), avg_pool2d(x, 3, stride=1, padding=1), y, m, v,\n\
+            group_norm(reshape(arange(0.0, 8.0), (1, 4, 2)), 2, gamma=[1.0, 1.0, 2.0, 2.0]),\n\
+            conv_transpose2d([[[[1.0, 2.0], [3.0, 4.0]]]], [[[[1.0, 10.0], [100.0, 1000.0]]]], stride=2),\n\
+            dropout(key(0), ones(10000), 0.25), dropout(key(0), ones(3), 0.25, training=false))\n\
+         }\n",
+    );
+    let v = |t: &Tensor| t.to_f64_vec();
+    // Max pooling: padding never wins.
+    assert_eq!(v(&out[0]), [0.0, 2.0, 3.0, 8.0, 10.0, 11.0, 12.0, 14.0, 15.0]);
+    // Average pooling counts the padding as zeros in the divisor k^2.
+    let avg = v(&out[1]);
+    assert_eq!(out[1].shape(), &[1usize, 1, 4, 4]);
+    assert!((avg[0] - 10.0 / 9.0).abs() < 1e-6 && (avg[5] - 45.0 / 9.0).abs() < 1e-6, "{avg:?}");
+    // Batch norm: per channel over (N, positions), biased variance, then the affine.
+    assert_eq!((v(&out[3]), v(&out[4])), (vec![2.5, 4.5], vec![4.25, 4.25]));
+    let y = v(&out[2]);
+    let want = |x: f64, c: usize| (x - [2.5, 4.5][c]) / (4.25f64 + 1e-5).sqrt() * [1.0, 2.0][c] + [0.0, 1.0][c];
+    for (i, got) in y.iter().enumerate() {
+        let (c, x) = ((i / 2) % 2, i as f64);
+        assert!((got - want(x, c)).abs() < 1e-5, "{i}: {got} vs {}", want(x, c));
+    }
+    // Group norm: groups of two channels, per-channel gamma.
+    let g = v(&out[5]);
+    let z = |x: f64, mean: f64| (x - mean) / (1.25f64 + 1e-5).sqrt();
+    let want: Vec<f64> =
+        (0..8).map(|i| z(i as f64, if i < 4 { 1.5 } else { 5.5 }) * if i < 4 { 1.0 } else { 2.0 }).collect();
+    for (a, b) in g.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-5, "{g:?} vs {want:?}");
+    }
+    // Transposed convolution with stride 2: each input pixel stamps the kernel.
+    assert_eq!(out[6].shape(), &[1usize, 1, 4, 4]);
+    assert_eq!(
+        v(&out[6]),
+        [1.0, 10.0, 2.0, 20.0, 100.0, 1000.0, 200.0, 2000.0, 3.0, 30.0, 4.0, 40.0, 300.0, 3000.0, 400.0, 4000.0]
+    );
+    // Dropout keeps about 75%, scaled by 4/3; evaluation is the identity.
+    let d = v(&out[7]);
+    let kept = d.iter().filter(|&&x| x != 0.0).count() as f64 / d.len() as f64;
+    assert!((kept - 0.75).abs() < 0.02 && d.iter().all(|&x| x == 0.0 || (x - 4.0 / 3.0).abs() < 1e-6), "{kept}");
+    assert_eq!(v(&out[8]), [1.0, 1.0, 1.0]);
+    let (msg, _, _) = error("def main() = group_norm(ones((1, 3, 2)), 2)\n");
+    assert!(msg.contains("num_groups = 2 must divide the 3 channels"), "{msg}");
+}
