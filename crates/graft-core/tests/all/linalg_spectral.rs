@@ -19,41 +19,7 @@ use graft_core::composite::spectral::{self as sp, MatrixOrd};
 use graft_core::ops::decomp::{Eigh, Qr, Svd};
 use graft_core::{Builder, DType, Func, IrError, Op, Tensor, TensorType, Value};
 
-fn ty(dtype: DType, shape: &[usize]) -> TensorType {
-    TensorType::new(dtype, shape.to_vec())
-}
-
-fn f64t(shape: &[usize]) -> TensorType {
-    ty(DType::F64, shape)
-}
-
-fn func(types: &[TensorType], body: impl FnOnce(&mut Builder, &[Value]) -> Result<Vec<Value>, IrError>) -> Func {
-    let mut b = Builder::new("f");
-    let ps: Vec<Value> = types.iter().map(|t| b.param(t.clone())).collect();
-    let outs = body(&mut b, &ps).unwrap();
-    b.finish(&outs).unwrap()
-}
-
-fn tensor(dtype: DType, shape: &[usize], v: &[f64]) -> Tensor {
-    Tensor::from_fn(&ty(dtype, shape), |i| v[i])
-}
-
-/// Row-major `[n, m] x [m, k]`.
-fn mm(a: &[f64], b: &[f64], n: usize, m: usize, k: usize) -> Vec<f64> {
-    let mut o = vec![0.0; n * k];
-    for i in 0..n {
-        for p in 0..m {
-            for j in 0..k {
-                o[i * k + j] += a[i * m + p] * b[p * k + j];
-            }
-        }
-    }
-    o
-}
-
-fn tr(a: &[f64], n: usize, m: usize) -> Vec<f64> {
-    (0..m * n).map(|idx| a[(idx % n) * m + idx / n]).collect()
-}
+use crate::common::matrix::{f64t, func, mm, tensor, tr, ty};
 
 fn eye(n: usize) -> Vec<f64> {
     (0..n * n).map(|k| if k % (n + 1) == 0 { 1.0 } else { 0.0 }).collect()

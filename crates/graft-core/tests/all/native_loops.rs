@@ -123,15 +123,7 @@ fn gradient_through_the_loop_runs_compiled_and_bitwise() {
     }
     // sum(final state) differentiated in x: a forward scan saving residuals
     // and a reverse scan over the transposed body (pads, slices, adds).
-    let n = 64;
-    let f = ode(n, 5);
-    let mut b = Builder::new("loss");
-    let x = b.param(t64(&[n]));
-    let y0 = b.param(t64(&[n]));
-    let y = b.call(Arc::new(f), &[x, y0]).unwrap()[0];
-    let l = b.reduce_sum(y, &[0]).unwrap();
-    let loss = b.finish(&[l]).unwrap();
-    let g = grad(&loss, &Wrt::Positions(vec![0])).unwrap();
+    let g = ode_gradient(64, 5, Remat::Off);
     let ins: Vec<Tensor> =
         g.params.iter().map(|&p| Tensor::from_fn(g.ty(p), |i| 0.01 * (i % 13) as f64 - 0.05)).collect();
     assert!(compare(&g, &ins) >= 2, "the forward and the reverse loop should both run compiled");

@@ -7,24 +7,8 @@
 //! diagnostics naming the builtin.
 
 use graft_core::Tensor;
-use graft_lang::{diag, Output};
 
-use crate::common::{module, run};
-
-fn leaves(o: &Output) -> Vec<Vec<f64>> {
-    o.leaves().iter().map(|t| t.to_f64_vec()).collect()
-}
-
-fn close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: {got:?} vs {want:?}");
-    for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}: got {got:?}, want {want:?}");
-    }
-}
-
-fn f64s(shape: &[usize], v: &[f64]) -> Tensor {
-    Tensor::from_vec(shape.to_vec(), v.to_vec()).unwrap()
-}
+use crate::common::{check_error as error, close, f64s, leaf_values as leaves, module, run};
 
 #[test]
 fn builtins_compute_what_their_references_do() {
@@ -186,14 +170,6 @@ fn a_matrix_that_is_not_positive_definite_gives_nan() {
     let m = module("def f(a: tensor[2, 2, f64]) -> tensor[2, 2, f64] = cholesky(a)\n");
     let o = leaves(&run(&m, "f", &[f64s(&[2, 2], &[1.0, 2.0, 2.0, 1.0])]));
     assert!(o[0].iter().all(|v| v.is_nan()), "{o:?}");
-}
-
-fn error(src: &str) -> (String, (u32, u32)) {
-    let m = module(src);
-    match m.check() {
-        Ok(()) => panic!("expected an error for:\n{src}"),
-        Err(ds) => (ds[0].message.clone(), diag::line_col(src, ds[0].span.start)),
-    }
 }
 
 #[test]

@@ -4,25 +4,7 @@
 //! cases, tuple results and options, derivatives through the language
 //! against central differences, vmap, and located diagnostics.
 
-use graft_core::Tensor;
-use graft_lang::{diag, Output};
-
-use crate::common::{module, run};
-
-fn leaves(o: &Output) -> Vec<Vec<f64>> {
-    o.leaves().iter().map(|t| t.to_f64_vec()).collect()
-}
-
-fn close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: {got:?} vs {want:?}");
-    for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}: got {got:?}, want {want:?}");
-    }
-}
-
-fn f64s(shape: &[usize], v: &[f64]) -> Tensor {
-    Tensor::from_vec(shape.to_vec(), v.to_vec()).unwrap()
-}
+use crate::common::{check_error as error, close, f64s, leaf_values as leaves, module, run};
 
 /// Row-major `[n, k] x [k, p]`.
 fn mm(x: &[f64], y: &[f64], n: usize, k: usize, p: usize) -> Vec<f64> {
@@ -160,14 +142,6 @@ fn options_reach_the_core() {
     assert_eq!(o[6], vec![1.0]);
     close("cond -2", &o[7], &[1e-3], 1e-15);
     close("-inf", &o[8], &[1e-3], 1e-15);
-}
-
-fn error(src: &str) -> (String, (u32, u32)) {
-    let m = module(src);
-    match m.check() {
-        Ok(()) => panic!("expected an error for:\n{src}"),
-        Err(ds) => (ds[0].message.clone(), diag::line_col(src, ds[0].span.start)),
-    }
 }
 
 #[test]

@@ -250,13 +250,7 @@ fn view_kernel(func: &Func, view: &View, out: Value) -> Option<(Kernel, Vec<Valu
         None => body.push(Inst::Lit(Lit { dtype: ot.dtype, bits: 0 })),
     }
     for p in &view.pieces {
-        let window = super::ir::Window {
-            dims: view.dims.clone(),
-            lo: p.lo.clone(),
-            size: p.size.clone(),
-            strides: p.strides.clone(),
-            offset: p.offset,
-        };
+        let window = p.window(&view.dims);
         let fill = body.len() as u32 - 1;
         body.push(Inst::Window { arg: args.len() as u32, window, fill });
         args.push(rd(p.src));
@@ -290,6 +284,19 @@ struct Piece {
     size: Vec<usize>,
     strides: Vec<isize>,
     offset: isize,
+}
+
+impl Piece {
+    /// This piece as a window load's box over a view of shape `dims`.
+    fn window(&self, dims: &[usize]) -> super::ir::Window {
+        super::ir::Window {
+            dims: dims.to_vec(),
+            lo: self.lo.clone(),
+            size: self.size.clone(),
+            strides: self.strides.clone(),
+            offset: self.offset,
+        }
+    }
 }
 
 impl View {
@@ -710,13 +717,7 @@ fn forward_arg(func: &Func, k: &Kernel, binds: &[Value], j: usize, view: &View) 
             }
             for p in &view.pieces {
                 let arg = arg_of(p.src, &mut args, &mut binds);
-                let window = super::ir::Window {
-                    dims: view.dims.clone(),
-                    lo: p.lo.clone(),
-                    size: p.size.clone(),
-                    strides: p.strides.clone(),
-                    offset: p.offset,
-                };
+                let window = p.window(&view.dims);
                 replacement.push(Inst::Window { arg, window, fill: (replacement.len() - 1) as Reg });
             }
         }

@@ -6,6 +6,7 @@
 use graft_core::ad::{jvp_func, vjp_func, Wrt};
 use graft_core::{Executable, Func, Tensor, TensorType};
 
+pub mod matrix;
 pub mod native;
 pub mod vmap;
 
