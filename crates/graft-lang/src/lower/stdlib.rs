@@ -146,6 +146,8 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("batch_norm", &["x", "gamma", "beta", "eps"]),
     ("group_norm", &["x", "num_groups", "gamma", "beta", "eps"]),
     ("dropout", &["key", "x", "rate", "training"]),
+    ("attention", &["q", "k", "v", "causal", "mask", "scale"]),
+    ("multi_head_attention", &["q", "k", "v", "wq", "wk", "wv", "wo", "heads", "causal", "mask"]),
     ("cross_entropy", &["logits", "labels"]),
     ("mse", &["pred", "target"]),
     // random numbers from explicit keys
@@ -200,6 +202,8 @@ fn none_is_default(name: &str, p: &str) -> bool {
                 | ("conv2d", "bias")
                 | ("layer_norm", "beta")
                 | ("conv_transpose2d", "bias")
+                | ("attention" | "multi_head_attention", "mask")
+                | ("attention", "scale")
                 | ("batch_norm", "gamma" | "beta")
                 | ("group_norm", "gamma" | "beta")
                 | (_, "remat")
@@ -1458,6 +1462,40 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 let (y, mean, var) = r.map_err(|e| l.ir_err(e, span))?;
                 let vals = [y, mean, var].iter().map(|&v| Val::T(l.tv(v))).collect();
                 return Ok(Val::tuple(vals));
+            }
+        }
+        "attention" | "multi_head_attention" => {
+            let q = a.t(l, "q", true)?;
+            let dt = l.ty(q).dtype;
+            let float = |l: &mut Lower<'_>, p: &str| -> Result<Value, Diagnostic> {
+                let v = a.req(l, p)?.clone();
+                l.tensor_as(&v.val, dt, &v.span)
+            };
+            let (k, v) = (float(l, "k")?, float(l, "v")?);
+            let causal = a.flag(l, "causal")?;
+            let mask = match a.opt("mask").cloned() {
+                None => None,
+                // A bool mask stays bool (may attend); a number is added to the scores.
+                Some(m)
+                    if matches!(
+                        m.val,
+                        Val::T(_) | Val::Const(Const::Bool(_)) | Val::Array { kind: ArrKind::Bool, .. }
+                    ) =>
+                {
+                    Some(l.tensor(&m.val, &m.span)?)
+                }
+                Some(m) => Some(l.tensor_as(&m.val, dt, &m.span)?),
+            };
+            if name == "attention" {
+                let scale = match a.opt("scale") {
+                    None => None,
+                    Some(_) => Some(a.num(l, "scale", None)?),
+                };
+                ir!(c::attention::scaled_dot_product_attention(l.b(), q, k, v, causal, mask, scale))
+            } else {
+                let (wq, wk, wv, wo) = (float(l, "wq")?, float(l, "wk")?, float(l, "wv")?, float(l, "wo")?);
+                let heads = a.int_min(l, "heads", None, 1)? as usize;
+                ir!(c::attention::multi_head_attention(l.b(), q, k, v, wq, wk, wv, wo, heads, causal, mask))
             }
         }
         "dropout" => {

@@ -655,3 +655,41 @@ fn network_builtins_match_pytorch_semantics() {
     let (msg, _, _) = error("def main() = group_norm(ones((1, 3, 2)), 2)\n");
     assert!(msg.contains("num_groups = 2 must divide the 3 channels"), "{msg}");
 }
+
+#[test]
+fn attention_builtins_match_a_hand_softmax() {
+    let out = leaves(
+        "def main() {\n\
+           let q = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]\n\
+           let v = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]\n\
+           let x = reshape(arange(0.0, 12.0) / 12.0, (1, 3, 4))\n\
+           (attention(q, q, v), attention(q, q, v, causal=true), attention(q, q, v, mask=[true, false, true], scale=1.0),\n\
+            multi_head_attention(x, x, x, eye(4), eye(4), eye(4), eye(4), heads=1), attention(x, x, x))\n\
+         }\n",
+    );
+    let q = [[1.0f64, 0.0], [0.0, 1.0], [1.0, 1.0]];
+    let v = [[1.0f64, 2.0], [3.0, 4.0], [5.0, 6.0]];
+    let attend = |i: usize, allowed: &dyn Fn(usize) -> bool, scale: f64| -> [f64; 2] {
+        let s: Vec<f64> = (0..3)
+            .map(|j| if allowed(j) { (q[i][0] * q[j][0] + q[i][1] * q[j][1]) * scale } else { f64::NEG_INFINITY })
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let z: f64 = w.iter().sum();
+        [0, 1].map(|c| (0..3).map(|j| w[j] / z * v[j][c]).sum())
+    };
+    let check = |got: &Tensor, want: Vec<f64>| {
+        for (g, w) in got.to_f64_vec().iter().zip(&want) {
+            assert!((g - w).abs() < 1e-5, "{:?} vs {want:?}", got.to_f64_vec());
+        }
+    };
+    let s = 1.0 / 2f64.sqrt();
+    check(&out[0], (0..3).flat_map(|i| attend(i, &|_| true, s)).collect());
+    check(&out[1], (0..3).flat_map(|i| attend(i, &|j| j <= i, s)).collect());
+    check(&out[2], (0..3).flat_map(|i| attend(i, &|j| j != 1, 1.0)).collect());
+    // One head with identity projections is plain attention.
+    assert_eq!(out[3].shape(), &[1usize, 3, 4]);
+    check(&out[3], out[4].to_f64_vec());
+    let (msg, _, _) = error("def main() = multi_head_attention(ones((1, 2, 4)), ones((1, 2, 4)), ones((1, 2, 4)), eye(4), eye(4), eye(4), eye(4), heads=3)\n");
+    assert!(msg.contains("multi_head_attention"), "{msg}");
+}
