@@ -155,6 +155,16 @@ fn amax<'a, T: Field>(xs: impl Iterator<Item = &'a T>) -> T {
 }
 
 /// The last two dims `(n, m)` of a `[..., n, m]` tensor.
+/// Copies the column-major `rows x cols` matrix `src` (faer's factor
+/// layout) into the row-major `dst` (graft's).
+fn to_row_major<T: Copy>(src: &[T], dst: &mut [T], rows: usize, cols: usize) {
+    for i in 0..rows {
+        for j in 0..cols {
+            dst[i * cols + j] = src[i + j * rows];
+        }
+    }
+}
+
 fn dims(t: &Tensor) -> (usize, usize) {
     let s = t.shape();
     let r = s.len();
@@ -452,11 +462,7 @@ fn eigh_one<T: Field>(a: &[T], w: &mut [T], v: &mut [T], n: usize) {
     let um = MatMut::from_column_major_slice_mut(&mut u, n, n);
     match evd::self_adjoint_evd(am, DiagMut::from_slice_mut(w), Some(um), par, stack, params) {
         Ok(()) => {
-            for i in 0..n {
-                for j in 0..n {
-                    v[i * n + j] = u[i + j * n];
-                }
-            }
+            to_row_major(&u, v, n, n);
             if let Some(s) = &scale {
                 s.undo(w);
             }
@@ -550,11 +556,7 @@ fn svd_one<T: Field>(
     let vm = MatMut::from_column_major_slice_mut(vh, n, vr);
     match fsvd::svd(am, DiagMut::from_slice_mut(s), Some(um), Some(vm), par, stack, params) {
         Ok(()) => {
-            for i in 0..m {
-                for j in 0..uc {
-                    u[i * uc + j] = uw[i + j * m];
-                }
-            }
+            to_row_major(&uw, u, m, uc);
             if let Some(sc) = &scale {
                 sc.undo(s);
             }
