@@ -330,7 +330,9 @@ fn is_scalar_constant(func: &Func, eqn: &Eqn) -> bool {
 /// materialise it anyway) and when it is returned. Results are unchanged:
 /// every copy computes the same elements. `None` when nothing changes.
 pub(crate) fn unshare_splats(func: &Func) -> Option<Func> {
-    let splat: Vec<bool> = func.eqns.iter().map(|e| matches!(classify(func, e), Kind::Splat(_))).collect();
+    let kinds: Vec<Kind> = func.eqns.iter().map(|e| classify(func, e)).collect();
+    let splat: Vec<bool> = kinds.iter().map(|k| matches!(k, Kind::Splat(_))).collect();
+    let elementwise: Vec<bool> = kinds.iter().map(|k| matches!(k, Kind::Elementwise(_))).collect();
     // Splat values with at least two reading equations, and whether one of
     // them (or the function's result) needs the original.
     let mut n_readers = vec![0usize; func.n_values()];
@@ -344,14 +346,13 @@ pub(crate) fn unshare_splats(func: &Func) -> Option<Func> {
             producer[e.outputs[0].index()] = Some(i);
         }
     }
-    for e in &func.eqns {
-        let elementwise = matches!(classify(func, e), Kind::Elementwise(_));
+    for (i, e) in func.eqns.iter().enumerate() {
         let mut seen: Vec<Value> = Vec::new();
         for &v in &e.inputs {
             if producer[v.index()].is_some() && !seen.contains(&v) {
                 seen.push(v);
                 n_readers[v.index()] += 1;
-                if !elementwise {
+                if !elementwise[i] {
                     keep[v.index()] = true;
                 }
             }
@@ -368,7 +369,7 @@ pub(crate) fn unshare_splats(func: &Func) -> Option<Func> {
             continue; // every reader gets its own copy
         }
         let mut e = e.clone();
-        if matches!(classify(func, &e), Kind::Elementwise(_)) {
+        if elementwise[i] {
             let mut copies: Vec<(Value, Value)> = Vec::new();
             for v in e.inputs.iter_mut() {
                 if !shared(*v) {
