@@ -14,6 +14,7 @@
 //! since both compute bitwise the same results, which one ran is
 //! invisible except in time.
 
+pub mod host;
 pub mod ir;
 pub mod loops;
 pub(crate) mod lower;

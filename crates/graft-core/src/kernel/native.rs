@@ -535,11 +535,17 @@ pub(crate) fn run_program(
     outs: &mut [crate::tensor::Tensor],
     work: &mut [crate::tensor::Tensor],
     statics: &[crate::tensor::Tensor],
-) {
+    hosts: &[super::host::HostOp],
+) -> Result<(), crate::error::ExecError> {
+    let cx = super::host::HostCtx::new(hosts);
+    let table = cx.table();
     let mut ptrs: Vec<*mut u8> = ins.iter().map(|t| ptr_of(t)).collect();
     ptrs.extend(outs.iter_mut().map(ptr_of_mut));
     ptrs.extend(work.iter_mut().map(ptr_of_mut));
     ptrs.extend(statics.iter().map(ptr_of));
-    // SAFETY: see the function docs (buffers checked, none aliased by a write).
+    ptrs.push(&table as *const super::host::HostTable as *mut u8);
+    // SAFETY: see the function docs (buffers checked, none aliased by a
+    // write); `table` and `cx` outlive the call.
     unsafe { f.call(0, steps, &ptrs) };
+    cx.finish()
 }

@@ -17,7 +17,7 @@
 //! in and out of memory with `memcpy` (no alignment assumed).
 
 use super::ir::{body_types, Access, Index, Inner, Inst, Kernel, Lit, Reduction};
-use super::loops::{Loc, LoopProgram, WhileProgram};
+use super::loops::{Callee, Loc, LoopProgram, WhileProgram};
 use crate::dtype::DType;
 use crate::ops::reduce::ReduceKind;
 use crate::ops::Op;
@@ -52,6 +52,9 @@ static inline void gk_st_bool(uint8_t *p, vbool v, int64_t m) {
   if (m == GL) __builtin_memcpy(p, &b, sizeof b); else __builtin_memcpy(p, &b, (size_t)m);
 }
 static inline vbool gk_splat_bool(uint8_t x) { return gk_splat_i32(x ? -1 : 0); }
+/* A compiled loop's way back into Rust for its host calls
+ * (kernel::host::HostTable, same layout). */
+typedef struct { void (*call)(const void *, int64_t, void *const *); const void *ctx; } graft_host;
 static inline float gk_f32_bits(uint32_t b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
 static inline double gk_f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, 8); return f; }
 /* Reduction combiners, as ops::reduce's Monoid::op (scalar, NaN-propagating
@@ -140,7 +143,8 @@ pub fn render_unit(kernels: &[Kernel], lanes: usize) -> String {
 /// loop function `NAME(start, end, args)` running steps `0..end - start`.
 /// Arguments: the scan's operands (consts, initial carry, stacked `xs`),
 /// its results (final carry, stacked `ys`), two buffers per carry (the
-/// sets swapped after each step), the scratch buffers, the static values.
+/// sets swapped after each step), the scratch buffers, the static values,
+/// the host-call table (`kernel::host`).
 pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
     let mut s = render_unit(&p.kernels, lanes);
     let (nc, nk, nx, ny) = (p.n_consts, p.n_carry, p.n_xs, p.n_ys);
@@ -160,11 +164,12 @@ pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
     };
     let _ = writeln!(s, "\nvoid {}(int64_t start, int64_t end, void *const *args) {{", p.name);
     let _ = writeln!(s, "  const int64_t n = end - start;");
+    host_setup(&mut s, st0 + p.statics.len());
     carry_setup(&mut s, p, pp0);
     let _ = writeln!(s, "  for (int64_t it = 0; it < n; it++) {{");
     let t = if p.reverse { "n - 1 - it" } else { "it" };
     let _ = writeln!(s, "    const int64_t t = {t};\n    (void)t;");
-    step_calls(&mut s, p, &ptr);
+    step_calls(&mut s, p, 0, &ptr);
     // Results not written in place: ys first (they may read the next
     // carry set), then the carries, then the swap.
     for j in 0..ny {
@@ -196,12 +201,38 @@ fn carry_setup(s: &mut String, p: &LoopProgram, pp0: usize) {
     }
 }
 
-/// One step's kernel calls, each argument at `ptr` of its location.
-fn step_calls(s: &mut String, p: &LoopProgram, ptr: &dyn Fn(&Loc) -> String) {
+/// The host-call table (`kernel::host::HostTable`), the loop function's
+/// argument `at`.
+fn host_setup(s: &mut String, at: usize) {
+    let _ = writeln!(s, "  const graft_host *host = (const graft_host *)args[{at}];\n  (void)host;");
+}
+
+/// One step's calls, each argument at `ptr` of its location: kernels
+/// directly, host calls through the table (`p`'s host `j` is the table's
+/// `host_base + j`).
+fn step_calls(s: &mut String, p: &LoopProgram, host_base: usize, ptr: &dyn Fn(&Loc) -> String) {
     for c in &p.calls {
-        let k = &p.kernels[c.kernel];
         let args: Vec<String> = c.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
-        let _ = writeln!(s, "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}", args.join(", "), k.name, k.extent);
+        match c.callee {
+            Callee::Kernel(k) => {
+                let k = &p.kernels[k];
+                let _ = writeln!(
+                    s,
+                    "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}",
+                    args.join(", "),
+                    k.name,
+                    k.extent
+                );
+            }
+            Callee::Host(j) => {
+                let _ = writeln!(
+                    s,
+                    "    {{ void *const a[] = {{ {} }}; host->call(host->ctx, {}, a); }}",
+                    args.join(", "),
+                    host_base + j
+                );
+            }
+        }
     }
 }
 
@@ -237,7 +268,8 @@ fn carry_results(s: &mut String, p: &LoopProgram, out0: usize) {
 /// Arguments (`run_program`'s order): consts (`nc`), initial carries
 /// (`nk`), final carries (`nk`), the two carry sets (`2 nk`, interleaved),
 /// the body's scratch, `cond`'s scratch, the trip count (one `int64_t`
-/// written at the end), the body's statics, `cond`'s statics. `start` and
+/// written at the end), the body's statics, `cond`'s statics, the
+/// host-call table (the body's host calls, then `cond`'s). `start` and
 /// `end` are unused.
 pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
     let (c, b) = (&w.cond, &w.body);
@@ -268,11 +300,12 @@ pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
     let _ = writeln!(s, "  uint8_t pred[64] __attribute__((aligned(64))) = {{0}};");
     let _ = writeln!(s, "  int64_t trips = 0;");
     let _ = writeln!(s, "  (void)pred;");
+    host_setup(&mut s, cst0 + c.statics.len());
     carry_setup(&mut s, b, pp0);
     let _ = writeln!(s, "  for (;;) {{");
-    step_calls(&mut s, c, &|l| ptr(l, true));
+    step_calls(&mut s, c, b.hosts.len(), &|l| ptr(l, true));
     let _ = writeln!(s, "    if (!*(const uint8_t *)({})) break;", ptr(&c.out_loc[0], true));
-    step_calls(&mut s, b, &|l| ptr(l, false));
+    step_calls(&mut s, b, 0, &|l| ptr(l, false));
     carry_swap(&mut s, b, &|l| ptr(l, false));
     let _ = writeln!(s, "    trips++;");
     let _ = writeln!(s, "  }}");

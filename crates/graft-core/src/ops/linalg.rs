@@ -173,18 +173,40 @@ impl Op for DotGeneral {
         if o.ty() != ty {
             return Err(ExecError::kernel(self.name(), format!("internal error: output is {}, expected {ty}", o.ty())));
         }
-        let (lg, rg) = self.groups(a.rank(), b.rank());
-        let lp = Operand::new(a.shape(), &lg.batch, &lg.free, &lg.contract);
-        let rp = Operand::new(b.shape(), &rg.batch, &rg.contract, &rg.free);
-        let dims = Dims { batch: lp.b, m: lp.r, k: lp.c, n: rp.c };
+        let (sa, sb) = (a.shape(), b.shape());
         match a.dtype() {
-            DType::F32 => float_dot::<f32>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
-            DType::F64 => float_dot::<f64>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
-            DType::I32 => int_dot::<i32>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
-            DType::I64 => int_dot::<i64>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?),
+            DType::F32 => self.float_kernel::<f32>(sa, sb, input(a)?, input(b)?, output(o)?),
+            DType::F64 => self.float_kernel::<f64>(sa, sb, input(a)?, input(b)?, output(o)?),
+            DType::I32 => {
+                let (dims, lp, rp) = self.operands(sa, sb);
+                int_dot::<i32>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?)
+            }
+            DType::I64 => {
+                let (dims, lp, rp) = self.operands(sa, sb);
+                int_dot::<i64>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?)
+            }
             d => return Err(super::kernel::unsupported(self.name(), d)),
         }
         Ok(())
+    }
+}
+
+impl DotGeneral {
+    /// The canonical sizes and the two operands' `[batch, rows, cols]` views.
+    fn operands(&self, a_shape: &[usize], b_shape: &[usize]) -> (Dims, Operand, Operand) {
+        let (lg, rg) = self.groups(a_shape.len(), b_shape.len());
+        let lp = Operand::new(a_shape, &lg.batch, &lg.free, &lg.contract);
+        let rp = Operand::new(b_shape, &rg.batch, &rg.contract, &rg.free);
+        (Dims { batch: lp.b, m: lp.r, k: lp.c, n: rp.c }, lp, rp)
+    }
+
+    /// The float kernel on row-major slices of operands shaped `a_shape`
+    /// and `b_shape` (checked against the shape rule by the caller): what
+    /// [`Op::kernel`] runs, and what a compiled loop calls back for
+    /// (`kernel::host`), so both give the same bits.
+    pub(crate) fn float_kernel<T: Real>(&self, a_shape: &[usize], b_shape: &[usize], a: &[T], b: &[T], o: &mut [T]) {
+        let (dims, lp, rp) = self.operands(a_shape, b_shape);
+        float_dot::<T>(dims, &lp, a, &rp, b, o);
     }
 }
 

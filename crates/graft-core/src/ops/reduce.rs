@@ -134,23 +134,43 @@ fn coalesce(shape: &[usize], axes: &[usize]) -> Vec<(usize, bool)> {
 }
 
 fn reduce_kernel<T: RedElem, M: Monoid<T>>(x: &Tensor, axes: &[usize], y: &mut Tensor) -> Result<(), ExecError> {
-    let xs = input::<T>(x)?;
-    let ys = output::<T>(y)?;
+    reduce_slices::<T, M>(input::<T>(x)?, x.shape(), axes, output::<T>(y)?);
+    Ok(())
+}
+
+impl Reduce {
+    /// The float kernel on row-major slices (`x` of `shape`, `y` its
+    /// reduction, checked by the caller): what [`Op::kernel`] runs, and what
+    /// a compiled loop calls back for (`kernel::host`), so both give the
+    /// same bits.
+    pub(crate) fn float_kernel<T: RedElem + super::kernel::Real>(&self, shape: &[usize], x: &[T], y: &mut [T]) {
+        use super::monoid::{MaxM, MinM, ProdM, SumM};
+        match self.kind {
+            ReduceKind::Sum => reduce_slices::<T, SumM>(x, shape, &self.axes, y),
+            ReduceKind::Max => reduce_slices::<T, MaxM>(x, shape, &self.axes, y),
+            ReduceKind::Min => reduce_slices::<T, MinM>(x, shape, &self.axes, y),
+            ReduceKind::Prod => reduce_slices::<T, ProdM>(x, shape, &self.axes, y),
+        }
+    }
+}
+
+/// `ys` = `xs` (row-major, of `shape`) reduced over `axes` by `M`.
+fn reduce_slices<T: RedElem, M: Monoid<T>>(xs: &[T], shape: &[usize], axes: &[usize], ys: &mut [T]) {
     if ys.is_empty() {
-        return Ok(());
+        return;
     }
     if xs.is_empty() {
         // A reduced axis has size 0: every output is a reduction of nothing.
         ys.fill(M::id());
-        return Ok(());
+        return;
     }
-    let mut groups = coalesce(x.shape(), axes);
+    let mut groups = coalesce(shape, axes);
     let mut buf: Option<Vec<T>> = None;
     loop {
         let Some(g) = groups.iter().rposition(|g| g.1) else {
             // Nothing (left) to reduce: same element count in and out.
             ys.copy_from_slice(buf.as_deref().unwrap_or(xs));
-            return Ok(());
+            return;
         };
         let outer: usize = groups[..g].iter().map(|g| g.0).product();
         let inner: usize = groups[g + 1..].iter().map(|g| g.0).product();
@@ -158,7 +178,7 @@ fn reduce_kernel<T: RedElem, M: Monoid<T>>(x: &Tensor, axes: &[usize], y: &mut T
         let src = buf.as_deref().unwrap_or(xs);
         if !groups[..g].iter().any(|g| g.1) {
             reduce_block::<T, M>(src, outer, r, inner, ys);
-            return Ok(());
+            return;
         }
         let mut next = vec![M::id(); outer * inner];
         reduce_block::<T, M>(src, outer, r, inner, &mut next);

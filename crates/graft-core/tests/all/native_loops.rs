@@ -273,20 +273,125 @@ fn a_body_without_kernel_form_runs_interpreted() {
     if skip() {
         return;
     }
-    // A matrix product in the body: not a kernel (yet), so the loop steps.
-    let n = 4;
-    let mut body = Builder::new("mm");
-    let m = body.param(t64(&[n, n]));
-    let v = body.param(t64(&[n]));
-    let p = body.dot_general(m, v, &[1], &[0], &[], &[]).unwrap();
-    let t = body.tanh(p).unwrap();
+    // A Cholesky factorisation in the body: neither a kernel nor a host
+    // call, so the loop steps.
+    let n = 3;
+    let mut body = Builder::new("chol");
+    let a = body.param(t64(&[n, n]));
+    let l = body.cholesky(a).unwrap();
+    let t = body.tanh(l).unwrap();
     let body = body.finish(&[t]).unwrap();
-    let mut b = Builder::new("mm_loop");
-    let m = b.param(t64(&[n, n]));
-    let v = b.param(t64(&[n]));
-    let out = b.scan(Arc::new(body), &[m], &[v], &[], ScanOpts::new(5)).unwrap();
+    let mut b = Builder::new("chol_loop");
+    let a = b.param(t64(&[n, n]));
+    let out = b.scan(Arc::new(body), &[], &[a], &[], ScanOpts::new(4)).unwrap();
     let f = b.finish(&out).unwrap();
-    assert_eq!(compare(&f, &inputs(&f, 3)), 0);
+    let ins = vec![Tensor::from_fn(&t64(&[n, n]), |i| if i % (n + 1) == 0 { 2.0 } else { 0.25 })];
+    assert_eq!(compare(&f, &ins), 0);
+}
+
+/// A recurrent cell over a sequence: `h' = tanh(x_t W + h U + b)`, the
+/// hidden states stacked, `dtype` f32 or f64.
+fn rnn(dtype: DType, steps: usize, batch: usize, d: usize, hid: usize) -> Func {
+    let ty = |shape: &[usize]| TensorType::new(dtype, shape.to_vec());
+    let mut body = Builder::new("cell");
+    let w = body.param(ty(&[d, hid]));
+    let u = body.param(ty(&[hid, hid]));
+    let bias = body.param(ty(&[hid]));
+    let h = body.param(ty(&[batch, hid]));
+    let x = body.param(ty(&[batch, d]));
+    let xw = body.dot_general(x, w, &[1], &[0], &[], &[]).unwrap();
+    let hu = body.dot_general(h, u, &[1], &[0], &[], &[]).unwrap();
+    let z = body.add(xw, hu).unwrap();
+    let bb = body.broadcast_in_dim(bias, &[batch, hid], &[1]).unwrap();
+    let z = body.add(z, bb).unwrap();
+    let hn = body.tanh(z).unwrap();
+    let body = body.finish(&[hn, hn]).unwrap();
+    let mut b = Builder::new("rnn");
+    let w = b.param(ty(&[d, hid]));
+    let u = b.param(ty(&[hid, hid]));
+    let bias = b.param(ty(&[hid]));
+    let h0 = b.param(ty(&[batch, hid]));
+    let xs = b.param(ty(&[steps, batch, d]));
+    let out = b.scan(Arc::new(body), &[w, u, bias], &[h0], &[xs], ScanOpts::new(steps)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+/// Inputs of modest size, so that `tanh` does not saturate.
+fn small_inputs(f: &Func, seed: u64) -> Vec<Tensor> {
+    f.params
+        .iter()
+        .enumerate()
+        .map(|(k, &p)| {
+            Tensor::from_fn(f.ty(p), |i| (((i as u64 * 7919 + seed + k as u64 * 31) % 97) as f64 - 48.0) / 200.0)
+        })
+        .collect()
+}
+
+#[test]
+fn matrix_products_in_a_body_are_host_calls_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    for dtype in [DType::F32, DType::F64] {
+        let f = rnn(dtype, 7, 3, 5, 8);
+        let (body, nc, nk, rev) = scan_bodies(&f).remove(0);
+        let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+        let p = exe.loop_program(nc, nk, rev).expect("the cell compiles whole, its products as host calls");
+        assert_eq!(p.hosts.len(), 2, "two matrix products:\n{p}");
+        assert!(p.to_string().contains("host dot_general"), "{p}");
+        // `x_t` is read in place from the stacked operand.
+        assert!(p.calls.iter().any(|c| c.args.contains(&Loc::Xs(0))), "{p}");
+        assert_eq!(compare(&f, &small_inputs(&f, 1)), 1, "{dtype}: the loop did not run compiled");
+    }
+}
+
+#[test]
+fn the_gradient_of_a_recurrent_net_runs_both_sweeps_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    // The reverse sweep holds the transposed products and reductions over
+    // the batch (the bias gradient): both are host calls.
+    let f = rnn(DType::F64, 6, 4, 3, 5);
+    let mut b = Builder::new("loss");
+    let ps: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let out = b.call(Arc::new(f), &ps).unwrap();
+    let sq = b.mul(out[1], out[1]).unwrap();
+    let l = b.reduce_sum(sq, &[0, 1, 2]).unwrap();
+    let loss = b.finish(&[l]).unwrap();
+    let g = grad(&loss, &Wrt::Positions(vec![0, 1, 2, 3])).unwrap();
+    assert!(compare(&g, &small_inputs(&g, 5)) >= 2, "the forward and the reverse loop should both run compiled");
+}
+
+#[test]
+fn a_while_loop_with_a_matrix_product_runs_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    // `v <- tanh(M v)` until the counter reaches the limit.
+    let n = 6;
+    let tys = || [t64(&[n, n]), TensorType::scalar(DType::I32), t64(&[n]), TensorType::scalar(DType::I32)];
+    let mut c = Builder::new("cond");
+    let ps: Vec<Value> = tys().into_iter().map(|t| c.param(t)).collect();
+    let more = c.compare(Compare::Lt, ps[3], ps[1]).unwrap();
+    let cond = c.finish(&[more]).unwrap();
+    let mut b = Builder::new("power");
+    let ps: Vec<Value> = tys().into_iter().map(|t| b.param(t)).collect();
+    let mv = b.dot_general(ps[0], ps[2], &[1], &[0], &[], &[]).unwrap();
+    let nv = b.tanh(mv).unwrap();
+    let one = b.scalar(1.0, DType::I32).unwrap();
+    let ni = b.add(ps[3], one).unwrap();
+    let body = b.finish(&[nv, ni]).unwrap();
+    let mut f = Builder::new("powering");
+    let ps: Vec<Value> = tys().into_iter().map(|t| f.param(t)).collect();
+    let out = f.while_loop(Arc::new(cond), Arc::new(body), &ps[..2], &ps[2..]).unwrap();
+    let f = f.finish(&out).unwrap();
+    for limit in [0, 1, 9] {
+        let mut ins = small_inputs(&f, 2);
+        ins[1] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| limit as f64);
+        ins[3] = Tensor::from_fn(&TensorType::scalar(DType::I32), |_| 0.0);
+        assert_eq!(compare(&f, &ins), 1, "limit {limit}: the loop did not run compiled");
+    }
 }
 
 #[test]

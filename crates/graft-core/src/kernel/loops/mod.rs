@@ -28,6 +28,7 @@
 //! what its steps compute (the kernel IR's contract), in the same order,
 //! on the same values.
 
+use super::host::HostOp;
 use super::ir::{Arg, Index, Inst, Kernel, Lit, Reg};
 use super::lower::{eqn_kernels, group_kernel, row_strides, EqnLowering};
 use super::native::{NativeFn, Slot};
@@ -67,12 +68,22 @@ pub enum Loc {
     Ys(usize),
 }
 
-/// One kernel call of a step.
+/// What a [`Call`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callee {
+    /// Index into [`LoopProgram::kernels`].
+    Kernel(usize),
+    /// Index into [`LoopProgram::hosts`]: an equation run by Rust (see
+    /// [`super::host`]).
+    Host(usize),
+}
+
+/// One call of a step.
 #[derive(Debug, Clone)]
 pub struct Call {
-    /// Index into [`LoopProgram::kernels`].
-    pub kernel: usize,
-    /// Where each kernel argument points, in argument order.
+    /// The kernel or host call.
+    pub callee: Callee,
+    /// Where each argument points, in argument order.
     pub args: Vec<Loc>,
 }
 
@@ -83,6 +94,9 @@ pub struct LoopProgram {
     pub name: String,
     /// The body's kernels, each called by one or more [`Call`]s.
     pub kernels: Vec<Kernel>,
+    /// The equations the loop hands back to Rust each step (matrix
+    /// products), each called by one [`Call`].
+    pub hosts: Vec<HostOp>,
     /// One step of the loop, in order.
     pub calls: Vec<Call>,
     /// Counts of the scan's const, carry and `xs` operands and `ys` results.
@@ -142,6 +156,7 @@ fn build_program(
         alias: HashMap::new(),
         statics: Vec::new(),
         views: HashMap::new(),
+        hosts: HashMap::new(),
     };
     let mut fixed: HashMap<Value, Loc> = HashMap::new();
     for (j, &p) in func.params.iter().enumerate() {
@@ -194,7 +209,16 @@ fn build_program(
                     i += 1;
                     continue;
                 }
-                match eqn_kernels(func, eqn, "")? {
+                let Some(lowered) = eqn_kernels(func, eqn, "") else {
+                    // No kernel form: a matrix product is called back for
+                    // (`host.rs`); anything else keeps the loop interpreted.
+                    let host = HostOp::of(func, eqn)?;
+                    let binds = eqn.inputs.iter().chain(&eqn.outputs).copied().collect();
+                    b.host(host, binds);
+                    i += 1;
+                    continue;
+                };
+                match lowered {
                     EqnLowering::Alias => {
                         let src = b.root(*eqn.inputs.first()?);
                         b.alias.insert(*eqn.outputs.first()?, src);
@@ -320,6 +344,10 @@ struct Builder<'a> {
     statics: Vec<(Value, Tensor)>,
     /// Values that only move other values' elements, by root value.
     views: HashMap<Value, View>,
+    /// Host calls, by the index of the stand-in kernel that carries their
+    /// arguments (and no body: forwarding and inlining leave them alone,
+    /// while reader counts and buffer planning see their reads and writes).
+    hosts: HashMap<usize, HostOp>,
 }
 
 impl Builder<'_> {
@@ -334,6 +362,19 @@ impl Builder<'_> {
         let binds = binds.into_iter().map(|v| self.root(v)).collect();
         self.kernels.push(k);
         self.calls.push((self.kernels.len() - 1, binds));
+    }
+
+    /// A host call of `op` on `binds` (its inputs, then its outputs).
+    fn host(&mut self, op: HostOp, binds: Vec<Value>) {
+        let arg = |t: &TensorType, access| Arg { dtype: t.dtype, len: t.numel(), access };
+        let args = op
+            .ins
+            .iter()
+            .map(|t| arg(t, super::ir::Access::Read))
+            .chain(op.outs.iter().map(|t| arg(t, super::ir::Access::Write)))
+            .collect();
+        self.hosts.insert(self.kernels.len(), op);
+        self.call(Kernel { name: String::new(), args, extent: 0, body: Vec::new() }, binds);
     }
 
     /// The [`View`] of a layout, concatenate or pad equation, its pieces
@@ -400,7 +441,8 @@ impl Builder<'_> {
     fn forward(&mut self) {
         for c in 0..self.calls.len() {
             let (kid, _) = self.calls[c];
-            if self.kernels[kid].body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_))) {
+            let row = self.kernels[kid].body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_)));
+            if row || self.hosts.contains_key(&kid) {
                 continue;
             }
             let mut j = 0;
@@ -566,26 +608,39 @@ impl Builder<'_> {
                 loc.insert(v, Loc::Scratch(s));
             }
         }
+        // Kernels and host calls get their own numbering.
+        let mut hosts_of = self.hosts;
+        let mut kernels = Vec::new();
+        let mut hosts = Vec::new();
+        let mut callee = Vec::with_capacity(self.kernels.len());
+        for (j, mut k) in self.kernels.into_iter().enumerate() {
+            match hosts_of.remove(&j) {
+                Some(h) => {
+                    callee.push(Callee::Host(hosts.len()));
+                    hosts.push(h);
+                }
+                None => {
+                    callee.push(Callee::Kernel(kernels.len()));
+                    k.name = format!("{name}_k{j}");
+                    kernels.push(k);
+                }
+            }
+        }
         let calls = self
             .calls
             .iter()
             .map(|(k, binds)| {
-                Some(Call { kernel: *k, args: binds.iter().map(|v| loc.get(v).copied()).collect::<Option<_>>()? })
+                Some(Call {
+                    callee: callee[*k],
+                    args: binds.iter().map(|v| loc.get(v).copied()).collect::<Option<_>>()?,
+                })
             })
             .collect::<Option<Vec<_>>>()?;
         let out_loc = outs.iter().map(|v| loc.get(v).copied()).collect::<Option<Vec<_>>>()?;
-        let kernels = self
-            .kernels
-            .into_iter()
-            .enumerate()
-            .map(|(j, mut k)| {
-                k.name = format!("{name}_k{j}");
-                k
-            })
-            .collect();
         Some(LoopProgram {
             name: name.to_string(),
             kernels,
+            hosts,
             calls,
             n_consts: nc,
             n_carry: nk,
@@ -673,8 +728,9 @@ impl NativeLoop {
             }
         };
         let held: usize = work.iter().map(Tensor::size_bytes).sum();
-        super::native::run_program(f, length, ins, outs, &mut work, &p.statics);
+        let ran = super::native::run_program(f, length, ins, outs, &mut work, &p.statics, &p.hosts);
         crate::exec::note_nested_peak(held);
+        ran?;
         self.spare.lock().unwrap_or_else(|e| e.into_inner()).push(work);
         NATIVE_RUNS.with(|c| c.set(c.get() + 1));
         Ok(())
@@ -806,7 +862,15 @@ impl std::fmt::Display for LoopProgram {
             self.statics.len()
         )?;
         for c in &self.calls {
-            writeln!(f, "  {}({})", self.kernels[c.kernel].name, list(&c.args))?;
+            match c.callee {
+                Callee::Kernel(k) => writeln!(f, "  {}({})", self.kernels[k].name, list(&c.args))?,
+                Callee::Host(h) => {
+                    let p = &self.hosts[h].prim;
+                    let params = p.params();
+                    let params = if params.is_empty() { params } else { format!("[{params}]") };
+                    writeln!(f, "  host {}{params}({})", p.name(), list(&c.args))?
+                }
+            }
         }
         let outs: Vec<Loc> = (0..self.carry_outs).map(Loc::CarryOut).chain((0..self.n_ys).map(Loc::Ys)).collect();
         for (o, l) in outs.iter().zip(&self.out_loc) {
@@ -815,7 +879,14 @@ impl std::fmt::Display for LoopProgram {
             }
         }
         writeln!(f, "}}")?;
-        let called: std::collections::BTreeSet<usize> = self.calls.iter().map(|c| c.kernel).collect();
+        let called: std::collections::BTreeSet<usize> = self
+            .calls
+            .iter()
+            .filter_map(|c| match c.callee {
+                Callee::Kernel(k) => Some(k),
+                Callee::Host(_) => None,
+            })
+            .collect();
         for k in called {
             write!(f, "\n{}\n", self.kernels[k])?;
         }

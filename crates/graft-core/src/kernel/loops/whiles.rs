@@ -71,6 +71,8 @@ pub(crate) struct NativeWhile {
     program: WhileProgram,
     /// The body's loop-invariant values, then `cond`'s (argument order).
     statics: Vec<Tensor>,
+    /// The body's host calls, then `cond`'s (the table's order).
+    hosts: Vec<crate::kernel::host::HostOp>,
     slot: Arc<Slot>,
     /// Carry and scratch buffers of finished runs, reused by later ones.
     spare: Mutex<Vec<Vec<Tensor>>>,
@@ -84,8 +86,14 @@ impl NativeWhile {
         let source = crate::kernel::render_c::render_while(&program, crate::kernel::unit_lanes(&kernels));
         let mut statics = std::mem::take(&mut program.body.statics);
         statics.append(&mut program.cond.statics);
-        let nw =
-            Arc::new(NativeWhile { program, statics, slot: Arc::new(Slot::default()), spare: Mutex::new(Vec::new()) });
+        let hosts = program.body.hosts.iter().chain(&program.cond.hosts).cloned().collect();
+        let nw = Arc::new(NativeWhile {
+            program,
+            statics,
+            hosts,
+            slot: Arc::new(Slot::default()),
+            spare: Mutex::new(Vec::new()),
+        });
         let job =
             crate::kernel::native::Job { source, kernels: vec![(nw.program.name.clone(), Arc::downgrade(&nw.slot))] };
         match mode {
@@ -137,8 +145,9 @@ impl NativeWhile {
             }
         };
         let held: usize = work.iter().chain(&outs).map(Tensor::size_bytes).sum();
-        crate::kernel::native::run_program(f, 0, &ins, &mut outs, &mut work, &self.statics);
+        let ran = crate::kernel::native::run_program(f, 0, &ins, &mut outs, &mut work, &self.statics, &self.hosts);
         crate::exec::note_nested_peak(held);
+        ran?;
         let trips = work.last().and_then(|t| t.as_slice::<i64>().ok()).and_then(|s| s.first().copied()).unwrap_or(0);
         self.spare.lock().unwrap_or_else(|e| e.into_inner()).push(work);
         super::NATIVE_RUNS.with(|c| c.set(c.get() + 1));
