@@ -7,9 +7,9 @@
 //! rendered as a kernel. Rather than interpret the whole loop for it, the
 //! native loop calls back into Rust for that step: the C code passes the
 //! step's buffer pointers to [`HostTable::call`], which runs the
-//! primitive's own slice kernel on them (for `dot_general`,
-//! [`DotGeneral::float_kernel`], the function its interpreted kernel runs,
-//! so the bits are the same). A call costs an indirect call and the
+//! primitive's own slice kernel on them (for `dot_general`, a `DotPlan` set
+//! up once, running the function its interpreted kernel runs, so the bits
+//! are the same). A call costs an indirect call and the
 //! slice set-up, tens of nanoseconds, against the 0.3-1 µs per equation of
 //! the interpreted loop, and the step's other values stay in the loop's
 //! buffers (no `xs` slice copied in, no `ys` slice copied out).
@@ -34,12 +34,13 @@ use crate::dtype::DType;
 use crate::error::ExecError;
 use crate::ir::{Eqn, Func};
 use crate::ops::kernel::Real;
-use crate::ops::linalg::DotGeneral;
+use crate::ops::linalg::DotPlan;
 use crate::ops::monoid::RedElem;
 use crate::ops::reduce::Reduce;
 use crate::ops::{Op, Prim};
 use crate::types::TensorType;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// One equation a compiled loop calls back for, with its operand types.
@@ -51,6 +52,9 @@ pub struct HostOp {
     pub ins: Vec<TensorType>,
     /// Types of its outputs, in order.
     pub outs: Vec<TensorType>,
+    /// A product's operand views, set up once (they cost more than a
+    /// small product).
+    dot: Option<DotPlan>,
 }
 
 impl HostOp {
@@ -64,12 +68,12 @@ impl HostOp {
                 && matches!(outs[0].dtype, DType::F32 | DType::F64)
                 && ins.iter().all(|t| t.dtype == outs[0].dtype)
         };
-        let ok = match &eqn.prim {
-            Prim::DotGeneral(_) => float(2),
-            Prim::Reduce(_) => float(1),
-            _ => false,
+        let (ok, dot) = match &eqn.prim {
+            Prim::DotGeneral(p) if float(2) => (true, Some(p.plan(&ins[0].shape, &ins[1].shape))),
+            Prim::Reduce(_) => (float(1), None),
+            _ => (false, None),
         };
-        ok.then(|| HostOp { prim: eqn.prim.clone(), ins, outs })
+        ok.then(|| HostOp { prim: eqn.prim.clone(), ins, outs, dot })
     }
 
     /// Argument count of the call: inputs, then outputs.
@@ -86,8 +90,8 @@ impl HostOp {
     /// during the call.
     unsafe fn run(&self, ptrs: &[*mut u8]) -> Result<(), ExecError> {
         match (&self.prim, self.outs[0].dtype) {
-            (Prim::DotGeneral(p), DType::F32) => unsafe { self.dot::<f32>(p, ptrs) },
-            (Prim::DotGeneral(p), DType::F64) => unsafe { self.dot::<f64>(p, ptrs) },
+            (Prim::DotGeneral(_), DType::F32) => unsafe { self.dot::<f32>(ptrs) },
+            (Prim::DotGeneral(_), DType::F64) => unsafe { self.dot::<f64>(ptrs) },
             (Prim::Reduce(p), DType::F32) => unsafe { self.reduce::<f32>(p, ptrs) },
             (Prim::Reduce(p), DType::F64) => unsafe { self.reduce::<f64>(p, ptrs) },
             _ => Err(ExecError::kernel(self.prim.name(), "internal error: not a host call")),
@@ -96,8 +100,8 @@ impl HostOp {
 
     /// # Safety
     /// As [`HostOp::run`], with `T` the dtype of all three buffers.
-    unsafe fn dot<T: Real>(&self, p: &DotGeneral, ptrs: &[*mut u8]) -> Result<(), ExecError> {
-        let [a, b, o] = ptrs else {
+    unsafe fn dot<T: Real>(&self, ptrs: &[*mut u8]) -> Result<(), ExecError> {
+        let ([a, b, o], Some(plan)) = (ptrs, &self.dot) else {
             return Err(ExecError::kernel("dot_general", "internal error: a host call takes three buffers"));
         };
         let (ta, tb, to) = (&self.ins[0], &self.ins[1], &self.outs[0]);
@@ -110,7 +114,7 @@ impl HostOp {
                 std::slice::from_raw_parts_mut(*o as *mut T, to.numel()),
             )
         };
-        p.float_kernel(&ta.shape, &tb.shape, a, b, o);
+        plan.run(a, b, o);
         Ok(())
     }
 
@@ -146,11 +150,13 @@ pub(crate) struct HostTable {
 pub(crate) struct HostCtx<'a> {
     ops: &'a [HostOp],
     error: Mutex<Option<ExecError>>,
+    /// Set with `error`: read by every call, so it is not behind the lock.
+    failed: AtomicBool,
 }
 
 impl<'a> HostCtx<'a> {
     pub(crate) fn new(ops: &'a [HostOp]) -> HostCtx<'a> {
-        HostCtx { ops, error: Mutex::new(None) }
+        HostCtx { ops, error: Mutex::new(None), failed: AtomicBool::new(false) }
     }
 
     /// The table to pass to the loop; valid while `self` lives.
@@ -169,10 +175,11 @@ impl<'a> HostCtx<'a> {
     fn fail(&self, e: ExecError) {
         let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
         slot.get_or_insert(e);
+        self.failed.store(true, Ordering::Relaxed);
     }
 
     fn failed(&self) -> bool {
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.failed.load(Ordering::Relaxed)
     }
 }
 

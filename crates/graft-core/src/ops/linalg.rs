@@ -175,8 +175,8 @@ impl Op for DotGeneral {
         }
         let (sa, sb) = (a.shape(), b.shape());
         match a.dtype() {
-            DType::F32 => self.float_kernel::<f32>(sa, sb, input(a)?, input(b)?, output(o)?),
-            DType::F64 => self.float_kernel::<f64>(sa, sb, input(a)?, input(b)?, output(o)?),
+            DType::F32 => self.plan(sa, sb).run::<f32>(input(a)?, input(b)?, output(o)?),
+            DType::F64 => self.plan(sa, sb).run::<f64>(input(a)?, input(b)?, output(o)?),
             DType::I32 => {
                 let (dims, lp, rp) = self.operands(sa, sb);
                 int_dot::<i32>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?)
@@ -200,13 +200,28 @@ impl DotGeneral {
         (Dims { batch: lp.b, m: lp.r, k: lp.c, n: rp.c }, lp, rp)
     }
 
-    /// The float kernel on row-major slices of operands shaped `a_shape`
-    /// and `b_shape` (checked against the shape rule by the caller): what
-    /// [`Op::kernel`] runs, and what a compiled loop calls back for
-    /// (`kernel::host`), so both give the same bits.
-    pub(crate) fn float_kernel<T: Real>(&self, a_shape: &[usize], b_shape: &[usize], a: &[T], b: &[T], o: &mut [T]) {
+    /// This product on operands shaped `a_shape` and `b_shape` (checked
+    /// against the shape rule by the caller), set up once for many calls.
+    pub(crate) fn plan(&self, a_shape: &[usize], b_shape: &[usize]) -> DotPlan {
         let (dims, lp, rp) = self.operands(a_shape, b_shape);
-        float_dot::<T>(dims, &lp, a, &rp, b, o);
+        DotPlan { dims, lp, rp }
+    }
+}
+
+/// A `dot_general` on fixed operand shapes, ready to run on slices: what
+/// [`Op::kernel`] runs for floats, and what a compiled loop calls back for
+/// (`kernel::host`, planned once per loop), so both give the same bits.
+#[derive(Debug, Clone)]
+pub(crate) struct DotPlan {
+    dims: Dims,
+    lp: Operand,
+    rp: Operand,
+}
+
+impl DotPlan {
+    /// `o = a . b` on row-major slices of the planned shapes.
+    pub(crate) fn run<T: Real>(&self, a: &[T], b: &[T], o: &mut [T]) {
+        float_dot::<T>(self.dims, &self.lp, a, &self.rp, b, o);
     }
 }
 
@@ -221,6 +236,7 @@ struct Dims {
 
 /// One operand seen as `[b, r, c]`: the three dim groups, their sizes and,
 /// when the groups are contiguous-in-order in memory, their strides.
+#[derive(Debug, Clone)]
 struct Operand {
     shape: Vec<usize>,
     /// `batch ++ rows ++ cols`: the dim order of the scratch copy.
@@ -483,6 +499,10 @@ fn float_dot<T: Real>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: 
         outer(d, a, sa, b, sb, o);
         return;
     }
+    if d.m * d.n * d.k <= SMALL_DOT_MACS {
+        small_dot(d, a, sa, b, sb, o);
+        return;
+    }
     let mn = d.m * d.n;
     let one = |bi: usize, ob: &mut [T], parallel: bool| {
         let am = MatRef { data: &a[bi * sa.b..], rs: sa.r, cs: sa.c };
@@ -498,6 +518,40 @@ fn float_dot<T: Real>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: 
         s => {
             for (bi, ob) in o.chunks_mut(mn).enumerate() {
                 one(bi, ob, s == Parallelism::Inner);
+            }
+        }
+    }
+}
+
+/// Products of at most this many multiply-adds skip `gemm` (its dispatch
+/// and packing cost more than the product: a 1x4 by 4x4 step of a small
+/// recurrent cell took 0.25 µs through it).
+const SMALL_DOT_MACS: usize = 4096;
+
+/// A small product directly: `o[b, i, :] = sum over p of a[b, i, p] * b[b, p, :]`,
+/// accumulated in order of `p` from the first term, row by row (the
+/// inner loop runs along `j`, so it vectorises for unit column strides).
+fn small_dot<T: Real>(d: Dims, a: &[T], sa: Strides, b: &[T], sb: Strides, o: &mut [T]) {
+    let n = d.n;
+    for (r, row) in o.chunks_mut(n).enumerate() {
+        let (bi, i) = (r / d.m, r % d.m);
+        let arow = bi * sa.b + i * sa.r;
+        let base = bi * sb.b;
+        for p in 0..d.k {
+            let x = a[arow + p * sa.c];
+            let brow = base + p * sb.r;
+            if sb.c == 1 {
+                let bs = &b[brow..brow + n];
+                if p == 0 {
+                    row.iter_mut().zip(bs).for_each(|(o, &y)| *o = x * y);
+                } else {
+                    row.iter_mut().zip(bs).for_each(|(o, &y)| *o = *o + x * y);
+                }
+            } else {
+                for (j, o) in row.iter_mut().enumerate() {
+                    let t = x * b[brow + j * sb.c];
+                    *o = if p == 0 { t } else { *o + t };
+                }
             }
         }
     }
