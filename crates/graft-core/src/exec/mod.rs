@@ -185,6 +185,11 @@ impl Executable {
             Some(f) => Arc::new(f),
             None => func,
         };
+        // Per-step sums of products leave their loops (`opt::hoist_accumulations`).
+        let func = match crate::opt::hoist_accumulations(&func) {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
         let func = match options.fuse.then(|| fuse::unshare_splats(&func)).flatten() {
             Some(f) => Arc::new(f),
             None => func,

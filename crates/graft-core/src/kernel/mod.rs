@@ -129,6 +129,7 @@ pub fn loop_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, l
     let mut seen = std::collections::HashSet::new();
     let mut todo: Vec<Arc<Func>> = Vec::new();
     let mut visit = |f: &Func, todo: &mut Vec<Arc<Func>>| {
+        let f = as_planned(f, options);
         for eqn in &f.eqns {
             if let crate::ops::Prim::Scan(s) = &eqn.prim {
                 let key = (Arc::as_ptr(&s.body) as usize, s.n_consts, s.n_carry, s.reverse);
@@ -149,6 +150,15 @@ pub fn loop_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, l
     out
 }
 
+/// `f` as the executor runs it (after the passes that precede planning:
+/// constant folding, inlining, hoisting), or `f` itself if it does not plan.
+fn as_planned(f: &Func, options: crate::ExecOptions) -> Arc<Func> {
+    match crate::Executable::with_options(f.clone(), options) {
+        Ok(exe) => exe.func().clone(),
+        Err(_) => Arc::new(f.clone()),
+    }
+}
+
 /// The compiled forms of a function's `while` loops (including loops nested
 /// in other loops' bodies), as `graft ir --kernels` shows them: for each
 /// `while` whose `cond` and body have compiled forms, the body's name and
@@ -159,6 +169,7 @@ pub fn while_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, 
     let mut seen = std::collections::HashSet::new();
     let mut todo: Vec<Arc<Func>> = vec![Arc::new(func.clone())];
     while let Some(f) = todo.pop() {
+        let f = as_planned(&f, options);
         for eqn in &f.eqns {
             if let crate::ops::Prim::While(w) = &eqn.prim {
                 let lp = &w.lp;

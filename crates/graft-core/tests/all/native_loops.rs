@@ -364,6 +364,32 @@ fn the_gradient_of_a_recurrent_net_runs_both_sweeps_compiled_and_bitwise() {
 }
 
 #[test]
+fn weight_gradient_sums_leave_the_reverse_loop_and_stay_correct() {
+    // The reverse sweep accumulates `w_bar + dot(x_t, z_bar_t)`,
+    // `u_bar + dot(h_t, z_bar_t)` and `b_bar + sum(z_bar_t)` in carries;
+    // before planning they become products and a sum over the stacked
+    // steps after the loop (`opt::hoist_accumulations`).
+    let f = rnn(DType::F64, 6, 4, 3, 5);
+    let mut b = Builder::new("loss");
+    let ps: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
+    let out = b.call(Arc::new(f), &ps).unwrap();
+    let sq = b.mul(out[1], out[1]).unwrap();
+    let l = b.reduce_sum(sq, &[0, 1, 2]).unwrap();
+    let loss = b.finish(&[l]).unwrap();
+    let g = grad(&loss, &Wrt::Positions(vec![0, 1, 2, 3])).unwrap();
+    let reverse_carries = |f: &Func| scan_bodies(f).iter().find(|s| s.3).map(|s| s.2).expect("a reverse scan");
+    let planned = Executable::with_options(g.clone(), opts(CompileMode::Off)).unwrap();
+    let (before, after) =
+        (reverse_carries(&graft_core::opt::flatten(&g).unwrap_or(g.clone())), reverse_carries(planned.func()));
+    assert_eq!(after + 3, before, "three accumulators hoisted:\n{}", planned.func());
+    // Reverse mode (hoisted) against forward mode (no accumulations) and
+    // central differences.
+    let ins = small_inputs(&loss, 3);
+    let mut rng = common::Rng(7);
+    common::check_grads("rnn loss", &loss, &ins, &mut rng, 1e-6, 1e-6);
+}
+
+#[test]
 fn a_while_loop_with_a_matrix_product_runs_compiled_and_bitwise() {
     if skip() {
         return;
