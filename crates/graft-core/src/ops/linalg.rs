@@ -14,7 +14,9 @@
 //! used in place through strides; otherwise it is first transposed into a
 //! contiguous scratch buffer. Floats go through the `gemm` crate (the only
 //! `unsafe` in the crate, in `gemm_f`) and accumulate in their own precision
-//! (f32 sums in f32, like NumPy and XLA on CPU); integers use an i-k-j loop.
+//! (f32 sums in f32, like NumPy and XLA on CPU), except products of at most
+//! `SMALL_DOT_MACS` multiply-adds, which a plain row loop computes (the
+//! crate's dispatch costs more than they do); integers use an i-k-j loop.
 //! Parallelism: one large product lets `gemm` split it across rayon threads;
 //! many small batched products are split across the batch instead. Either way
 //! each output element is accumulated in the same order, so results do not
