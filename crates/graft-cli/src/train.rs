@@ -11,7 +11,8 @@
 //! - One step is one compiled graph (`graft::optim::Trainer`): forward,
 //!   backward and the optimizer update. Batches have a fixed size (a
 //!   remainder smaller than the batch is left out of the epoch, so the step
-//!   compiles once), reshuffled every epoch from the seed.
+//!   compiles once), reshuffled every epoch from the seed, and gathered on
+//!   a second thread ahead of the step that takes them.
 //! - After every epoch the test loss (and accuracy, when defined) is
 //!   evaluated; each epoch appends one JSON object to `metrics.jsonl`, and
 //!   the parameters, optimizer state and step count go to
@@ -105,6 +106,41 @@ impl Mix {
 
 fn fail(msg: impl Into<String>) -> Fail {
     Fail::new(format!("error: {}", msg.into()))
+}
+
+/// Batches made ahead of the step that takes them (issue 13, item 5).
+const PREFETCH: usize = 2;
+
+/// Runs `take` on `make(0)`, ..., `make(n - 1)` in order, each batch made
+/// on a producer thread while earlier ones are taken, at most [`PREFETCH`]
+/// ahead. The first error (from either side) ends the run; the producer
+/// stops when the consumer does.
+fn prefetch<B: Send>(
+    n: usize,
+    make: impl Fn(usize) -> Result<B, Fail> + Sync,
+    mut take: impl FnMut(B) -> Result<(), Fail>,
+) -> Result<(), Fail> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<B, Fail>>(PREFETCH);
+        let make = &make;
+        scope.spawn(move || {
+            for s in 0..n {
+                let b = make(s);
+                let failed = b.is_err();
+                // A closed channel means the consumer stopped: so do we.
+                if tx.send(b).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        for _ in 0..n {
+            match rx.recv() {
+                Ok(b) => take(b?)?,
+                Err(_) => return Err(fail("internal error: the batch producer stopped early")),
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Rows `idx` of `t` (along the first axis).
@@ -389,39 +425,38 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         let mut emix = Mix((a.seed as u64 ^ 0x5EED).wrapping_add(0x1000 * (epoch + 1)));
         let perm = emix.permutation(train_idx.len());
         let mut sum = 0.0;
-        for s in 0..steps_per_epoch {
+        // Batches are gathered on a second thread while the steps run
+        // (`prefetch`), at most `PREFETCH` ahead.
+        let batches = |s: usize| -> Result<Vec<Tensor>, Fail> {
             let idx: Vec<usize> = perm[s * bs..(s + 1) * bs].iter().map(|&p| train_idx[p]).collect();
-            let batch: Vec<Tensor> = data.iter().map(|t| take_rows(t, &idx)).collect::<Result<_, _>>()?;
+            data.iter().map(|t| take_rows(t, &idx)).collect()
+        };
+        prefetch(steps_per_epoch, batches, |batch| -> Result<(), Fail> {
             let refs: Vec<&Tensor> = batch.iter().collect();
-            // The step replaces the parameters, so a bad step is undone (or
-            // diagnosed) from a copy of the state before it: a copy of the
-            // parameters is small next to a step's work.
-            let before = (tr.params.clone(), tr.state.clone());
-            let l = tr.step(&refs).map_err(|e| fail(e.to_string()))?;
+            // The step moves the parameters it replaced into `undo`, so a
+            // bad step is undone (or diagnosed) without copying anything.
+            let (l, undo) = tr.step_undoable(&refs).map_err(|e| fail(e.to_string()))?;
             if !l.is_finite() {
-                let (p, st) = before;
-                match a.skip_nonfinite {
-                    true => {
-                        (tr.params, tr.state) = (p, st);
-                        skipped += 1;
-                        continue;
-                    }
-                    false => {
-                        let what = first_nonfinite_gradient(&loss_c.func, &names, &p, &refs)?;
-                        return Err(fail(format!(
-                            "the loss is {l} at step {} (epoch {}); {what}; rerun with --skip-nonfinite to skip such steps",
-                            tr.count,
-                            epoch + 1
-                        )));
-                    }
+                if a.skip_nonfinite {
+                    tr.undo(undo);
+                    skipped += 1;
+                    return Ok(());
                 }
+                let what = first_nonfinite_gradient(&loss_c.func, &names, &undo.params, &refs)?;
+                return Err(fail(format!(
+                    "the loss is {l} at step {} (epoch {}); {what}; rerun with --skip-nonfinite to skip such steps",
+                    undo.count + 1,
+                    epoch + 1
+                )));
             }
+            tr.commit(undo);
             sum += l;
             if let Some(b) = &bar {
                 b.inc(1);
                 b.set_message(format!("epoch {}/{} loss {l:.4}", epoch + 1, a.epochs));
             }
-        }
+            Ok(())
+        })?;
         let taken = steps_per_epoch as u64 - (skipped - skipped_before);
         skipped_before = skipped;
         let train_loss = if taken == 0 { f64::NAN } else { sum / taken as f64 };

@@ -522,6 +522,17 @@ impl Trainer {
     /// pool, so the next step writes its results into them instead of
     /// allocating.
     pub fn step(&mut self, batch: &[&Tensor]) -> Result<f64, Error> {
+        let (loss, undo) = self.step_undoable(batch)?;
+        self.commit(undo);
+        Ok(loss)
+    }
+
+    /// [`Trainer::step`] that keeps what it replaced: the loss and an
+    /// [`Undo`] holding the parameters, state and buffers the step started
+    /// from, for [`Trainer::undo`] (a step whose loss is not finite, say)
+    /// or [`Trainer::commit`]. Nothing is copied: the old tensors are
+    /// moved into the `Undo`.
+    pub fn step_undoable(&mut self, batch: &[&Tensor]) -> Result<(f64, Undo), Error> {
         let dtype = self.params.first().map_or(graft_core::DType::F32, Tensor::dtype);
         let t = Tensor::full(&TensorType::scalar(dtype), self.count as f64);
         let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).chain(&self.buffers).collect();
@@ -542,11 +553,48 @@ impl Trainer {
         let new_p: Vec<Tensor> = outs.by_ref().take(n).collect();
         let new_s: Vec<Tensor> = outs.by_ref().take(self.state.len()).collect();
         let new_b: Vec<Tensor> = outs.collect();
-        let old_p = std::mem::replace(&mut self.params, new_p);
-        let old_s = std::mem::replace(&mut self.state, new_s);
-        let old_b = std::mem::replace(&mut self.buffers, new_b);
-        compiled.recycle(old_p.into_iter().chain(old_s).chain(old_b));
+        let undo = Undo {
+            params: std::mem::replace(&mut self.params, new_p),
+            state: std::mem::replace(&mut self.state, new_s),
+            buffers: std::mem::replace(&mut self.buffers, new_b),
+            count: self.count,
+        };
         self.count += 1;
-        Ok(loss)
+        Ok((loss, undo))
     }
+
+    /// Takes back the step `undo` came from: parameters, state, buffers and
+    /// step count as they were before it (the step's results go to the
+    /// buffer pool).
+    pub fn undo(&mut self, undo: Undo) {
+        let Undo { params, state, buffers, count } = undo;
+        let new_p = std::mem::replace(&mut self.params, params);
+        let new_s = std::mem::replace(&mut self.state, state);
+        let new_b = std::mem::replace(&mut self.buffers, buffers);
+        self.count = count;
+        if let Some((_, c)) = &self.compiled {
+            c.recycle(new_p.into_iter().chain(new_s).chain(new_b));
+        }
+    }
+
+    /// Keeps the step `undo` came from: the tensors it replaced go back to
+    /// the step's buffer pool, so the next step writes into them.
+    pub fn commit(&self, undo: Undo) {
+        if let Some((_, c)) = &self.compiled {
+            c.recycle(undo.params.into_iter().chain(undo.state).chain(undo.buffers));
+        }
+    }
+}
+
+/// What one step replaced (see [`Trainer::step_undoable`]).
+#[derive(Debug)]
+pub struct Undo {
+    /// The parameters before the step.
+    pub params: Vec<Tensor>,
+    /// The optimizer state before the step.
+    pub state: Vec<Tensor>,
+    /// The buffers before the step.
+    pub buffers: Vec<Tensor>,
+    /// The step count before the step.
+    pub count: u64,
 }

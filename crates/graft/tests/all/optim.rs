@@ -101,3 +101,35 @@ fn the_step_compiles_once_and_rejects_mismatched_names() {
     let loss = jit_n("loss", |v| v[0].sum(()));
     assert!(Trainer::new(loss, vec!["w".into()], params, Optimizer::adam(Schedule::Constant(0.01))).is_err());
 }
+
+#[test]
+fn an_undone_step_leaves_no_trace_and_a_committed_one_is_a_step() {
+    let (params, x, y) = problem();
+    let make = || {
+        let loss = jit_n("loss", |v| {
+            let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
+            (&err * &err).mean(())
+        });
+        Trainer::new(loss, vec!["w".into(), "b".into()], params.clone(), Optimizer::adam(Schedule::Constant(0.01)))
+            .expect("trainer")
+    };
+    let (mut a, mut b) = (make(), make());
+    a.step(&[&x, &y]).unwrap();
+    b.step(&[&x, &y]).unwrap();
+    // Undo: parameters, state and count exactly as before the step.
+    let (p0, s0) = (a.params.clone(), a.state.clone());
+    let (_, undo) = a.step_undoable(&[&x, &y]).unwrap();
+    assert_eq!(undo.count, 1);
+    assert_ne!(a.params, p0, "the step moved the parameters");
+    a.undo(undo);
+    assert_eq!((a.params.clone(), a.state.clone(), a.count), (p0, s0, 1));
+    // Commit: the same as a plain step, bit for bit, and the run goes on alike.
+    let (la, undo) = a.step_undoable(&[&x, &y]).unwrap();
+    a.commit(undo);
+    let lb = b.step(&[&x, &y]).unwrap();
+    assert_eq!(la.to_bits(), lb.to_bits());
+    for _ in 0..3 {
+        assert_eq!(a.step(&[&x, &y]).unwrap().to_bits(), b.step(&[&x, &y]).unwrap().to_bits());
+    }
+    assert_eq!((a.params, a.state, a.count), (b.params, b.state, b.count));
+}
