@@ -66,6 +66,11 @@ pub struct TrainArgs {
     /// Rows per step.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub batch_size: u64,
+    /// Split each batch into this many micro-batches whose gradients are
+    /// averaged before the update (gradient accumulation, in one compiled
+    /// step); must divide --batch-size.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub accumulate: u64,
     /// Fraction of the rows held out for testing.
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
@@ -281,15 +286,23 @@ fn first_nonfinite_gradient(
     names: &[String],
     params: &[Tensor],
     batch: &[&Tensor],
+    parts: usize,
 ) -> Result<String, Fail> {
     let n = params.len();
     let g = jit_n("loss", entry_fn(loss.clone())).grad(graft::Wrt::Positions((0..n).collect()));
-    let mut ins: Vec<&Tensor> = params.iter().collect();
-    ins.extend_from_slice(batch);
-    let grads = g.call(&ins).map_err(|e| fail(e.to_string()))?;
-    for (name, gr) in names.iter().zip(&grads) {
-        if gr.to_f64_vec().iter().any(|v| !v.is_finite()) {
-            return Ok(format!("the gradient of `{name}` is not finite"));
+    // The loss takes one micro-batch (`--accumulate`): each in turn.
+    let rows = batch.first().map_or(0, |t| t.shape()[0]);
+    let per = rows / parts.max(1);
+    for part in 0..parts.max(1) {
+        let idx: Vec<usize> = (part * per..(part + 1) * per).collect();
+        let micro: Vec<Tensor> = batch.iter().map(|t| take_rows(t, &idx)).collect::<Result<_, _>>()?;
+        let mut ins: Vec<&Tensor> = params.iter().collect();
+        ins.extend(micro.iter());
+        let grads = g.call(&ins).map_err(|e| fail(e.to_string()))?;
+        for (name, gr) in names.iter().zip(&grads) {
+            if gr.to_f64_vec().iter().any(|v| !v.is_finite()) {
+                return Ok(format!("the gradient of `{name}` is not finite"));
+            }
         }
     }
     for (name, p) in names.iter().zip(params) {
@@ -351,6 +364,12 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     let n_test = ((rows as f64) * a.test_fraction).round() as usize;
     let (test_idx, train_idx) = order.split_at(n_test);
     let bs = a.batch_size as usize;
+    if a.batch_size % a.accumulate != 0 {
+        return Err(Fail::usage(format!(
+            "error: --accumulate {} does not divide --batch-size {}",
+            a.accumulate, a.batch_size
+        )));
+    }
     if train_idx.len() < bs {
         return Err(fail(format!("{} training rows are fewer than one batch of {bs}", train_idx.len())));
     }
@@ -373,8 +392,9 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     let batch_types: Vec<Tree> = data
         .iter()
         .map(|t| {
+            // The loss sees one micro-batch at a time (`--accumulate`).
             let mut s = t.shape().to_vec();
-            s[0] = bs;
+            s[0] = bs / a.accumulate as usize;
             Tree::Leaf(TensorType::new(t.dtype(), s))
         })
         .collect();
@@ -386,6 +406,7 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     let opt = optimizer(a, total)?;
     let mut tr = Trainer::new(jit_n("loss", entry_fn(loss_c.func.clone())), names.clone(), params, opt)
         .map_err(|e| fail(e.to_string()))?;
+    tr.accumulate(a.accumulate as usize).map_err(|e| fail(e.to_string()))?;
 
     std::fs::create_dir_all(&a.out_dir).map_err(|e| fail(format!("{}: {e}", a.out_dir.display())))?;
     let ckpt = a.out_dir.join("checkpoint.safetensors");
@@ -442,7 +463,7 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
                     skipped += 1;
                     return Ok(());
                 }
-                let what = first_nonfinite_gradient(&loss_c.func, &names, &undo.params, &refs)?;
+                let what = first_nonfinite_gradient(&loss_c.func, &names, &undo.params, &refs, a.accumulate as usize)?;
                 return Err(fail(format!(
                     "the loss is {l} at step {} (epoch {}); {what}; rerun with --skip-nonfinite to skip such steps",
                     undo.count + 1,

@@ -440,6 +440,15 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).iter().map(HashMap::len).sum()
     }
 
+    /// Forgets every compilation, so the next call traces again (for a
+    /// function whose closure reads a setting, such as the trainer's
+    /// micro-batch count).
+    pub fn clear_cache(&self) {
+        for c in self.cache.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+            c.clear();
+        }
+    }
+
     /// Calls the function on tensors, compiling for their types if needed.
     pub fn call(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, Error> {
         let types: Vec<TensorType> = inputs.iter().map(|t| t.ty()).collect();

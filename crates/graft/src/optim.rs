@@ -327,6 +327,9 @@ impl Optimizer {
 pub struct Trainer {
     names: Vec<String>,
     buffer_names: Vec<String>,
+    /// Micro-batches per step (see [`Trainer::accumulate`]); read when the
+    /// step is traced.
+    micro_batches: Arc<std::sync::atomic::AtomicUsize>,
     step: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
     /// The loss alone, for evaluation (`eval`): `(params..., buffers..., batch...)`.
     loss: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
@@ -343,6 +346,82 @@ pub struct Trainer {
 }
 
 type StepFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
+
+/// One micro-batch's part of a step: `(params, buffers, batch) -> (loss,
+/// buffers'..., grads...)`.
+type MicroFn = Arc<dyn Fn(&[Tr], &[Tr], &[Tr]) -> Vec<Tr>>;
+
+/// The step graph `(params..., state..., buffers..., t, batch...) ->
+/// (loss, params'..., state'..., buffers'...)`: the gradients of
+/// `micro_batches` micro-batches (the batch split along its leading axis,
+/// run in order by a `scan`, the buffers carried from one to the next)
+/// averaged, then the optimizer update. One micro-batch is the plain step.
+fn step_body(
+    micro: MicroFn,
+    micro_batches: Arc<std::sync::atomic::AtomicUsize>,
+    optimizer: &Optimizer,
+    names: &[String],
+    n: usize,
+    m: usize,
+) -> StepFn {
+    let opt = optimizer.clone();
+    let names = names.to_vec();
+    let k = optimizer.n_state();
+    Box::new(move |xs: &[Tr]| {
+        let (ps, rest) = xs.split_at(n);
+        let (st, rest) = rest.split_at(n * k);
+        let (bufs, rest) = rest.split_at(m);
+        let (t, batch) = rest.split_at(1);
+        let parts = micro_batches.load(std::sync::atomic::Ordering::Relaxed).max(1);
+        let outs = if parts == 1 { micro(ps, bufs, batch) } else { accumulated(&micro, parts, ps, bufs, batch) };
+        if outs.len() != 1 + m + n {
+            return outs; // a failed trace: its poisoned handles carry the error
+        }
+        let (loss_bufs, grads) = outs.split_at(1 + m);
+        let (new_p, new_s) = opt.update(&names, &t[0], ps, grads, st);
+        let mut out = loss_bufs[..1].to_vec();
+        out.extend(new_p);
+        out.extend(new_s);
+        out.extend_from_slice(&loss_bufs[1..]);
+        out
+    })
+}
+
+/// `micro` over `parts` micro-batches in a `scan`: every batch input
+/// `[parts * b, ...]` viewed as `[parts, b, ...]`, the loss and gradients
+/// summed in the carry and divided by `parts`, the buffers carried.
+fn accumulated(micro: &MicroFn, parts: usize, ps: &[Tr], bufs: &[Tr], batch: &[Tr]) -> Vec<Tr> {
+    let Some(first) = ps.first() else { return Vec::new() };
+    let split: Vec<Tr> = batch
+        .iter()
+        .map(|x| {
+            let shape = x.shape();
+            let mut s: Vec<isize> = vec![parts as isize, -1];
+            s.extend(shape.iter().skip(1).map(|&d| d as isize));
+            x.reshape(&s)
+        })
+        .collect();
+    let dtype = first.ty().map_or(graft_core::DType::F32, |t| t.dtype);
+    let mut init = vec![first.scalar(0.0, dtype)];
+    init.extend(bufs.iter().cloned());
+    init.extend(ps.iter().map(Tr::zeros_like));
+    let m = bufs.len();
+    let (carry, _) = crate::ops::scan(ps, &init, &split, crate::ops::ScanOpts::new(parts), |ps, c, x| {
+        let outs = micro(ps, &c[1..1 + m], x);
+        if outs.len() != c.len() {
+            return (outs, Vec::new());
+        }
+        let mut next = vec![&c[0] + &outs[0]];
+        next.extend(outs[1..1 + m].iter().cloned());
+        next.extend(c[1 + m..].iter().zip(&outs[1 + m..]).map(|(a, g)| a + g));
+        (next, Vec::new())
+    });
+    let scale = |v: &Tr| v / &v.scalar(parts as f64, v.ty().map_or(dtype, |t| t.dtype));
+    let mut out = vec![scale(&carry[0])];
+    out.extend(carry[1..1 + m].iter().cloned());
+    out.extend(carry[1 + m..].iter().map(scale));
+    out
+}
 
 fn invalid(msg: String) -> Error {
     graft_core::IrError::invalid("trainer", msg).into()
@@ -367,24 +446,18 @@ impl Trainer {
         let n = params.len();
         let grad = loss.value_and_grad(Wrt::Positions((0..n).collect()));
         let plain: StepFn = Box::new(move |xs: &[Tr]| loss.apply(xs));
-        let opt = optimizer.clone();
-        let step_names = names.clone();
-        let k = optimizer.n_state();
-        let body: StepFn = Box::new(move |xs: &[Tr]| {
-            let (ps, rest) = xs.split_at(n);
-            let (st, rest) = rest.split_at(n * k);
-            let (t, batch) = rest.split_at(1);
-            let mut args: Vec<Tr> = ps.to_vec();
-            args.extend_from_slice(batch);
-            let vg = grad.apply(&args);
-            let (loss, grads) = vg.split_at(1);
-            let (new_p, new_s) = opt.update(&step_names, &t[0], ps, grads, st);
-            let mut out = loss.to_vec();
-            out.extend(new_p);
-            out.extend(new_s);
-            out
+        // One micro-batch: the loss and the gradients (no buffers).
+        let micro: MicroFn = Arc::new(move |ps: &[Tr], _bufs: &[Tr], batch: &[Tr]| {
+            let args: Vec<Tr> = ps.iter().chain(batch).cloned().collect();
+            let mut vg = grad.apply(&args);
+            if vg.len() != 1 + n {
+                return vg; // a failed trace: its poisoned handles carry the error
+            }
+            let grads = vg.split_off(1);
+            vg.extend(grads);
+            vg
         });
-        Ok(Trainer::assemble(body, plain, names, params, Vec::new(), Vec::new(), optimizer))
+        Ok(Trainer::assemble(micro, plain, names, params, Vec::new(), Vec::new(), optimizer))
     }
 
     /// A trainer whose step also carries buffers: `train_loss(params...,
@@ -442,35 +515,20 @@ impl Trainer {
             out
         });
         let plain: StepFn = Box::new(move |xs: &[Tr]| eval_loss.apply(xs));
-        let opt = optimizer.clone();
-        let step_names = names.clone();
-        let k = optimizer.n_state();
-        let body: StepFn = Box::new(move |xs: &[Tr]| {
-            let (ps, rest) = xs.split_at(n);
-            let (st, rest) = rest.split_at(n * k);
-            let (bufs, rest) = rest.split_at(m);
-            let (t, batch) = rest.split_at(1);
+        // One micro-batch: the loss, the new buffers and the gradients.
+        let micro: MicroFn = Arc::new(move |ps: &[Tr], bufs: &[Tr], batch: &[Tr]| {
             let args: Vec<Tr> = ps.iter().chain(bufs).chain(batch).cloned().collect();
-            let dtype = ps.first().and_then(Tr::ty).map_or(graft_core::DType::F32, |t| t.dtype);
-            let mut cots = vec![t[0].scalar(1.0, dtype)];
+            let Some(first) = ps.first().or(batch.first()) else { return Vec::new() };
+            let dtype = first.ty().map_or(graft_core::DType::F32, |t| t.dtype);
+            let mut cots = vec![first.scalar(1.0, dtype)];
             cots.extend(bufs.iter().filter(|b| b.ty().is_some_and(|t| t.dtype.is_float())).map(Tr::zeros_like));
-            let outs = cut.apply_vjp(&args, &cots, Wrt::Positions((0..n).collect()));
-            if outs.len() != 1 + m + n {
-                return outs;
-            }
-            let (loss_bufs, grads) = outs.split_at(1 + m);
-            let (new_p, new_s) = opt.update(&step_names, &t[0], ps, grads, st);
-            let mut out = loss_bufs[..1].to_vec();
-            out.extend(new_p);
-            out.extend(new_s);
-            out.extend_from_slice(&loss_bufs[1..]);
-            out
+            cut.apply_vjp(&args, &cots, Wrt::Positions((0..n).collect()))
         });
-        Ok(Trainer::assemble(body, plain, names, params, buffer_names, buffers, optimizer))
+        Ok(Trainer::assemble(micro, plain, names, params, buffer_names, buffers, optimizer))
     }
 
     fn assemble(
-        body: StepFn,
+        micro: MicroFn,
         plain: StepFn,
         names: Vec<String>,
         params: Vec<Tensor>,
@@ -479,9 +537,12 @@ impl Trainer {
         optimizer: Optimizer,
     ) -> Trainer {
         let state = optimizer.init(&params);
+        let micro_batches = Arc::new(std::sync::atomic::AtomicUsize::new(1));
+        let body = step_body(micro, micro_batches.clone(), &optimizer, &names, params.len(), buffers.len());
         Trainer {
             names,
             buffer_names,
+            micro_batches,
             step: jit_n("train_step", body),
             loss: jit_n("eval_step", plain),
             optimizer,
@@ -500,6 +561,28 @@ impl Trainer {
         ins.extend_from_slice(batch);
         let out = self.loss.call(&ins)?;
         Ok(out.first().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN))
+    }
+
+    /// Splits every batch into `parts` micro-batches along its leading
+    /// axis (which must divide by `parts`) and averages their gradients
+    /// before the update, in one compiled step: a `scan` over the
+    /// micro-batches, so only one micro-batch's activations are alive at a
+    /// time. The loss reported is the mean of the micro-batch losses; the
+    /// buffers pass from one micro-batch to the next. `parts = 1` is the
+    /// plain step. The step compiles again for the new setting.
+    pub fn accumulate(&mut self, parts: usize) -> Result<(), Error> {
+        if parts == 0 {
+            return Err(invalid("gradient accumulation needs at least one micro-batch".to_string()));
+        }
+        self.micro_batches.store(parts, std::sync::atomic::Ordering::Relaxed);
+        self.compiled = None;
+        self.step.clear_cache();
+        Ok(())
+    }
+
+    /// Micro-batches per step (1 unless [`Trainer::accumulate`] set more).
+    pub fn micro_batches(&self) -> usize {
+        self.micro_batches.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The parameter names.
@@ -533,6 +616,13 @@ impl Trainer {
     /// or [`Trainer::commit`]. Nothing is copied: the old tensors are
     /// moved into the `Undo`.
     pub fn step_undoable(&mut self, batch: &[&Tensor]) -> Result<(f64, Undo), Error> {
+        let parts = self.micro_batches();
+        if let Some(x) = batch.iter().find(|x| x.shape().first().is_none_or(|&rows| rows % parts != 0)) {
+            return Err(invalid(format!(
+                "a batch input of shape {:?} cannot be split into {parts} micro-batches along its leading axis",
+                x.shape()
+            )));
+        }
         let dtype = self.params.first().map_or(graft_core::DType::F32, Tensor::dtype);
         let t = Tensor::full(&TensorType::scalar(dtype), self.count as f64);
         let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).chain(&self.buffers).collect();

@@ -142,6 +142,11 @@ fn a_nonfinite_loss_stops_with_the_step_and_parameter_or_is_skipped() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the loss is NaN at step 2 (epoch 1); the gradient of `w` is not finite"), "{err}");
+    // With micro-batches the diagnosis looks at each in turn.
+    let out = run(&["--accumulate", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the loss is NaN at step") && err.contains("the gradient of `w` is not finite"), "{err}");
     let out = run(&["--skip-nonfinite"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("steps skipped: non-finite loss"));
@@ -197,4 +202,29 @@ fn a_safetensors_dataset_trains_like_the_npz() {
     let a = std::fs::read(npz_out.join("checkpoint.safetensors")).unwrap();
     let b = std::fs::read(dir.path().join("b/checkpoint.safetensors")).unwrap();
     assert!(a == b, "the same data from .npz and .safetensors trains to the same parameters");
+}
+
+#[test]
+fn accumulated_micro_batches_train_like_whole_batches() {
+    // digits_mlp's loss is a mean, so four micro-batches of 16 give the
+    // 64-row batch's gradient up to rounding: the same accuracy curve.
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let whole = train(a.path(), "digits_mlp.graft", &["--epochs", "2"]);
+    let split = train(b.path(), "digits_mlp.graft", &["--epochs", "2", "--accumulate", "4"]);
+    assert!(whole.status.success() && split.status.success(), "{}", String::from_utf8_lossy(&split.stderr));
+    let rows = |d: &Path| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    for (x, y) in rows(a.path()).iter().zip(&rows(b.path())) {
+        assert_eq!(x["step"], y["step"]);
+        let (lx, ly) = (x["loss"].as_f64().unwrap(), y["loss"].as_f64().unwrap());
+        assert!((lx - ly).abs() <= 1e-4 * lx, "loss {lx} vs accumulated {ly}");
+        let (ax, ay) = (x["test_accuracy"].as_f64().unwrap(), y["test_accuracy"].as_f64().unwrap());
+        assert!((ax - ay).abs() <= 0.01, "accuracy {ax} vs accumulated {ay}");
+    }
+    // A count that does not divide the batch is a usage error.
+    let bad = train(b.path(), "digits_mlp.graft", &["--epochs", "1", "--accumulate", "5"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--accumulate 5 does not divide --batch-size 64"));
 }

@@ -488,6 +488,34 @@ fn a_step_with_buffers_takes_the_same_gradient_as_one_without() {
 }
 
 #[test]
+fn accumulated_steps_carry_buffers_through_the_micro_batches() {
+    // The buffer sums the micro-batch losses: after one step with three
+    // micro-batches it holds their sum, three times the step's mean loss.
+    let (x, labels) = clusters(30);
+    let mut rng = Rng(71);
+    let params = vec![rng.tensor(&[8, 4]), rng.tensor(&[8]), rng.tensor(&[3, 8]), rng.tensor(&[3])];
+    let names: Vec<String> = ["w1", "b1", "w2", "b2"].map(String::from).to_vec();
+    let mlp = |v: &[Tr], x: &Tr, y: &Tr| {
+        let h = nn::linear(x, &v[0], Some(&v[1])).tanh();
+        nn::cross_entropy(&nn::linear(&h, &v[2], Some(&v[3])), y, -1)
+    };
+    let carried = jit_n("carried", move |v: &[Tr]| {
+        let l = mlp(&v[..4], &v[5], &v[6]);
+        vec![l.clone(), &v[4] + &l]
+    });
+    let eval = jit_n("eval", move |v: &[Tr]| mlp(&v[..4], &v[5], &v[6]));
+    let opt = Optimizer::sgd(Schedule::Constant(0.1));
+    let zero = Tensor::scalar(0.0f64);
+    let mut t = Trainer::with_buffers(carried, eval, names, params, vec!["sum".into()], vec![zero], opt).unwrap();
+    t.accumulate(3).unwrap();
+    let rows = x.shape()[0];
+    assert_eq!(rows % 3, 0);
+    let loss = t.step(&[&x, &labels]).unwrap();
+    let sum = t.buffers[0].to_scalar_f64().unwrap();
+    assert!((sum - 3.0 * loss).abs() <= 1e-12 * sum.abs(), "buffer {sum} vs 3 x mean loss {loss}");
+}
+
+#[test]
 fn a_small_cnn_with_group_norm_trains() {
     // 8x8 images: class 0 is brighter in the top half, class 1 in the bottom half.
     let (n, mut rng) = (32, Rng(80));

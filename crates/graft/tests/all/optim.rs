@@ -133,3 +133,42 @@ fn an_undone_step_leaves_no_trace_and_a_committed_one_is_a_step() {
     }
     assert_eq!((a.params, a.state, a.count), (b.params, b.state, b.count));
 }
+
+#[test]
+fn accumulated_micro_batches_match_the_full_batch() {
+    // A mean loss over equal micro-batches: their mean loss and averaged
+    // gradient are the full batch's, so the trajectories agree to rounding.
+    let (params, x, y) = problem();
+    let make = || {
+        let loss = jit_n("loss", |v| {
+            let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
+            (&err * &err).mean(())
+        });
+        Trainer::new(loss, vec!["w".into(), "b".into()], params.clone(), Optimizer::adam(Schedule::Constant(0.01)))
+            .expect("trainer")
+    };
+    for parts in [2, 4, 16] {
+        let (mut full, mut acc) = (make(), make());
+        acc.accumulate(parts).unwrap();
+        assert_eq!(acc.micro_batches(), parts);
+        for _ in 0..20 {
+            let (lf, la) = (full.step(&[&x, &y]).unwrap(), acc.step(&[&x, &y]).unwrap());
+            assert!((lf - la).abs() <= 1e-12 * lf.abs(), "{parts} parts: loss {la} vs {lf}");
+        }
+        for (a, f) in acc.params.iter().zip(&full.params) {
+            for (p, q) in a.to_f64_vec().iter().zip(f.to_f64_vec()) {
+                assert!((p - q).abs() <= 1e-10 * q.abs().max(1e-3), "{parts} parts: {p} vs {q}");
+            }
+        }
+    }
+    // A batch that does not split evenly is refused, naming the shape.
+    let mut acc = make();
+    acc.accumulate(3).unwrap();
+    let e = acc.step(&[&x, &y]).unwrap_err().to_string();
+    assert!(e.contains("cannot be split into 3 micro-batches") && e.contains("[16, 4]"), "{e}");
+    assert!(acc.accumulate(0).is_err());
+    // Back to one micro-batch: the plain step again (recompiled).
+    acc.accumulate(1).unwrap();
+    let mut plain = make();
+    assert_eq!(acc.step(&[&x, &y]).unwrap().to_bits(), plain.step(&[&x, &y]).unwrap().to_bits());
+}
