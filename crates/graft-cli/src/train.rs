@@ -364,7 +364,7 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     let n_test = ((rows as f64) * a.test_fraction).round() as usize;
     let (test_idx, train_idx) = order.split_at(n_test);
     let bs = a.batch_size as usize;
-    if a.batch_size % a.accumulate != 0 {
+    if !a.batch_size.is_multiple_of(a.accumulate) {
         return Err(Fail::usage(format!(
             "error: --accumulate {} does not divide --batch-size {}",
             a.accumulate, a.batch_size
