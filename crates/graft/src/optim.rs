@@ -330,6 +330,8 @@ pub struct Trainer {
     /// Micro-batches per step (see [`Trainer::accumulate`]); read when the
     /// step is traced.
     micro_batches: Arc<std::sync::atomic::AtomicUsize>,
+    /// Names of the batch inputs, for [`Trainer::step_named`].
+    input_names: Vec<String>,
     step: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
     /// The loss alone, for evaluation (`eval`): `(params..., buffers..., batch...)`.
     loss: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
@@ -543,6 +545,7 @@ impl Trainer {
             names,
             buffer_names,
             micro_batches,
+            input_names: Vec::new(),
             step: jit_n("train_step", body),
             loss: jit_n("eval_step", plain),
             optimizer,
@@ -578,6 +581,60 @@ impl Trainer {
         self.compiled = None;
         self.step.clear_cache();
         Ok(())
+    }
+
+    /// Names the batch inputs (in the loss's order after the parameters
+    /// and buffers), so that [`Trainer::step_named`] and
+    /// [`Trainer::eval_named`] can take them by name.
+    pub fn set_input_names(&mut self, names: Vec<String>) -> Result<(), Error> {
+        if let Some(d) = names.iter().enumerate().find_map(|(i, n)| names[..i].contains(n).then_some(n)) {
+            return Err(invalid(format!("the batch input name `{d}` is given twice")));
+        }
+        self.input_names = names;
+        Ok(())
+    }
+
+    /// The batch input names (empty unless set).
+    pub fn input_names(&self) -> &[String] {
+        &self.input_names
+    }
+
+    /// The named batch in input order; every name must be known and given
+    /// once, and every input given.
+    fn by_name<'a>(&self, named: &[(&str, &'a Tensor)]) -> Result<Vec<&'a Tensor>, Error> {
+        if self.input_names.is_empty() {
+            return Err(invalid("the batch inputs have no names (see Trainer::set_input_names)".to_string()));
+        }
+        let mut out: Vec<Option<&Tensor>> = vec![None; self.input_names.len()];
+        for (name, t) in named {
+            let Some(i) = self.input_names.iter().position(|n| n == name) else {
+                return Err(invalid(format!(
+                    "no batch input is named `{name}` (the inputs are {})",
+                    self.input_names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                )));
+            };
+            if out[i].replace(t).is_some() {
+                return Err(invalid(format!("the batch input `{name}` is given twice")));
+            }
+        }
+        let missing: Vec<String> =
+            self.input_names.iter().zip(&out).filter(|(_, t)| t.is_none()).map(|(n, _)| format!("`{n}`")).collect();
+        if !missing.is_empty() {
+            return Err(invalid(format!("the batch lacks {}", missing.join(", "))));
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// [`Trainer::step`] on a batch given by input name, in any order.
+    pub fn step_named(&mut self, named: &[(&str, &Tensor)]) -> Result<f64, Error> {
+        let batch = self.by_name(named)?;
+        self.step(&batch)
+    }
+
+    /// [`Trainer::eval`] on a batch given by input name, in any order.
+    pub fn eval_named(&self, named: &[(&str, &Tensor)]) -> Result<f64, Error> {
+        let batch = self.by_name(named)?;
+        self.eval(&batch)
     }
 
     /// Micro-batches per step (1 unless [`Trainer::accumulate`] set more).

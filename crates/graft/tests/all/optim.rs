@@ -172,3 +172,33 @@ fn accumulated_micro_batches_match_the_full_batch() {
     let mut plain = make();
     assert_eq!(acc.step(&[&x, &y]).unwrap().to_bits(), plain.step(&[&x, &y]).unwrap().to_bits());
 }
+
+#[test]
+fn named_batches_step_like_positional_ones_and_bad_names_are_errors() {
+    let (params, x, y) = problem();
+    let make = || {
+        let loss = jit_n("loss", |v| {
+            let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
+            (&err * &err).mean(())
+        });
+        Trainer::new(loss, vec!["w".into(), "b".into()], params.clone(), Optimizer::sgd(Schedule::Constant(0.1)))
+            .expect("trainer")
+    };
+    let (mut a, mut b) = (make(), make());
+    let err = |r: Result<f64, graft::Error>| r.unwrap_err().to_string();
+    assert!(err(b.step_named(&[("x", &x), ("y", &y)])).contains("have no names"));
+    assert!(b.set_input_names(vec!["x".into(), "x".into()]).is_err());
+    b.set_input_names(vec!["x".into(), "y".into()]).unwrap();
+    assert_eq!(b.input_names(), ["x", "y"]);
+    for _ in 0..3 {
+        let la = a.step(&[&x, &y]).unwrap();
+        let lb = b.step_named(&[("y", &y), ("x", &x)]).unwrap();
+        assert_eq!(la.to_bits(), lb.to_bits());
+    }
+    assert_eq!(a.eval(&[&x, &y]).unwrap().to_bits(), b.eval_named(&[("x", &x), ("y", &y)]).unwrap().to_bits());
+    let e = err(b.step_named(&[("x", &x), ("z", &y)]));
+    assert!(e.contains("no batch input is named `z`") && e.contains("`x`, `y`"), "{e}");
+    assert!(err(b.step_named(&[("x", &x)])).contains("the batch lacks `y`"));
+    assert!(err(b.step_named(&[("x", &x), ("x", &x), ("y", &y)])).contains("`x` is given twice"));
+    assert_eq!(b.count, 3, "failed calls take no step");
+}
