@@ -279,6 +279,9 @@ pub struct Arg {
     pub span: Span,
 }
 
+/// The methods of `x.at[...]`: the updates, then the read.
+pub const AT_METHODS: &[&str] = &["set", "add", "mul", "min", "max", "get"];
+
 /// One entry of an indexing expression `x[...]`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IndexItem {
@@ -399,6 +402,14 @@ pub enum ExprKind {
     Index {
         base: Box<Expr>,
         items: Vec<IndexItem>,
+    },
+    /// `x.at[items].method(args)`: a functional update (`set add mul min
+    /// max`) or read (`get`) of the indexed part of `x`, as in JAX.
+    At {
+        base: Box<Expr>,
+        items: Vec<IndexItem>,
+        method: Ident,
+        args: Vec<Arg>,
     },
     /// `{ stmts... result }`
     Block {

@@ -325,8 +325,13 @@ impl<'a> R<'a> {
                     scope.truncate(n);
                 }
             }
-            ExprKind::Index { base, items } => {
+            ExprKind::Index { base, items } | ExprKind::At { base, items, .. } => {
                 self.expr(base, scope);
+                if let ExprKind::At { args, .. } = &e.kind {
+                    for a in args {
+                        self.expr(&a.value, scope);
+                    }
+                }
                 for it in items {
                     match it {
                         IndexItem::Single(x) => self.expr(x, scope),

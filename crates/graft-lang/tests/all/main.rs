@@ -19,3 +19,4 @@ mod parse_props;
 mod run_examples;
 mod stdlib;
 mod transforms;
+mod updates;
