@@ -235,7 +235,7 @@ impl Parser<'_> {
     /// and at `at`. Every malformed form is a located error.
     fn at_update(&mut self, base: Expr) -> PResult<Expr> {
         let at_span = self.bump().span;
-        let usage = "help: write `x.at[i].set(v)`; the methods are `set add mul min max` (with a value) and `get()`";
+        let usage = "help: write `x.at[i].set(v)`; the methods are `set add mul min max` (with a value) and `.get()`";
         if !self.at(&Tok::LBracket) || self.line_break() {
             return Err(self
                 .unexpected("`[` after `.at`, as in `x.at[i].set(v)`")
