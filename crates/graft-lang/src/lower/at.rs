@@ -115,9 +115,9 @@ impl Lower<'_> {
         for a in &vals {
             match (&a.name, m) {
                 (None, "get") => {
-                    return Err(self
-                        .err(Stage::Type, &a.span, "`.get()` takes no positional arguments")
-                        .with_note("note: its options are `mode=\"clip\"` (the default) or `mode=\"fill\"` with `fill_value`"))
+                    return Err(self.err(Stage::Type, &a.span, "`.get()` takes no positional arguments").with_note(
+                        "note: its options are `mode=\"clip\"` (the default) or `mode=\"fill\"` with `fill_value`",
+                    ))
                 }
                 (None, _) if value.is_none() => value = Some(a.clone()),
                 (None, _) => {
@@ -220,7 +220,11 @@ impl Lower<'_> {
         if let Some(k) = static_int(v) {
             let k2 = if k < 0 { k + n as i64 } else { k };
             if k2 < 0 || k2 >= n as i64 {
-                return Err(self.err(Stage::Type, span, format!("index {k} is out of bounds for axis {axis} of size {n}")));
+                return Err(self.err(
+                    Stage::Type,
+                    span,
+                    format!("index {k} is out of bounds for axis {axis} of size {n}"),
+                ));
             }
             return Ok(Item::Static { pos: vec![k2], keep: false });
         }
@@ -304,7 +308,8 @@ impl Lower<'_> {
                     let r = self.b().select(neg, w, i);
                     let i = self.ir(r, span)?;
                     let i = if clamp {
-                        let hi = self.const_tensor(&tt.shape, &vec![(n - 1.0).max(0.0); tt.numel()], DType::I64, span)?;
+                        let hi =
+                            self.const_tensor(&tt.shape, &vec![(n - 1.0).max(0.0); tt.numel()], DType::I64, span)?;
                         let r = self.b().min(i, hi);
                         let i = self.ir(r, span)?;
                         let r = self.b().max(i, zero);

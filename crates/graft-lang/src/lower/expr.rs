@@ -174,7 +174,7 @@ impl Lower<'_> {
                 let b = self.expr(base, env)?;
                 self.index(b, items, &base.span, span, env)
             }
-            ExprKind::At { base, items, method, args } => self.at_expr(base, items, method, args, span, env),
+            ExprKind::At(at) => self.at_expr(&at.base, &at.items, &at.method, &at.args, span, env),
             ExprKind::Block { stmts, result } => {
                 let mut env = env.clone();
                 for Stmt::Let { pat, ty, value, span: lspan } in stmts {

@@ -500,11 +500,7 @@ fn dyn_starts(l: &mut Lower<'_>, a: &A, x: Value) -> Result<Vec<Value>, Diagnost
     };
     if items.len() != xt.rank() {
         return Err(l
-            .err(
-                Stage::Type,
-                &sa.span,
-                format!("`starts` needs one start per axis of x ({xt}), found {}", items.len()),
-            )
+            .err(Stage::Type, &sa.span, format!("`starts` needs one start per axis of x ({xt}), found {}", items.len()))
             .with_note("help: give a tuple of integers, e.g. `(i, 0)` for a rank-2 `x`"));
     }
     let mut out = Vec::new();

@@ -270,7 +270,7 @@ impl Parser<'_> {
         let open = self.bump().span;
         let (args, close) = self.with_nl(false, |p| p.args(&open, "argument list"))?;
         let span = join(&base.span, &close);
-        Ok(Expr { kind: ExprKind::At { base: Box::new(base), items, method, args }, span })
+        Ok(Expr { kind: ExprKind::At(Box::new(AtExpr { base, items, method, args })), span })
     }
 
     fn primary(&mut self) -> PResult<Expr> {

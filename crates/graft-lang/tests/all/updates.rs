@@ -5,8 +5,8 @@
 //! per-example results, and located diagnostics for bad forms.
 
 use crate::common::{close, f64s, leaf_values, module, run};
-use graft_lang::{diag, Module};
 use graft_core::Tensor;
+use graft_lang::{diag, Module};
 
 fn i32s(shape: &[usize], v: &[i32]) -> Tensor {
     Tensor::from_vec(shape.to_vec(), v.to_vec()).unwrap()
@@ -50,12 +50,7 @@ fn dynamic_update_slice_values_and_clamping() {
     );
     let x = f64s(&[4, 3], &X43);
     let at = |i: i32| leaf_values(&run(&m, "f", &[x.clone(), i32_scalar(i)]))[0].clone();
-    close(
-        "start 0",
-        &at(0),
-        &[0.0, -1.0, -2.0, 10.0, -3.0, -4.0, 20.0, 21.0, 22.0, 30.0, 31.0, 32.0],
-        0.0,
-    );
+    close("start 0", &at(0), &[0.0, -1.0, -2.0, 10.0, -3.0, -4.0, 20.0, 21.0, 22.0, 30.0, 31.0, 32.0], 0.0);
     let end = [0.0, 1.0, 2.0, 10.0, 11.0, 12.0, 20.0, -1.0, -2.0, 30.0, -3.0, -4.0];
     close("start 7 clamps to 2", &at(7), &end, 0.0);
     close("start -1 is 3, clamps to 2", &at(-1), &end, 0.0);
@@ -283,30 +278,94 @@ fn bad_forms_are_located_errors() {
         ("def f(x: tensor[3, f32]) -> tensor[3, f32] = x.at[0].set\n", "`.set` must be called", (1, 54)),
         ("def f(x: tensor[3, f32]) -> tensor[3, f32] = x.at[0].set()\n", "`.set` needs the value", (1, 46)),
         // wrong dtype of indices
-        ("def f(x: tensor[3, f32], i: f32) -> tensor[3, f32] = x.at[i].set(1.0)\n", "an index must be an integer", (1, 59)),
-        ("def f(x: tensor[3, f32], i: tensor[2, f32]) -> tensor[3, f32] = scatter_add(x, i, 1.0)\n", "an index must be an integer", (1, 80)),
-        ("def f(x: tensor[3, f32], m: tensor[3, bool]) -> tensor[3, f32] = x.at[m].set(0.0)\n", "an index must be an integer", (1, 71)),
+        (
+            "def f(x: tensor[3, f32], i: f32) -> tensor[3, f32] = x.at[i].set(1.0)\n",
+            "an index must be an integer",
+            (1, 59),
+        ),
+        (
+            "def f(x: tensor[3, f32], i: tensor[2, f32]) -> tensor[3, f32] = scatter_add(x, i, 1.0)\n",
+            "an index must be an integer",
+            (1, 80),
+        ),
+        (
+            "def f(x: tensor[3, f32], m: tensor[3, bool]) -> tensor[3, f32] = x.at[m].set(0.0)\n",
+            "an index must be an integer",
+            (1, 71),
+        ),
         // too many indices (wrong rank)
         ("def f(x: tensor[3, f32]) -> tensor[3, f32] = x.at[0, 1].set(1.0)\n", "too many indices", (1, 46)),
-        ("def f(x: tensor[3, f32], i: i32) -> tensor[2, f32] = dynamic_slice(x, (i, 0), (2,))\n", "one start per axis", (1, 71)),
-        ("def f(x: tensor[3, f32], i: i32) -> tensor[2, f32] = dynamic_slice(x, i, (2, 1))\n", "one size per axis", (1, 74)),
-        ("def f(x: tensor[3, f32], i: i32) -> tensor[3, f32] = dynamic_update_slice(x, [[1.0]], i)\n", "rank of x", (1, 78)),
+        (
+            "def f(x: tensor[3, f32], i: i32) -> tensor[2, f32] = dynamic_slice(x, (i, 0), (2,))\n",
+            "one start per axis",
+            (1, 71),
+        ),
+        (
+            "def f(x: tensor[3, f32], i: i32) -> tensor[2, f32] = dynamic_slice(x, i, (2, 1))\n",
+            "one size per axis",
+            (1, 74),
+        ),
+        (
+            "def f(x: tensor[3, f32], i: i32) -> tensor[3, f32] = dynamic_update_slice(x, [[1.0]], i)\n",
+            "rank of x",
+            (1, 78),
+        ),
         ("def f(x: tensor[3, f32], i: i32) -> tensor[4, f32] = dynamic_slice(x, i, 4)\n", "exceeds", (1, 54)),
         // non-integer start
-        ("def f(x: tensor[3, f32], s: f32) -> tensor[2, f32] = dynamic_slice(x, s, 2)\n", "start 0 must be an integer scalar, found f32", (1, 71)),
-        ("def f(x: tensor[3, f32]) -> tensor[2, f32] = dynamic_slice(x, 0.5, 2)\n", "start 0 must be an integer scalar", (1, 63)),
-        ("def f(x: tensor[3, f32], s: tensor[1, i32]) -> tensor[2, f32] = dynamic_slice(x, s, 2)\n", "start 0 must be an integer scalar, found i32[1]", (1, 82)),
+        (
+            "def f(x: tensor[3, f32], s: f32) -> tensor[2, f32] = dynamic_slice(x, s, 2)\n",
+            "start 0 must be an integer scalar, found f32",
+            (1, 71),
+        ),
+        (
+            "def f(x: tensor[3, f32]) -> tensor[2, f32] = dynamic_slice(x, 0.5, 2)\n",
+            "start 0 must be an integer scalar",
+            (1, 63),
+        ),
+        (
+            "def f(x: tensor[3, f32], s: tensor[1, i32]) -> tensor[2, f32] = dynamic_slice(x, s, 2)\n",
+            "start 0 must be an integer scalar, found i32[1]",
+            (1, 82),
+        ),
         // duplicates-sensitive forms with an index array
-        ("def f(x: tensor[3, f32], v: tensor[2, f32]) -> tensor[3, f32] = x.at[[0, 0]].set(v)\n", "needs a scalar value", (1, 78)),
+        (
+            "def f(x: tensor[3, f32], v: tensor[2, f32]) -> tensor[3, f32] = x.at[[0, 0]].set(v)\n",
+            "needs a scalar value",
+            (1, 78),
+        ),
         ("def f(x: tensor[3, f32]) -> tensor[3, f32] = x.at[[0, 1]].mul(2.0)\n", "`.mul` with an index array", (1, 59)),
-        ("def f(x: tensor[3, 3, f32]) -> tensor[3, 3, f32] = x.at[[0], [1]].add(2.0)\n", "at most one index array", (1, 62)),
+        (
+            "def f(x: tensor[3, 3, f32]) -> tensor[3, 3, f32] = x.at[[0], [1]].add(2.0)\n",
+            "at most one index array",
+            (1, 62),
+        ),
         // static out of range, run-time slice bound, bad options
         ("def f(x: tensor[3, f32]) -> tensor[3, f32] = x.at[3].set(1.0)\n", "index 3 is out of bounds", (1, 51)),
-        ("def f(x: tensor[3, f32], i: i32) -> tensor[3, f32] = x.at[i:].set(1.0)\n", "slice bounds must be known", (1, 59)),
-        ("def f(x: tensor[3, f32]) -> tensor[2, f32] = gather(x, [0, 1], mode=\"wrap\")\n", "`mode` must be \"clip\" or \"fill\"", (1, 64)),
-        ("def f(x: tensor[3, f32]) -> tensor[2, f32] = take(x, [0, 1], fill_value=1.0)\n", "applies only with `mode=\"fill\"`", (1, 62)),
-        ("def f(x: tensor[3, f32]) -> tensor[2, f32] = x.at[[0, 1]].get(mode=\"drop\")\n", "`mode` must be \"clip\" or \"fill\"", (1, 63)),
-        ("def f(x: tensor[3, f32], v: tensor[2, f32]) -> tensor[3, f32] = x.at[:].set(v)\n", "does not broadcast", (1, 77)),
+        (
+            "def f(x: tensor[3, f32], i: i32) -> tensor[3, f32] = x.at[i:].set(1.0)\n",
+            "slice bounds must be known",
+            (1, 59),
+        ),
+        (
+            "def f(x: tensor[3, f32]) -> tensor[2, f32] = gather(x, [0, 1], mode=\"wrap\")\n",
+            "`mode` must be \"clip\" or \"fill\"",
+            (1, 64),
+        ),
+        (
+            "def f(x: tensor[3, f32]) -> tensor[2, f32] = take(x, [0, 1], fill_value=1.0)\n",
+            "applies only with `mode=\"fill\"`",
+            (1, 62),
+        ),
+        (
+            "def f(x: tensor[3, f32]) -> tensor[2, f32] = x.at[[0, 1]].get(mode=\"drop\")\n",
+            "`mode` must be \"clip\" or \"fill\"",
+            (1, 63),
+        ),
+        (
+            "def f(x: tensor[3, f32], v: tensor[2, f32]) -> tensor[3, f32] = x.at[:].set(v)\n",
+            "does not broadcast",
+            (1, 77),
+        ),
         ("def f(x: tensor[3, f32]) -> tensor[3, f32] = x.at[0].set(1.0, 2.0)\n", "takes one value", (1, 63)),
     ];
     let mut bad = Vec::new();
