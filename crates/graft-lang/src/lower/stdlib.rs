@@ -83,6 +83,8 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("softmax", &["x", "axis"]),
     ("log_softmax", &["x", "axis"]),
     ("cumsum", &["x", "axis", "reverse"]),
+    ("sort", &["x", "axis"]),
+    ("argsort", &["x", "axis"]),
     // linear algebra
     ("matmul", &["x", "y"]),
     ("einsum", &["spec", "*operands"]),
@@ -163,6 +165,7 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("bernoulli", &["key", "p", "shape"]),
     ("randint", &["key", "shape", "lo", "hi", "dtype"]),
     ("categorical", &["key", "logits", "axis"]),
+    ("permutation", &["key", "x"]),
     // control flow
     ("tabulate", &["n", "f"]),
     ("scan", &["f", "init", "xs", "remat"]),
@@ -197,7 +200,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 /// so an explicit `none` there is an error rather than a silent axis 0.
 fn none_is_default(name: &str, p: &str) -> bool {
     match p {
-        "axis" => !matches!(name, "expand_dims" | "concat" | "stack"),
+        "axis" => !matches!(name, "expand_dims" | "concat" | "stack" | "sort" | "argsort"),
         _ => matches!(
             (name, p),
             ("transpose", "perm")
@@ -1079,6 +1082,15 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 }
             }
         }
+        "sort" | "argsort" => {
+            let x = a.t(l, "x", false)?;
+            let ax = one_axis(l, name, x, a.opt("axis"), true, span)?;
+            if name == "sort" {
+                ir!(c::sort::sort(l.b(), x, ax))
+            } else {
+                ir!(c::sort::argsort(l.b(), x, ax))
+            }
+        }
         "argmax" | "argmin" => {
             let x = a.t(l, "x", false)?;
             let kd = a.flag(l, "keepdims")?;
@@ -1717,6 +1729,29 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
             let (lo, hi) = (a.int(l, "lo", None)?, a.int(l, "hi", None)?);
             let dt = a.dtype(l, "dtype", DType::I32)?;
             ir!(c::random::randint(l.b(), k, &s, lo, hi, dt))
+        }
+        "permutation" => {
+            let k = a.t(l, "key", false)?;
+            let xa = a.req(l, "x")?.clone();
+            match static_int(&xa.val) {
+                Some(n) if n >= 0 => ir!(c::random::permutation(l.b(), k, n as usize)),
+                Some(n) => {
+                    return Err(l.err(Stage::Type, &xa.span, format!("`x` must be an integer >= 0 or a tensor, found {n}")))
+                }
+                None => {
+                    let x = l.tensor(&xa.val, &xa.span)?;
+                    let xt = l.ty(x);
+                    if xt.rank() == 0 {
+                        return Err(l.err(
+                            Stage::Type,
+                            &xa.span,
+                            format!("`x` must be an integer known while compiling or a tensor with an axis, found {xt}"),
+                        ));
+                    }
+                    let p = ir!(c::random::permutation(l.b(), k, xt.shape[0]));
+                    ir!(c::shape::take(l.b(), x, p, 0))
+                }
+            }
         }
         "categorical" => {
             let k = a.t(l, "key", false)?;
