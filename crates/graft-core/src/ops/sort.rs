@@ -146,7 +146,12 @@ impl Op for Argsort {
             return Err(ExecError::kernel(self.name(), "axis out of range"));
         }
         let dims = split_at_axis(x.shape(), self.axis);
-        fn go<T: SortKey>(op: &Argsort, x: &Tensor, dims: (usize, usize, usize), y: &mut Tensor) -> Result<(), ExecError> {
+        fn go<T: SortKey>(
+            op: &Argsort,
+            x: &Tensor,
+            dims: (usize, usize, usize),
+            y: &mut Tensor,
+        ) -> Result<(), ExecError> {
             let xs = super::kernel::input::<T>(x)?;
             match op.index_dtype {
                 DType::I32 => argsort_kernel::<T, i32>(xs, dims, output::<i32>(y)?),

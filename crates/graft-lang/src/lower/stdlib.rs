@@ -1736,7 +1736,11 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
             match static_int(&xa.val) {
                 Some(n) if n >= 0 => ir!(c::random::permutation(l.b(), k, n as usize)),
                 Some(n) => {
-                    return Err(l.err(Stage::Type, &xa.span, format!("`x` must be an integer >= 0 or a tensor, found {n}")))
+                    return Err(l.err(
+                        Stage::Type,
+                        &xa.span,
+                        format!("`x` must be an integer >= 0 or a tensor, found {n}"),
+                    ))
                 }
                 None => {
                     let x = l.tensor(&xa.val, &xa.span)?;
@@ -1745,7 +1749,9 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                         return Err(l.err(
                             Stage::Type,
                             &xa.span,
-                            format!("`x` must be an integer known while compiling or a tensor with an axis, found {xt}"),
+                            format!(
+                                "`x` must be an integer known while compiling or a tensor with an axis, found {xt}"
+                            ),
                         ));
                     }
                     let p = ir!(c::random::permutation(l.b(), k, xt.shape[0]));
