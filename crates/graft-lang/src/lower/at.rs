@@ -232,7 +232,7 @@ impl Lower<'_> {
             this.err(
                 Stage::Type,
                 span,
-                format!("an index must be an integer, an integer scalar or an integer index array, found {found}"),
+                format!("an index must be an integer (known while compiling or a run-time scalar) or an integer index array, found {found}"),
             )
         };
         let t = match v {
