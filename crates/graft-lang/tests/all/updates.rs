@@ -377,3 +377,30 @@ fn bad_forms_are_located_errors() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+#[test]
+fn vmap_of_scatter_add_and_fill_reads() {
+    let m = module(
+        "def one(x: tensor[4, f64], ix: tensor[2, i32]) -> (tensor[4, f64], tensor[2, f64], tensor[2, f64], tensor[4, f64]) =\n\
+           (scatter_add(x, ix, [1.0, 2.0]), take(x, ix, mode=\"fill\", fill_value=-1), x.at[ix].get(mode=\"fill\"), x.at[ix].max(2.5))\n\
+         def many(xs: tensor[3, 4, f64], ix: tensor[3, 2, i32]) -> (tensor[3, 4, f64], tensor[3, 2, f64], tensor[3, 2, f64], tensor[3, 4, f64]) =\n\
+           vmap(one)(xs, ix)\n",
+    );
+    let xs: Vec<f64> = (0..12).map(|k| k as f64).collect();
+    let ix = [0, 0, 3, 9, -1, -7];
+    let batched = leaf_values(&run(&m, "many", &[f64s(&[3, 4], &xs), i32s(&[3, 2], &ix)]));
+    for b in 0..3 {
+        let one = leaf_values(&run(&m, "one", &[f64s(&[4], &xs[b * 4..b * 4 + 4]), i32s(&[2], &ix[b * 2..b * 2 + 2])]));
+        for (k, leaf) in one.iter().enumerate() {
+            let n = leaf.len();
+            close(&format!("example {b}, result {k}"), &batched[k][b * n..(b + 1) * n], leaf, 0.0);
+        }
+    }
+    // Hand values: example 0 adds 1 and 2 at index 0; example 1 drops index 9 and
+    // `take` fills it; example 2 reads the last element for -1 and fills -7.
+    close("scatter_add 0", &batched[0][0..4], &[3.0, 1.0, 2.0, 3.0], 0.0);
+    close("scatter_add 1", &batched[0][4..8], &[4.0, 5.0, 6.0, 8.0], 0.0);
+    close("take fill 1", &batched[1][2..4], &[7.0, -1.0], 0.0);
+    close("get fill 2", &batched[2][4..6], &[11.0, 0.0], 0.0);
+    close("max 0", &batched[3][0..4], &[2.5, 1.0, 2.0, 3.0], 0.0);
+}
