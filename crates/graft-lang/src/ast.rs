@@ -279,6 +279,18 @@ pub struct Arg {
     pub span: Span,
 }
 
+/// The methods of `x.at[...]`: the updates, then the read.
+pub const AT_METHODS: &[&str] = &["set", "add", "mul", "min", "max", "get"];
+
+/// `base.at[items].method(args)` (see [`ExprKind::At`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AtExpr {
+    pub base: Expr,
+    pub items: Vec<IndexItem>,
+    pub method: Ident,
+    pub args: Vec<Arg>,
+}
+
 /// One entry of an indexing expression `x[...]`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IndexItem {
@@ -400,6 +412,9 @@ pub enum ExprKind {
         base: Box<Expr>,
         items: Vec<IndexItem>,
     },
+    /// `x.at[items].method(args)`: a functional update (`set add mul min
+    /// max`) or read (`get`) of the indexed part of `x`, as in JAX.
+    At(Box<AtExpr>),
     /// `{ stmts... result }`
     Block {
         stmts: Vec<Stmt>,

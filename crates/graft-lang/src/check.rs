@@ -263,6 +263,19 @@ impl<'a> R<'a> {
         }
     }
 
+    fn index_items(&mut self, items: &[IndexItem], scope: &mut Scope) {
+        for it in items {
+            match it {
+                IndexItem::Single(x) => self.expr(x, scope),
+                IndexItem::Slice { start, stop, step, .. } => {
+                    for x in [start, stop, step].into_iter().flatten() {
+                        self.expr(x, scope);
+                    }
+                }
+            }
+        }
+    }
+
     fn expr(&mut self, e: &Expr, scope: &mut Scope) {
         match &e.kind {
             ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Str(_) => {}
@@ -325,18 +338,16 @@ impl<'a> R<'a> {
                     scope.truncate(n);
                 }
             }
+            ExprKind::At(at) => {
+                self.expr(&at.base, scope);
+                self.index_items(&at.items, scope);
+                for a in &at.args {
+                    self.expr(&a.value, scope);
+                }
+            }
             ExprKind::Index { base, items } => {
                 self.expr(base, scope);
-                for it in items {
-                    match it {
-                        IndexItem::Single(x) => self.expr(x, scope),
-                        IndexItem::Slice { start, stop, step, .. } => {
-                            for x in [start, stop, step].into_iter().flatten() {
-                                self.expr(x, scope);
-                            }
-                        }
-                    }
-                }
+                self.index_items(items, scope);
             }
             ExprKind::Block { stmts, result } => {
                 let n = scope.len();

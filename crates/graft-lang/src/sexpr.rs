@@ -287,6 +287,12 @@ fn expr_node(e: &Expr) -> Node {
             c.extend(items.iter().map(index_item_node));
             list("index", c)
         }
+        ExprKind::At(at) => {
+            let mut c = vec![expr_node(&at.base)];
+            c.push(list("at", at.items.iter().map(index_item_node).collect()));
+            c.extend(at.args.iter().map(arg_node));
+            list(format!("at-{}", at.method.name), c)
+        }
         ExprKind::Block { stmts, result } => {
             let mut c: Vec<Node> = stmts
                 .iter()

@@ -36,4 +36,5 @@ pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod shape;
+pub mod sort;
 pub mod spectral;

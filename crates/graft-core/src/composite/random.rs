@@ -213,3 +213,12 @@ pub fn categorical(
     let z = b.add(logits, g)?;
     super::reduce::argmax(b, z, axis, false, index_dtype)
 }
+
+/// A random permutation of `0..n` (i32) from `key`, like
+/// `jax.random.permutation(key, n)`: the stable sorting permutation of `n`
+/// uniform f64 draws, so every permutation is a valid one whatever the draws.
+pub fn permutation(b: &mut Builder, key: Value, n: usize) -> Result<Value, IrError> {
+    check_key(b, "random.permutation", key)?;
+    let u = uniform(b, key, &[n], DType::F64, 0.0, 1.0)?;
+    super::sort::argsort(b, u, 0)
+}

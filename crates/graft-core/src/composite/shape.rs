@@ -374,6 +374,18 @@ pub fn slice_axis(
 /// negative indices do not wrap around: they clamp to 0. Emitted as one
 /// `gather` (clip mode) plus a transpose when `axis > 0`.
 pub fn take(b: &mut Builder, x: Value, indices: Value, axis: usize) -> Result<Value, IrError> {
+    take_with_mode(b, x, indices, axis, crate::ops::index::IndexMode::Clip)
+}
+
+/// [`take`] with the out-of-range rule `mode`: `Clip` clamps each index
+/// into the axis, `Fill` reads 0 (`false`) at an out-of-range index.
+pub fn take_with_mode(
+    b: &mut Builder,
+    x: Value,
+    indices: Value,
+    axis: usize,
+    mode: crate::ops::index::IndexMode,
+) -> Result<Value, IrError> {
     let xs = shape_of(b, x)?;
     let it = b.ty(indices)?.clone();
     if axis >= xs.len() {
@@ -386,7 +398,7 @@ pub fn take(b: &mut Builder, x: Value, indices: Value, axis: usize) -> Result<Va
     let mut idx_shape = it.shape.clone();
     idx_shape.push(1);
     let idx = b.reshape(indices, &idx_shape)?;
-    let g = b.gather(x, idx, 0, &[axis], crate::ops::index::IndexMode::Clip)?;
+    let g = b.gather(x, idx, 0, &[axis], mode)?;
     // g is [I..., x dims before axis..., x dims after axis...].
     let mut perm: Vec<usize> = (ni..ni + axis).collect();
     perm.extend(0..ni);

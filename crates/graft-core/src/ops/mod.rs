@@ -32,6 +32,7 @@ pub mod reduce;
 pub mod remat;
 pub mod scan;
 pub mod shape;
+pub mod sort;
 pub mod unary;
 pub mod while_loop;
 pub mod window;
@@ -162,6 +163,8 @@ define_prims! {
     RandomUniform(random::RandomUniform),
     /// Add updates at index vectors (gather's transpose).
     ScatterAdd(index::ScatterAdd),
+    /// The stable sorting permutation along one axis (NaNs last).
+    Argsort(sort::Argsort),
     /// Elementwise unary math (neg, exp, sin, ...).
     Unary(unary::Unary),
     /// `out[idx] = idx[axis]`.

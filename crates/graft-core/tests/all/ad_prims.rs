@@ -108,6 +108,7 @@ pub(crate) fn covered() -> Vec<String> {
         "Cumulative::*",
         "Reduce::*",
         "ArgReduce::argmax",
+        "Argsort",
     ]
     .map(String::from)
     .to_vec();
@@ -630,4 +631,15 @@ fn cummax_cummin_ties_go_to_the_first_extreme_in_scan_order() {
         Ok(vec![b.reduce_sum(y, &[0, 1])?])
     });
     assert_eq!(grad_at(&f, vec![1.0, 5.0, 2.0, 5.0, 2.0, 6.0], &[3, 2]), vec![1.0, 2.0, 2.0, 0.0, 0.0, 1.0]);
+}
+
+/// `sort` is a gather at `argsort`'s permutation: the values' derivatives
+/// follow the gather (each tangent moves with its element) and `argsort`
+/// contributes no tangent. Random points have no ties.
+#[test]
+fn sort_rule() {
+    for axis in [0, 1] {
+        let f = func(&[f64t(&[3, 4])], |b, p| Ok(vec![graft_core::composite::sort::sort(b, p[0], axis)?]));
+        check(&format!("sort axis {axis}"), &f, -2.0, 2.0, 5 + axis as u64);
+    }
 }

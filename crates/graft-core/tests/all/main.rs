@@ -52,6 +52,7 @@ mod reduce;
 mod scan;
 mod shape;
 mod simd;
+mod sort;
 mod unary;
 mod vmap;
 mod vmap_composites;

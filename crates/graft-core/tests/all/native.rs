@@ -62,6 +62,7 @@ pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("DynamicUpdateSlice", "no kernel: interpreter only"),
     ("Gather", "no kernel: interpreter only"),
     ("ScatterAdd", "no kernel: interpreter only"),
+    ("Argsort", "no kernel: interpreter only"),
     ("RandomBits", "no kernel: interpreter only"),
     ("RandomSplit", "no kernel: interpreter only"),
     ("RandomUniform", "no kernel: interpreter only"),

@@ -130,6 +130,7 @@ pub(crate) fn covered() -> Vec<String> {
         "DotGeneral",
         "Gather",
         "ScatterAdd",
+        "Argsort",
         "DynamicSlice",
         "DynamicUpdateSlice",
         "ConvGeneral",
@@ -589,4 +590,16 @@ fn vmap_of_second_derivative() {
         let want = (2.0 - x * x) * x.sin() + 4.0 * x * x.cos();
         assert!((y - want).abs() <= 1e-12 * want.abs().max(1.0), "f''({x}) = {y}, expected {want}");
     }
+}
+
+#[test]
+fn argsort_and_sort() {
+    let f = func("sort", &[t64(&[3, 4])], |b, p| {
+        let a1 = b.argsort(p[0], 1, DType::I32)?;
+        let a0 = b.argsort(p[0], 0, DType::I64)?;
+        let s0 = graft_core::composite::sort::sort(b, p[0], 0)?;
+        let s1 = graft_core::composite::sort::sort(b, p[0], 1)?;
+        Ok(vec![a1, a0, s0, s1])
+    });
+    check("sort", &f, &[X], TRIALS);
 }

@@ -174,6 +174,7 @@ impl Lower<'_> {
                 let b = self.expr(base, env)?;
                 self.index(b, items, &base.span, span, env)
             }
+            ExprKind::At(at) => self.at_expr(&at.base, &at.items, &at.method, &at.args, span, env),
             ExprKind::Block { stmts, result } => {
                 let mut env = env.clone();
                 for Stmt::Let { pat, ty, value, span: lspan } in stmts {
@@ -893,7 +894,7 @@ impl Lower<'_> {
                                         &e.span,
                                         format!("slice bounds must be known while compiling, found {}", v.describe()),
                                     )
-                                    .with_note("help: index with a run-time integer (`x[i]`) for one element, or slice with sizes known while compiling")
+                                    .with_note("help: for a block at a run-time start use `dynamic_slice(x, starts, sizes)`; `x[i]` takes one element at a run-time `i`")
                                 })
                             }
                         }

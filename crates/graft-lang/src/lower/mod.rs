@@ -19,6 +19,7 @@
 //! - a def is instantiated once per distinct list of argument types
 //!   ([`Prog::cache`]), and recursion is reported, never followed forever.
 
+pub mod at;
 pub mod control;
 pub mod custom;
 pub mod expr;

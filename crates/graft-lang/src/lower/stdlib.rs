@@ -15,6 +15,7 @@
 //! range are errors, never clamped, and every error names the builtin
 //! ([`call`]).
 
+use super::at::GetMode;
 use super::expr::static_int;
 use super::value::{ArrKind, Const, FnVal, TransformFn, Tv, Val, WrtSpec};
 use super::{ArgVal, Lower};
@@ -22,6 +23,7 @@ use crate::ast::{Span, TransformKind};
 use crate::diag::{Diagnostic, Stage};
 use graft_core::composite::{self as c, conv::ConvOpts, pool::PoolOpts};
 use graft_core::ops::binary::Binary;
+use graft_core::ops::index::IndexMode;
 use graft_core::ops::remat::Remat;
 use graft_core::{DType, TensorType, Value};
 use std::rc::Rc;
@@ -81,6 +83,8 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("softmax", &["x", "axis"]),
     ("log_softmax", &["x", "axis"]),
     ("cumsum", &["x", "axis", "reverse"]),
+    ("sort", &["x", "axis"]),
+    ("argsort", &["x", "axis"]),
     // linear algebra
     ("matmul", &["x", "y"]),
     ("einsum", &["spec", "*operands"]),
@@ -121,8 +125,11 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("flatten", &["x"]),
     ("broadcast_to", &["x", "shape"]),
     ("flip", &["x", "axis"]),
-    ("gather", &["table", "idx"]),
-    ("take", &["x", "idx", "axis"]),
+    ("gather", &["table", "idx", "mode", "fill_value"]),
+    ("take", &["x", "idx", "axis", "mode", "fill_value"]),
+    ("dynamic_slice", &["x", "starts", "sizes"]),
+    ("dynamic_update_slice", &["x", "update", "starts"]),
+    ("scatter_add", &["x", "indices", "updates"]),
     ("one_hot", &["labels", "n", "dtype"]),
     ("size", &["x", "axis"]),
     ("ndim", &["x"]),
@@ -158,6 +165,7 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("bernoulli", &["key", "p", "shape"]),
     ("randint", &["key", "shape", "lo", "hi", "dtype"]),
     ("categorical", &["key", "logits", "axis"]),
+    ("permutation", &["key", "x"]),
     // control flow
     ("tabulate", &["n", "f"]),
     ("scan", &["f", "init", "xs", "remat"]),
@@ -192,7 +200,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 /// so an explicit `none` there is an error rather than a silent axis 0.
 fn none_is_default(name: &str, p: &str) -> bool {
     match p {
-        "axis" => !matches!(name, "expand_dims" | "concat" | "stack"),
+        "axis" => !matches!(name, "expand_dims" | "concat" | "stack" | "sort" | "argsort"),
         _ => matches!(
             (name, p),
             ("transpose", "perm")
@@ -451,6 +459,85 @@ impl A {
     fn span_of(&self, p: &str) -> Span {
         self.opt(p).map_or(self.span.clone(), |a| a.span.clone())
     }
+}
+
+/// `mode` and `fill_value` of `gather`/`take`: `None` for `mode="clip"`
+/// (the default), the fill value (0 unless given) for `mode="fill"`.
+fn gather_mode(l: &Lower<'_>, a: &A) -> Result<Option<f64>, Diagnostic> {
+    let fill = match a.opt("mode") {
+        None => false,
+        Some(m) => match &m.val {
+            Val::Str(s) if &**s == "clip" => false,
+            Val::Str(s) if &**s == "fill" => true,
+            Val::Str(s) => {
+                return Err(l.err(Stage::Type, &m.span, format!("`mode` must be \"clip\" or \"fill\", found \"{s}\"")))
+            }
+            other => {
+                return Err(l.err(
+                    Stage::Type,
+                    &m.span,
+                    format!("`mode` must be \"clip\" or \"fill\", found {}", other.describe()),
+                ))
+            }
+        },
+    };
+    match (fill, a.opt("fill_value")) {
+        (false, Some(f)) => Err(l
+            .err(Stage::Type, &f.span, "`fill_value` applies only with `mode=\"fill\"`")
+            .with_note(format!("help: write `{}(x, idx, mode=\"fill\", fill_value=...)`", a.name))),
+        (false, None) => Ok(None),
+        (true, _) => Ok(Some(a.num(l, "fill_value", Some(0.0))?)),
+    }
+}
+
+/// The `starts` of `dynamic_slice`/`dynamic_update_slice`: one integer
+/// (static or a run-time rank-0 i32/i64) per axis of `x`, a tuple or, for a
+/// rank-1 `x`, one value. A negative start counts from the end once (`i + n`,
+/// as JAX does); the primitive then clamps it so the block fits.
+fn dyn_starts(l: &mut Lower<'_>, a: &A, x: Value) -> Result<Vec<Value>, Diagnostic> {
+    let sa = a.req(l, "starts")?.clone();
+    let xt = l.ty(x);
+    let items: Vec<Val> = match &sa.val {
+        Val::Tuple(t) => t.to_vec(),
+        other => vec![other.clone()],
+    };
+    if items.len() != xt.rank() {
+        return Err(l
+            .err(Stage::Type, &sa.span, format!("`starts` needs one start per axis of x ({xt}), found {}", items.len()))
+            .with_note("help: give a tuple of integers, e.g. `(i, 0)` for a rank-2 `x`"));
+    }
+    let mut out = Vec::new();
+    for (d, v) in items.iter().enumerate() {
+        let n = xt.shape[d] as i64;
+        if let Some(k) = static_int(v) {
+            let k = if k < 0 { k + n } else { k };
+            let r = l.b().scalar(k as f64, DType::I32);
+            out.push(l.ir(r, &sa.span)?);
+            continue;
+        }
+        let bad = |l: &Lower<'_>, found: String| {
+            l.err(Stage::Type, &sa.span, format!("start {d} must be an integer scalar, found {found}"))
+        };
+        let t = match v {
+            Val::T(_) => l.tensor(v, &sa.span)?,
+            other => return Err(bad(l, other.describe())),
+        };
+        let tt = l.ty(t);
+        if !tt.dtype.is_int() || tt.rank() != 0 {
+            return Err(bad(l, tt.to_string()));
+        }
+        let r = l.b().scalar(0.0, tt.dtype);
+        let zero = l.ir(r, &sa.span)?;
+        let r = l.b().scalar(n as f64, tt.dtype);
+        let nn = l.ir(r, &sa.span)?;
+        let r = l.b().lt(t, zero);
+        let neg = l.ir(r, &sa.span)?;
+        let r = l.b().add(t, nn);
+        let w = l.ir(r, &sa.span)?;
+        let r = l.b().select(neg, w, t);
+        out.push(l.ir(r, &sa.span)?);
+    }
+    Ok(out)
 }
 
 /// What an axis is resolved against: the type of the value whose axes are
@@ -995,6 +1082,15 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 }
             }
         }
+        "sort" | "argsort" => {
+            let x = a.t(l, "x", false)?;
+            let ax = one_axis(l, name, x, a.opt("axis"), true, span)?;
+            if name == "sort" {
+                ir!(c::sort::sort(l.b(), x, ax))
+            } else {
+                ir!(c::sort::argsort(l.b(), x, ax))
+            }
+        }
         "argmax" | "argmin" => {
             let x = a.t(l, "x", false)?;
             let kd = a.flag(l, "keepdims")?;
@@ -1336,7 +1432,70 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 Some(av) => one_axis(l, name, x, Some(av), false, span)?,
                 None => 0,
             };
-            ir!(c::shape::take(l.b(), x, i, ax))
+            let fill = gather_mode(l, &a)?;
+            let mode = if fill.is_some() { IndexMode::Fill } else { IndexMode::Clip };
+            let g = ir!(c::shape::take_with_mode(l.b(), x, i, ax, mode));
+            match fill {
+                Some(f) if f != 0.0 => {
+                    // Out-of-range positions read `f` (the gather read 0 there).
+                    let (it, gt) = (l.ty(i), l.ty(g));
+                    let n = l.ty(x).shape[ax] as f64;
+                    let i64t = TensorType::new(DType::I64, it.shape.clone());
+                    let i = ir!(l.b().convert(i, DType::I64));
+                    let zero = ir!(l.b().full(0.0, &i64t));
+                    let nn = ir!(l.b().full(n, &i64t));
+                    let lo = ir!(l.b().ge(i, zero));
+                    let hi = ir!(l.b().lt(i, nn));
+                    let ok = ir!(l.b().and(lo, hi));
+                    let dims: Vec<usize> = (ax..ax + it.rank()).collect();
+                    let ok = ir!(l.b().broadcast_in_dim(ok, &gt.shape, &dims));
+                    let fv = ir!(l.b().full(f, &gt));
+                    ir!(l.b().select(ok, g, fv))
+                }
+                _ => g,
+            }
+        }
+        "dynamic_slice" => {
+            let x = a.t(l, "x", false)?;
+            let starts = dyn_starts(l, &a, x)?;
+            let sizes = a.ushape(l, "sizes")?;
+            let rank = l.ty(x).rank();
+            if sizes.len() != rank {
+                return Err(l.err(
+                    Stage::Type,
+                    &a.span_of("sizes"),
+                    format!("`sizes` needs one size per axis of x ({}), found {}", l.ty(x), sizes.len()),
+                ));
+            }
+            ir!(l.b().dynamic_slice(x, &starts, &sizes))
+        }
+        "dynamic_update_slice" => {
+            let x = a.t(l, "x", false)?;
+            let dt = l.ty(x).dtype;
+            let u = a.req(l, "update")?.clone();
+            let u = l.tensor_as(&u.val, dt, &u.span)?;
+            let (xt, ut) = (l.ty(x), l.ty(u));
+            if ut.rank() != xt.rank() {
+                return Err(l.err(
+                    Stage::Type,
+                    &a.span_of("update"),
+                    format!("the update must have the rank of x ({xt}), found {ut}"),
+                ));
+            }
+            let starts = dyn_starts(l, &a, x)?;
+            ir!(l.b().dynamic_update_slice(x, u, &starts))
+        }
+        "scatter_add" => {
+            let x = a.t(l, "x", false)?;
+            let xt = l.ty(x);
+            if xt.rank() == 0 {
+                return Err(l.err(Stage::Type, &a.span_of("x"), format!("`x` needs at least one axis, found {xt}")));
+            }
+            let ia = a.req(l, "indices")?.clone();
+            let item = l.index_value(&ia.val, 0, xt.shape[0], &ia.span)?;
+            let upd = a.req(l, "updates")?.clone();
+            let r = l.at_apply(x, vec![(item, ia.span.clone())], "add", Some(&upd), GetMode::Clip, span, span)?;
+            return Ok(out(l, r));
         }
         "one_hot" => {
             let ids = a.t(l, "labels", false)?;
@@ -1570,6 +1729,35 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
             let (lo, hi) = (a.int(l, "lo", None)?, a.int(l, "hi", None)?);
             let dt = a.dtype(l, "dtype", DType::I32)?;
             ir!(c::random::randint(l.b(), k, &s, lo, hi, dt))
+        }
+        "permutation" => {
+            let k = a.t(l, "key", false)?;
+            let xa = a.req(l, "x")?.clone();
+            match static_int(&xa.val) {
+                Some(n) if n >= 0 => ir!(c::random::permutation(l.b(), k, n as usize)),
+                Some(n) => {
+                    return Err(l.err(
+                        Stage::Type,
+                        &xa.span,
+                        format!("`x` must be an integer >= 0 or a tensor, found {n}"),
+                    ))
+                }
+                None => {
+                    let x = l.tensor(&xa.val, &xa.span)?;
+                    let xt = l.ty(x);
+                    if xt.rank() == 0 {
+                        return Err(l.err(
+                            Stage::Type,
+                            &xa.span,
+                            format!(
+                                "`x` must be an integer known while compiling or a tensor with an axis, found {xt}"
+                            ),
+                        ));
+                    }
+                    let p = ir!(c::random::permutation(l.b(), k, xt.shape[0]));
+                    ir!(c::shape::take(l.b(), x, p, 0))
+                }
+            }
         }
         "categorical" => {
             let k = a.t(l, "key", false)?;

@@ -205,11 +205,16 @@ impl Parser<'_> {
                         e = Expr { kind: ExprKind::Call { func: Box::new(func), args: vec![arg] }, span };
                         continue;
                     }
+                    if matches!(self.tok(), Tok::Ident(id) if id.as_str() == "at") {
+                        let b = std::mem::replace(&mut e, placeholder());
+                        e = self.at_update(b)?;
+                        continue;
+                    }
                     let Tok::Int(n) = *self.tok() else {
-                        let mut d = self.unexpected("a tuple index after `.`, e.g. `t.0`, or `.T`");
+                        let mut d = self.unexpected("a tuple index after `.`, e.g. `t.0`, `.T` or `.at[i]`");
                         if matches!(self.tok(), Tok::Ident(_)) {
                             d = d.with_note(
-                                "note: graft has no methods or named fields (only `x.T`); call functions instead: `sum(x)`",
+                                "note: graft has no methods or named fields (only `x.T` and `x.at[i].set(v)`); call functions instead: `sum(x)`",
                             );
                         }
                         return Err(d.with_secondary(dot, "after this `.`"));
@@ -224,6 +229,48 @@ impl Parser<'_> {
         })();
         self.depth = base;
         r.map(|()| e)
+    }
+
+    /// `base.at[items].method(args)`, with the parser just past the `.`
+    /// and at `at`. Every malformed form is a located error.
+    fn at_update(&mut self, base: Expr) -> PResult<Expr> {
+        let at_span = self.bump().span;
+        let usage = "help: write `x.at[i].set(v)`; the methods are `set add mul min max` (with a value) and `.get()`";
+        if !self.at(&Tok::LBracket) || self.line_break() {
+            return Err(self
+                .unexpected("`[` after `.at`, as in `x.at[i].set(v)`")
+                .with_secondary(at_span, "`.at` needs an index")
+                .with_note(usage));
+        }
+        let open = self.bump().span;
+        let (items, close) = self.with_nl(false, |p| p.index_items(&open))?;
+        let at_whole = join(&at_span, &close);
+        if !self.at(&Tok::Dot) || self.line_break() {
+            return Err(err(at_whole, "`.at[...]` must be followed by a method: `.set(v)`, `.add(v)`, `.mul(v)`, `.min(v)`, `.max(v)` or `.get()`")
+                .with_label("no method called on this")
+                .with_note("note: `x.at[i]` alone is not a value; use `x[i]` to read"));
+        }
+        self.bump();
+        let Tok::Ident(name) = self.tok().clone() else {
+            return Err(self.unexpected("a method name after `.at[...]`").with_note(usage));
+        };
+        let method = Ident { name, span: self.bump().span };
+        if !AT_METHODS.contains(&method.name.as_str()) {
+            return Err(err(method.span.clone(), format!("`.at[...]` has no method `{}`", method.name))
+                .with_label("unknown method")
+                .with_note(usage));
+        }
+        if !self.at(&Tok::LParen) || self.line_break() {
+            let m = &method.name;
+            let call = if m == "get" { "get()".to_string() } else { format!("{m}(v)") };
+            return Err(err(method.span.clone(), format!("`.{m}` must be called: `.{call}`"))
+                .with_label("not called")
+                .with_note(usage));
+        }
+        let open = self.bump().span;
+        let (args, close) = self.with_nl(false, |p| p.args(&open, "argument list"))?;
+        let span = join(&base.span, &close);
+        Ok(Expr { kind: ExprKind::At(Box::new(AtExpr { base, items, method, args })), span })
     }
 
     fn primary(&mut self) -> PResult<Expr> {

@@ -17,5 +17,7 @@ mod parse_errors;
 mod parse_examples;
 mod parse_props;
 mod run_examples;
+mod sorting;
 mod stdlib;
 mod transforms;
+mod updates;
