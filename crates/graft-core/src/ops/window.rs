@@ -312,10 +312,17 @@ fn planes_kernel<T: RedElem, M: Monoid<T>>(
     wvol: usize,
 ) {
     let (plane_in, plane_out) = (rows.n * last.n, rows.out * last.out);
+    // Every window lies inside the plane (no padding, dilation or overhang):
+    // each output combines its window in one go, in the same order.
+    let inside = |d: &Dim| d.lo == 0 && d.bd == 1 && d.wd == 1 && (d.out - 1) * d.s + d.w <= d.n;
+    let direct = inside(rows) && inside(last);
     let task = |first: usize, chunk: &mut [T]| {
         for (p, yplane) in chunk.chunks_mut(plane_out).enumerate() {
             let xplane = &xs[(first + p) * plane_in..(first + p + 1) * plane_in];
             for (i, row) in yplane.chunks_mut(last.out).enumerate() {
+                if direct && window_row::<T, M>(&xplane[i * rows.s * last.n..], rows.w, last, row) {
+                    continue;
+                }
                 row.fill(M::id());
                 for k in 0..rows.w {
                     // Operand row read at window offset `k` (base dilation 1), if any.
@@ -333,6 +340,44 @@ fn planes_kernel<T: RedElem, M: Monoid<T>>(
     } else {
         task(0, ys);
     }
+}
+
+/// One output row of [`planes_kernel`] when every window lies inside the
+/// plane: output `j` combines `wh` operand rows from `x` (starting at the
+/// window's first row) at columns `j * s..j * s + w`, row-major, with the
+/// cheap combiner. Each output sees the same sequence of `op_plain` calls as
+/// in the general passes, so the bits are the same. Returns false (and
+/// leaves `row` to be recomputed by the general passes, with their NaN
+/// handling) when a NaN went by.
+#[inline]
+fn window_row<T: RedElem, M: Monoid<T>>(x: &[T], wh: usize, last: &Dim, row: &mut [T]) -> bool {
+    let (n, s, w) = (last.n, last.s, last.w);
+    let mut nan = false;
+    if wh == 2 && w == 2 && s == 2 {
+        // 2x2 stride-2 pooling, the common case, with the window unrolled.
+        let (r0, r1) = (&x[..n], &x[n..2 * n]);
+        for ((y, a), b) in row.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
+            let v = M::op_plain(M::op_plain(M::op_plain(M::op_plain(M::id(), a[0]), a[1]), b[0]), b[1]);
+            if M::NAN_SENSITIVE {
+                nan |= a[0].is_nan() | a[1].is_nan() | b[0].is_nan() | b[1].is_nan();
+            }
+            *y = v;
+        }
+        return !nan;
+    }
+    for (j, y) in row.iter_mut().enumerate() {
+        let mut acc = M::id();
+        for k in 0..wh {
+            for &v in &x[k * n + j * s..k * n + j * s + w] {
+                acc = M::op_plain(acc, v);
+                if M::NAN_SENSITIVE {
+                    nan |= v.is_nan();
+                }
+            }
+        }
+        *y = acc;
+    }
+    !nan
 }
 
 /// Combines one operand row `xrow` (the last dimension) into an output row
