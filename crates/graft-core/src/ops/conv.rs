@@ -216,6 +216,16 @@ fn gather_table(k_sp: &[usize], out_sp: &[usize], tables: &[Vec<isize>], in_stri
     table
 }
 
+/// Fills one im2col row from one input channel `xc` through its slice of a
+/// gather table (`Plan::gather`). Padding entries (`u32::MAX`) are past the
+/// channel: `get` reads them as zero.
+#[inline]
+fn gather_row<T: Real>(xc: &[T], idx: &[u32], out: &mut [T]) {
+    for (y, &i) in out.iter_mut().zip(idx) {
+        *y = xc.get(i as usize).copied().unwrap_or_else(T::zero);
+    }
+}
+
 /// An affine stretch of one im2col table row (see `Plan::runs`).
 #[derive(Clone, Copy, Debug)]
 struct Run {
@@ -373,11 +383,7 @@ impl Plan {
         let (ch, tap) = (row / self.kprod, row % self.kprod);
         let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
         if let Some(gather) = &self.gather {
-            // Padding entries (u32::MAX) are past the channel: `get` reads them as zero.
-            let idx = &gather[tap * self.p..(tap + 1) * self.p];
-            for (y, &i) in out.iter_mut().zip(idx) {
-                *y = xc.get(i as usize).copied().unwrap_or_else(T::zero);
-            }
+            gather_row(xc, &gather[tap * self.p..(tap + 1) * self.p], out);
             return;
         }
         let s = self.out_sp.len();
@@ -453,7 +459,18 @@ impl Plan {
     /// Fills the im2col matrix `col` (`[cg * kprod, p]`) of one group's input.
     fn im2col<T: Real>(&self, xg: &[T], col: &mut [T], parallel: bool) {
         let scratch = || vec![0usize; 2 * self.out_sp.len()];
-        if parallel && super::kernel::worth_parallel(col.len()) {
+        let parallel = parallel && super::kernel::worth_parallel(col.len());
+        if let (Some(gather), false) = (&self.gather, parallel) {
+            // Channel by channel, tap by tap: no index arithmetic per row.
+            for (ch, rows) in col.chunks_mut(self.kprod * self.p).enumerate() {
+                let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
+                for (idx, out) in gather.chunks(self.p).zip(rows.chunks_mut(self.p)) {
+                    gather_row(xc, idx, out);
+                }
+            }
+            return;
+        }
+        if parallel {
             col.par_chunks_mut(self.p)
                 .enumerate()
                 .for_each_init(scratch, |pos, (r, row)| self.im2col_row(xg, r, row, pos));
@@ -574,6 +591,19 @@ fn swapped_kernel<T: Real>(plan: &Plan, sw: &Plan, x: &[T], w: &[T], o: &mut [T]
         let scratch = || vec![0usize; 2 * plan.out_sp.len()];
         if super::kernel::worth_parallel(cols.len()) {
             cols.par_chunks_mut(kprod).enumerate().for_each_init(scratch, fill);
+        } else if let Some(gather) = &sw.gather {
+            // The same rows in order, without index arithmetic per row: the
+            // swapped plan's tap `P` is the forward output position.
+            let isz = plan.in_size;
+            let mut rows = cols.chunks_mut(kprod);
+            for b in 0..nb {
+                let xb = &x[(b0 + b) * per_in..(b0 + b + 1) * per_in];
+                for idx in gather.chunks(kprod) {
+                    for (c, row) in rows.by_ref().take(cin).enumerate() {
+                        gather_row(&xb[c * isz..(c + 1) * isz], idx, row);
+                    }
+                }
+            }
         } else {
             let mut pos = scratch();
             cols.chunks_mut(kprod).enumerate().for_each(|r| fill(&mut pos, r));
