@@ -163,6 +163,12 @@ impl Executable {
     pub fn with_options(func: impl Into<Arc<Func>>, options: ExecOptions) -> Result<Executable, ExecError> {
         let func = func.into();
         verify(&func)?;
+        // Flattened first, so parameter-free work inside calls (a loss
+        // differentiated by a trainer's step) is folded too.
+        let func = match crate::opt::flatten(&func) {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
         // Parameter-free work is done once, here, by the interpreter (see
         // `opt::fold_constants`); the evaluation itself is planned unfolded.
         let eval = |sub: Func| {

@@ -175,6 +175,57 @@ impl Op for ConvGeneral {
     }
 }
 
+/// Output rows (the last spatial dim) shorter than this fill im2col through
+/// the per-plan gather table (`Plan::gather`); longer ones copy runs.
+const GATHER_ROW_MAX: usize = 16;
+
+/// Most entries (`kprod * p`) of a plan's gather table (256 KiB).
+const GATHER_MAX: usize = 1 << 16;
+
+/// The gather table of `Plan::gather`: per tap (row-major over `k_sp`) and
+/// output position (row-major over `out_sp`), the input offset within a
+/// channel, or `u32::MAX` where the tap reads padding or a dilation hole.
+fn gather_table(k_sp: &[usize], out_sp: &[usize], tables: &[Vec<isize>], in_strides: &[usize]) -> Vec<u32> {
+    let s = out_sp.len();
+    let (kprod, p) = (k_sp.iter().product::<usize>(), out_sp.iter().product::<usize>());
+    let mut table = Vec::with_capacity(kprod * p);
+    let mut tap = vec![0usize; s];
+    let step = |idx: &mut [usize], sizes: &[usize]| {
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < sizes[d] {
+                return;
+            }
+            idx[d] = 0;
+        }
+    };
+    for _ in 0..kprod {
+        let mut pos = vec![0usize; s];
+        for _ in 0..p {
+            let mut off = Some(0usize);
+            for d in 0..s {
+                let i = tables[d][tap[d] * out_sp[d] + pos[d]];
+                off = if i < 0 { None } else { off.map(|o| o + i as usize * in_strides[d]) };
+            }
+            // The caller checked that every offset (< in_size) fits below u32::MAX.
+            table.push(off.map_or(u32::MAX, |o| o as u32));
+            step(&mut pos, out_sp);
+        }
+        step(&mut tap, k_sp);
+    }
+    table
+}
+
+/// Fills one im2col row from one input channel `xc` through its slice of a
+/// gather table (`Plan::gather`). Padding entries (`u32::MAX`) are past the
+/// channel: `get` reads them as zero.
+#[inline]
+fn gather_row<T: Real>(xc: &[T], idx: &[u32], out: &mut [T]) {
+    for (y, &i) in out.iter_mut().zip(idx) {
+        *y = xc.get(i as usize).copied().unwrap_or_else(T::zero);
+    }
+}
+
 /// An affine stretch of one im2col table row (see `Plan::runs`).
 #[derive(Clone, Copy, Debug)]
 struct Run {
@@ -229,6 +280,13 @@ struct Plan {
     /// `start + (o - lo) * step`, the rest are padding. Lets im2col copy
     /// whole runs instead of gathering element by element.
     runs: Vec<Option<Run>>,
+    /// `gather[tap * p + j]`: the offset within one input channel that `tap`
+    /// reads at output position `j` (row-major over `out_sp`), or `u32::MAX`
+    /// for padding and dilation holes. Built for small images only (see
+    /// [`GATHER_ROW_MAX`]): there im2col rows are a few elements per output
+    /// row, and walking `tables` per output row costs more than the copies,
+    /// while one lookup per element costs the same whatever the geometry.
+    gather: Option<Vec<u32>>,
     /// The window maps output positions 1:1 onto the input (1x1 kernel,
     /// stride 1, no padding or input dilation): im2col would be a copy.
     identity: bool,
@@ -290,19 +348,27 @@ impl Plan {
         };
         let identity =
             (0..s).all(|d| k_sp[d] == 1 && c.strides[d] == 1 && c.padding[d] == (0, 0) && c.lhs_dilation[d] == 1);
+        let in_strides = strides_of(&in_sp);
+        let in_size: usize = in_sp.iter().product();
+        let (kprod, p) = (k_sp.iter().product::<usize>(), out_sp.iter().product::<usize>());
+        let small = out_sp.last().is_some_and(|&ol| ol < GATHER_ROW_MAX)
+            && kprod.saturating_mul(p) <= GATHER_MAX
+            && in_size < u32::MAX as usize;
+        let gather = (small && !identity).then(|| gather_table(&k_sp, &out_sp, &tables, &in_strides));
         Plan {
             n: xs[0],
             groups: c.feature_group_count,
             cg: ws[1],
             og: ws[0] / c.feature_group_count,
-            in_strides: strides_of(&in_sp),
-            in_size: in_sp.iter().product(),
-            p: out_sp.iter().product(),
-            kprod: k_sp.iter().product(),
+            in_strides,
+            in_size,
+            p,
+            kprod,
             k_sp,
             out_sp,
             tables,
             runs,
+            gather,
             identity,
             swapped: None,
             gathered: false,
@@ -316,6 +382,10 @@ impl Plan {
     fn im2col_row<T: Real>(&self, xg: &[T], row: usize, out: &mut [T], pos: &mut [usize]) {
         let (ch, tap) = (row / self.kprod, row % self.kprod);
         let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
+        if let Some(gather) = &self.gather {
+            gather_row(xc, &gather[tap * self.p..(tap + 1) * self.p], out);
+            return;
+        }
         let s = self.out_sp.len();
         let Some(last) = s.checked_sub(1) else {
             out[0] = xc[0]; // no spatial dims: the single "position" is the channel value
@@ -389,7 +459,18 @@ impl Plan {
     /// Fills the im2col matrix `col` (`[cg * kprod, p]`) of one group's input.
     fn im2col<T: Real>(&self, xg: &[T], col: &mut [T], parallel: bool) {
         let scratch = || vec![0usize; 2 * self.out_sp.len()];
-        if parallel && super::kernel::worth_parallel(col.len()) {
+        let parallel = parallel && super::kernel::worth_parallel(col.len());
+        if let (Some(gather), false) = (&self.gather, parallel) {
+            // Channel by channel, tap by tap: no index arithmetic per row.
+            for (ch, rows) in col.chunks_mut(self.kprod * self.p).enumerate() {
+                let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
+                for (idx, out) in gather.chunks(self.p).zip(rows.chunks_mut(self.p)) {
+                    gather_row(xc, idx, out);
+                }
+            }
+            return;
+        }
+        if parallel {
             col.par_chunks_mut(self.p)
                 .enumerate()
                 .for_each_init(scratch, |pos, (r, row)| self.im2col_row(xg, r, row, pos));
@@ -510,6 +591,19 @@ fn swapped_kernel<T: Real>(plan: &Plan, sw: &Plan, x: &[T], w: &[T], o: &mut [T]
         let scratch = || vec![0usize; 2 * plan.out_sp.len()];
         if super::kernel::worth_parallel(cols.len()) {
             cols.par_chunks_mut(kprod).enumerate().for_each_init(scratch, fill);
+        } else if let Some(gather) = &sw.gather {
+            // The same rows in order, without index arithmetic per row: the
+            // swapped plan's tap `P` is the forward output position.
+            let isz = plan.in_size;
+            let mut rows = cols.chunks_mut(kprod);
+            for b in 0..nb {
+                let xb = &x[(b0 + b) * per_in..(b0 + b + 1) * per_in];
+                for idx in gather.chunks(kprod) {
+                    for (c, row) in rows.by_ref().take(cin).enumerate() {
+                        gather_row(&xb[c * isz..(c + 1) * isz], idx, row);
+                    }
+                }
+            }
         } else {
             let mut pos = scratch();
             cols.chunks_mut(kprod).enumerate().for_each(|r| fill(&mut pos, r));

@@ -218,20 +218,24 @@ impl Geometry {
         let k = self.idx.len();
         let mut off = (p / self.ni) * self.op_batch;
         for (&raw, &(size, stride)) in indices[p * k..p * k + k].iter().zip(&self.idx) {
-            let raw: i64 = raw.as_();
-            let v = if raw >= 0 && (raw as u64) < size as u64 {
-                raw as usize
-            } else {
-                match mode {
-                    IndexMode::Fill => return None,
-                    IndexMode::Clip if size == 0 => return None,
-                    IndexMode::Clip if raw < 0 => 0,
-                    IndexMode::Clip => size - 1,
-                }
-            };
-            off += v * stride;
+            off += resolve(raw.as_(), size, mode)? * stride;
         }
         Some(off)
+    }
+}
+
+/// Index `raw` into an axis of `size` under `mode` (see the module docs), or
+/// `None` when the position reads 0 / drops its update.
+#[inline]
+fn resolve(raw: i64, size: usize, mode: IndexMode) -> Option<usize> {
+    if raw >= 0 && (raw as u64) < size as u64 {
+        return Some(raw as usize);
+    }
+    match mode {
+        IndexMode::Fill => None,
+        IndexMode::Clip if size == 0 => None,
+        IndexMode::Clip if raw < 0 => Some(0),
+        IndexMode::Clip => Some(size - 1),
     }
 }
 
@@ -386,6 +390,23 @@ fn scatter_kernel<T: Accumulate, I: AsPrimitive<i64> + Sync>(
     let apply = |chunk: &mut [T], lo: usize| {
         let hi = lo + chunk.len();
         let (b0, b1) = (lo / g.op_batch, hi.div_ceil(g.op_batch).min(nb));
+        if g.slab == 1 && g.idx.len() == 1 {
+            // Element scatters (one index per update, e.g. the gradient of
+            // max pooling) skip the per-slab run loop, as gather does: the
+            // generic path costs several times the addition per element.
+            let (off, (size, stride)) = (g.runs[0], g.idx[0]);
+            for b in b0..b1 {
+                let base = b * g.op_batch + off;
+                for p in b * g.ni..(b + 1) * g.ni {
+                    let Some(v) = resolve(indices[p].as_(), size, mode) else { continue };
+                    let s = base + v * stride;
+                    if (lo..hi).contains(&s) {
+                        chunk[s - lo] = chunk[s - lo].accumulate(updates[p]);
+                    }
+                }
+            }
+            return;
+        }
         for p in b0 * g.ni..b1 * g.ni {
             let Some(base) = g.origin(p, indices, mode) else { continue };
             let upd = &updates[p * g.slab..(p + 1) * g.slab];

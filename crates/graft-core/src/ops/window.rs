@@ -92,7 +92,34 @@ struct Dim {
     wd: usize,
 }
 
+/// The outputs `jlo..jhi` of a row that one window offset of the last
+/// dimension reaches, output `jlo` reading operand element `start` and
+/// each next one `s` further (see [`Dim::range`]).
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    jlo: usize,
+    jhi: usize,
+    start: usize,
+}
+
 impl Dim {
+    /// A window of one element at stride 1 with no padding or dilation: the
+    /// output is the operand along this dimension.
+    fn is_unit(&self) -> bool {
+        self.w == 1 && self.s == 1 && self.lo == 0 && self.bd == 1 && self.wd == 1 && self.out == self.n
+    }
+
+    /// Without base dilation, output `j` reads operand `j * s + c` at window
+    /// offset `k` (`c = k * wd - lo`), valid for a contiguous range of `j`:
+    /// that range, or `None` when it is empty. Computed once per offset,
+    /// not per output row.
+    fn range(&self, k: usize) -> Option<Range> {
+        let off = k * self.wd;
+        let jlo = if off >= self.lo { 0 } else { (self.lo - off).div_ceil(self.s) };
+        let jhi = if self.n + self.lo > off { ((self.n + self.lo - off - 1) / self.s + 1).min(self.out) } else { 0 };
+        (jlo < jhi).then(|| Range { jlo, jhi, start: jlo * self.s + off - self.lo })
+    }
+
     /// The operand index read by output `o` at window offset `k`, or `None`
     /// for padding or a dilation hole.
     #[inline]
@@ -194,9 +221,16 @@ fn window_kernel<T: RedElem, M: Monoid<T>>(x: &Tensor, dims: &[Dim], y: &mut Ten
         ys.copy_from_slice(xs);
         return Ok(());
     };
+    let ranges: Vec<Option<Range>> = (0..last.w).map(|k| last.range(k)).collect();
+    let wvol = dims.iter().fold(1usize, |a, d| a.saturating_mul(d.w));
+    if let Some((rows, outer)) = lead.split_last() {
+        if outer.iter().all(Dim::is_unit) && rows.bd == 1 {
+            planes_kernel::<T, M>(xs, ys, rows, last, &ranges, wvol);
+            return Ok(());
+        }
+    }
     let in_strides = strides_of(x.shape());
     let row_len = last.out;
-    let wvol = dims.iter().fold(1usize, |a, d| a.saturating_mul(d.w));
     let rows_per_task = (CHUNK / row_len.saturating_mul(wvol)).max(1);
     let task = |first_row: usize, chunk: &mut [T]| {
         // Odometers over output rows (leading dims) and window offsets:
@@ -224,7 +258,7 @@ fn window_kernel<T: RedElem, M: Monoid<T>>(x: &Tensor, dims: &[Dim], y: &mut Ten
                     }
                 }
                 match hole {
-                    None => accumulate_row::<T, M>(last, &xs[off..off + last.n], row),
+                    None => accumulate_row::<T, M>(last, &ranges, &xs[off..off + last.n], row),
                     // Every window offset under this one reads padding too: skip them.
                     Some(d) => {
                         for (k, dim) in kidx[d + 1..].iter_mut().zip(&lead[d + 1..]) {
@@ -262,10 +296,95 @@ fn window_kernel<T: RedElem, M: Monoid<T>>(x: &Tensor, dims: &[Dim], y: &mut Ten
     Ok(())
 }
 
+/// The window kernel when every dimension but the last two is a unit window
+/// (pooling over the spatial dims of `[N, C, H, W]`): the operand is a stack
+/// of independent planes, so there is no odometer over the leading dims and
+/// each output row only looks up which operand rows its window covers. The
+/// order of combination is the general kernel's (window offsets row-major,
+/// one pass per offset over the output row), so the results are the same
+/// bits. `rows` must have no base dilation.
+fn planes_kernel<T: RedElem, M: Monoid<T>>(
+    xs: &[T],
+    ys: &mut [T],
+    rows: &Dim,
+    last: &Dim,
+    ranges: &[Option<Range>],
+    wvol: usize,
+) {
+    let (plane_in, plane_out) = (rows.n * last.n, rows.out * last.out);
+    // Every window lies inside the plane (no padding, dilation or overhang):
+    // each output combines its window in one go, in the same order.
+    let inside = |d: &Dim| d.lo == 0 && d.bd == 1 && d.wd == 1 && (d.out - 1) * d.s + d.w <= d.n;
+    let direct = inside(rows) && inside(last);
+    let task = |first: usize, chunk: &mut [T]| {
+        for (p, yplane) in chunk.chunks_mut(plane_out).enumerate() {
+            let xplane = &xs[(first + p) * plane_in..(first + p + 1) * plane_in];
+            for (i, row) in yplane.chunks_mut(last.out).enumerate() {
+                if direct && window_row::<T, M>(&xplane[i * rows.s * last.n..], rows.w, last, row) {
+                    continue;
+                }
+                row.fill(M::id());
+                for k in 0..rows.w {
+                    // Operand row read at window offset `k` (base dilation 1), if any.
+                    let Some(q) = (i * rows.s + k * rows.wd).checked_sub(rows.lo).filter(|&q| q < rows.n) else {
+                        continue;
+                    };
+                    accumulate_row::<T, M>(last, ranges, &xplane[q * last.n..(q + 1) * last.n], row);
+                }
+            }
+        }
+    };
+    if worth_parallel(ys.len().saturating_mul(wvol)) {
+        let per_task = (CHUNK / plane_out.saturating_mul(wvol)).max(1);
+        ys.par_chunks_mut(plane_out * per_task).enumerate().for_each(|(c, chunk)| task(c * per_task, chunk));
+    } else {
+        task(0, ys);
+    }
+}
+
+/// One output row of [`planes_kernel`] when every window lies inside the
+/// plane: output `j` combines `wh` operand rows from `x` (starting at the
+/// window's first row) at columns `j * s..j * s + w`, row-major, with the
+/// cheap combiner. Each output sees the same sequence of `op_plain` calls as
+/// in the general passes, so the bits are the same. Returns false (and
+/// leaves `row` to be recomputed by the general passes, with their NaN
+/// handling) when a NaN went by.
+#[inline]
+fn window_row<T: RedElem, M: Monoid<T>>(x: &[T], wh: usize, last: &Dim, row: &mut [T]) -> bool {
+    let (n, s, w) = (last.n, last.s, last.w);
+    let mut nan = false;
+    if wh == 2 && w == 2 && s == 2 {
+        // 2x2 stride-2 pooling, the common case, with the window unrolled.
+        let (r0, r1) = (&x[..n], &x[n..2 * n]);
+        for ((y, a), b) in row.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
+            let v = M::op_plain(M::op_plain(M::op_plain(M::op_plain(M::id(), a[0]), a[1]), b[0]), b[1]);
+            if M::NAN_SENSITIVE {
+                nan |= a[0].is_nan() | a[1].is_nan() | b[0].is_nan() | b[1].is_nan();
+            }
+            *y = v;
+        }
+        return !nan;
+    }
+    for (j, y) in row.iter_mut().enumerate() {
+        let mut acc = M::id();
+        for k in 0..wh {
+            for &v in &x[k * n + j * s..k * n + j * s + w] {
+                acc = M::op_plain(acc, v);
+                if M::NAN_SENSITIVE {
+                    nan |= v.is_nan();
+                }
+            }
+        }
+        *y = acc;
+    }
+    !nan
+}
+
 /// Combines one operand row `xrow` (the last dimension) into an output row
-/// `acc` for every window offset along the last dimension.
-fn accumulate_row<T: RedElem, M: Monoid<T>>(dim: &Dim, xrow: &[T], acc: &mut [T]) {
-    for k in 0..dim.w {
+/// `acc` for every window offset along the last dimension. `ranges` holds
+/// [`Dim::range`] per window offset (used when there is no base dilation).
+fn accumulate_row<T: RedElem, M: Monoid<T>>(dim: &Dim, ranges: &[Option<Range>], xrow: &[T], acc: &mut [T]) {
+    for (k, range) in ranges.iter().enumerate() {
         if dim.bd != 1 {
             for (j, a) in acc.iter_mut().enumerate() {
                 if let Some(i) = dim.src(j, k) {
@@ -274,15 +393,7 @@ fn accumulate_row<T: RedElem, M: Monoid<T>>(dim: &Dim, xrow: &[T], acc: &mut [T]
             }
             continue;
         }
-        // No base dilation: output j reads xrow[j * s + c] with c = k * wd - lo,
-        // valid for a contiguous range of j.
-        let off = k * dim.wd;
-        let jlo = if off >= dim.lo { 0 } else { (dim.lo - off).div_ceil(dim.s) };
-        let jhi = if dim.n + dim.lo > off { ((dim.n + dim.lo - off - 1) / dim.s + 1).min(dim.out) } else { 0 };
-        if jlo >= jhi {
-            continue;
-        }
-        let start = jlo * dim.s + off - dim.lo;
+        let Some(Range { jlo, jhi, start }) = *range else { continue };
         let acc = &mut acc[jlo..jhi];
         if dim.s == 1 {
             combine_into::<T, M>(acc, xrow[start..start + (jhi - jlo)].iter());

@@ -278,6 +278,49 @@ fn results_do_not_depend_on_thread_count() {
     }
 }
 
+/// Small images fill im2col through the plan's gather table (output rows
+/// shorter than 16), longer rows by copying runs: both sides of the
+/// threshold, in 1-3 spatial dims, with strides, padding (negative too),
+/// both dilations, groups and batch sizes 1 and 3, exact against the
+/// reference in f32 and f64 and the same on 1 and 2 threads. The weight
+/// gradient shapes (few output positions, many taps: the swapped plan, whose
+/// rows are gathered the same way) are among them.
+#[test]
+fn small_images_gather_and_row_runs_match_the_reference() {
+    let threads = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+    let mut cases: Vec<(ConvGeneral, Vec<usize>, Vec<usize>)> = Vec::new();
+    for n in [1, 3] {
+        for width in [4, 7, 8, 15, 16, 17] {
+            cases.push((conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1), vec![n, 3, 5, width], vec![4, 3, 3, 3]));
+            cases.push((conv(&[2, 2], &[(1, 0), (0, 1)], &[1, 1], &[1, 1], 1), vec![n, 2, 6, width], vec![2, 2, 3, 2]));
+            cases.push((
+                conv(&[1, 2], &[(2, 1), (-1, 2)], &[1, 1], &[2, 1], 2),
+                vec![n, 4, 7, width],
+                vec![6, 2, 2, 3],
+            ));
+            cases.push((conv(&[1, 1], &[(0, 0), (1, 1)], &[2, 1], &[1, 2], 1), vec![n, 2, 3, width], vec![3, 2, 2, 2]));
+            cases.push((conv(&[1], &[(1, 1)], &[1], &[1], 1), vec![n, 3, width], vec![5, 3, 3]));
+            cases.push((
+                conv(&[2, 1, 1], &[(1, 1), (0, 0), (1, 1)], &[1, 1, 1], &[1, 1, 1], 1),
+                vec![n, 2, 3, 4, width],
+                vec![3, 2, 2, 2, 3],
+            ));
+            // Weight-gradient shape: the "kernel" covers most of the image.
+            cases.push((
+                conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1),
+                vec![n, 5, 6, width],
+                vec![2, 5, 6, width],
+            ));
+        }
+    }
+    for (p, xs, ws) in cases {
+        check(&p, &xs, &ws);
+        let (x, w) = (data(DType::F32, &xs, 3), data(DType::F32, &ws, 4));
+        let one = threads(1).install(|| run(&p, &x, &w));
+        assert_eq!(threads(2).install(|| run(&p, &x, &w)), one, "{p:?} {xs:?} {ws:?}");
+    }
+}
+
 #[test]
 fn params_print() {
     let p = conv(&[1, 2], &[(0, 0), (1, -1)], &[1, 1], &[2, 1], 3);

@@ -69,12 +69,13 @@ fn a_failed_or_mistyped_evaluation_leaves_the_function_as_it_was() {
 
 #[test]
 fn elementwise_and_layout_work_on_constants_stays_for_fusion() {
-    // x * (iota * 2 + 1): folding would turn in-register arithmetic into a buffer.
+    // x * (broadcast(3) * 2 + 1): folding would turn in-register arithmetic into a buffer.
     let n = 1000;
     let ty = TensorType::new(DType::F32, vec![n]);
-    let mut b = Builder::new("affine_iota");
+    let mut b = Builder::new("affine_splat");
     let x = b.param(ty.clone());
-    let i = b.iota(DType::F32, &[n], 0).unwrap();
+    let three = b.scalar(3.0, DType::F32).unwrap();
+    let i = b.broadcast_in_dim(three, &[n], &[]).unwrap();
     let two = b.full(2.0, &ty).unwrap();
     let one = b.full(1.0, &ty).unwrap();
     let t = b.mul(i, two).unwrap();
@@ -88,6 +89,30 @@ fn elementwise_and_layout_work_on_constants_stays_for_fusion() {
     })
     .is_none());
     assert!(!eval_called);
+}
+
+#[test]
+fn iota_tables_are_folded() {
+    // x * (iota * 2 + 1): `iota` has no kernel form, so unfolded the
+    // interpreter would build its buffer at every call.
+    let n = 1000;
+    let ty = TensorType::new(DType::F32, vec![n]);
+    let mut b = Builder::new("affine_iota");
+    let x = b.param(ty.clone());
+    let i = b.iota(DType::F32, &[n], 0).unwrap();
+    let two = b.full(2.0, &ty).unwrap();
+    let one = b.full(1.0, &ty).unwrap();
+    let t = b.mul(i, two).unwrap();
+    let t = b.add(t, one).unwrap();
+    let y = b.mul(x, t).unwrap();
+    let exe = Executable::new(b.finish(&[y]).unwrap()).unwrap();
+    let fams = families(exe.func());
+    assert!(!fams.contains(&"Iota") && fams.contains(&"Constant"), "{fams:?}");
+    let xs = Tensor::from_vec(vec![n], (0..n).map(|v| (v % 7) as f32 * 0.5).collect()).unwrap();
+    let got = exe.run(&[&xs]).unwrap().remove(0).to_f64_vec();
+    // Small multiples of 1/2: every product is exact.
+    let want: Vec<f64> = (0..n).map(|v| (v % 7) as f64 * 0.5 * (2 * v + 1) as f64).collect();
+    assert_eq!(got, want);
 }
 
 #[test]

@@ -461,6 +461,30 @@ fn scatter_add_large_is_deterministic() {
     }
 }
 
+/// Element scatters (one index per update, the max-pooling gradient) take a
+/// path of their own: bit-exact with the sequential reference on 1 and 2
+/// threads, with duplicates and out-of-range indices, with and without a
+/// batch dim.
+#[test]
+fn large_element_scatters_match_the_reference() {
+    let threads = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+    let ids = lcg_values(64 * 2000, -3, 5003, 6);
+    for (bd, os, is) in [(0usize, vec![5000usize], vec![128_000usize, 1]), (1, vec![64, 5000], vec![64, 2000, 1])] {
+        let x = Tensor::from_fn(&ty(DType::F32, &os), |i| (i % 13) as f64 * 0.25);
+        let idx = idx_i64(&is, &ids);
+        let u = Tensor::from_fn(&ty(DType::F32, &is[..is.len() - 1]), |i| ((i * 7) % 97) as f64 * 0.01);
+        let dims = [bd];
+        for mode in [IndexMode::Clip, IndexMode::Fill] {
+            let r = Ref { os: &os, is: &is, ids: &ids, bd, dims: &dims, mode };
+            let expected = r.scatter(&x.to_vec::<f32>().unwrap(), &u.to_vec::<f32>().unwrap());
+            for n in [1, 2] {
+                let y = threads(n).install(|| scatter(&x, &idx, &u, bd, &dims, mode));
+                assert_eq!(y.to_vec::<f32>().unwrap(), expected, "bd={bd} {n} threads, {mode}");
+            }
+        }
+    }
+}
+
 // ---------- gather / scatter_add property test ----------
 
 #[derive(Debug, Clone)]

@@ -277,6 +277,75 @@ fn large_pooling_takes_the_parallel_path_correctly() {
     }
 }
 
+/// Pooling over the last two dims of `[N, C, H, W]` runs plane by plane;
+/// windows inside the plane combine each output in one go (2x2 stride 2
+/// unrolled), others take the general passes. Against the bit-exact
+/// reference, with NaNs (which send a row back to the general passes),
+/// odd sizes, batch 1, every kind, float and integer dtypes, and 1 vs 2 threads.
+#[test]
+fn pooling_planes_match_the_reference() {
+    let threads = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+    let geos = [
+        Geo::simple(&[1, 1, 2, 2], &[1, 1, 2, 2], &[(0, 0); 4]),
+        Geo::simple(&[1, 1, 3, 3], &[1, 1, 1, 1], &[(0, 0); 4]),
+        Geo::simple(&[1, 1, 3, 2], &[1, 1, 2, 1], &[(0, 0); 4]),
+        Geo::simple(&[1, 1, 2, 2], &[1, 1, 2, 2], &[(0, 0), (0, 0), (1, 0), (0, 1)]),
+        Geo {
+            window: vec![1, 1, 2, 2],
+            strides: vec![1, 1, 1, 2],
+            padding: vec![(0, 0); 4],
+            bd: vec![1, 1, 1, 2],
+            wd: vec![1, 1, 2, 1],
+        },
+        // A leading window: the general odometer.
+        Geo::simple(&[1, 2, 2, 2], &[1, 1, 2, 2], &[(0, 0); 4]),
+    ];
+    for shape in [vec![1, 1, 4, 4], vec![3, 2, 5, 7], vec![2, 3, 8, 8], vec![1, 2, 6, 1], vec![2, 4, 33, 64]] {
+        let x = Tensor::from_fn(&TensorType::new(DType::F64, shape.clone()), |i| (pseudo(i) * 8.0).round());
+        let mut with_nan = x.to_f64_vec();
+        for v in with_nan.iter_mut().step_by(37) {
+            *v = f64::NAN;
+        }
+        let xn = Tensor::from_vec(shape.clone(), with_nan).unwrap();
+        for g in &geos {
+            if ref_shape(&shape, g).is_none() {
+                continue;
+            }
+            for kind in WindowKind::ALL {
+                for (xs, dtypes) in
+                    [(&x, &[DType::F64, DType::F32, DType::I32][..]), (&xn, &[DType::F64, DType::F32][..])]
+                {
+                    let (oshape, want) = ref_window(kind, &shape, &xs.to_f64_vec(), g);
+                    for &dtype in dtypes {
+                        let xd = xs.cast(dtype);
+                        let y = threads(2).install(|| win(kind, &xd, g));
+                        assert_eq!(y.shape(), oshape.as_slice());
+                        let want: Vec<f64> = if dtype.is_int() {
+                            let (lo, hi) = (i32::MIN as f64, i32::MAX as f64);
+                            want.iter()
+                                .map(|&v| {
+                                    if v == f64::NEG_INFINITY {
+                                        lo
+                                    } else if v == f64::INFINITY {
+                                        hi
+                                    } else {
+                                        v
+                                    }
+                                })
+                                .collect()
+                        } else {
+                            want.clone()
+                        };
+                        assert_same(&y.to_f64_vec(), &want, &format!("{kind:?} {dtype} {shape:?} {g:?}"));
+                        let one = threads(1).install(|| win(kind, &xd, g));
+                        assert!(one.to_f64_vec().iter().zip(y.to_f64_vec()).all(|(a, b)| a.to_bits() == b.to_bits()));
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn params_print() {
     let w = ReduceWindow {
