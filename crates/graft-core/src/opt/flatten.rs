@@ -15,7 +15,7 @@
 //! results with a leading axis of one.
 
 use crate::error::IrError;
-use crate::ir::{lookup, Builder, Func, Value};
+use crate::ir::Func;
 use crate::ops::Prim;
 
 /// Most rounds of inlining (an inlined body may hold more calls); deeper
@@ -50,42 +50,24 @@ pub fn flatten(f: &Func) -> Option<Func> {
 }
 
 fn flatten_once(f: &Func) -> Result<Func, IrError> {
-    let mut b = Builder::new(f.name.clone());
-    let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
-    for &p in &f.params {
-        map[p.index()] = Some(b.param_like(f, p));
-    }
-    for e in &f.eqns {
-        let ins: Vec<Value> = e.inputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
-        b.set_loc(e.loc.clone());
-        let outs = match &e.prim {
-            Prim::Call(c) => b.inline(&c.func, &ins)?,
-            Prim::Checkpoint(c) => b.inline(&c.func, &ins)?,
-            Prim::Scan(s) if s.length == 1 => {
-                let nck = s.n_consts + s.n_carry;
-                let mut args = ins[..nck].to_vec();
-                for &x in &ins[nck..] {
-                    let shape = b.ty(x)?.shape[1..].to_vec();
-                    args.push(b.reshape(x, &shape)?);
-                }
-                let mut outs = b.inline(&s.body, &args)?;
-                for y in outs.iter_mut().skip(s.n_carry) {
-                    let mut shape = vec![1];
-                    shape.extend(&b.ty(*y)?.shape);
-                    *y = b.reshape(*y, &shape)?;
-                }
-                outs
+    super::rebuild(f, |b, e, ins| match &e.prim {
+        Prim::Call(c) => b.inline(&c.func, ins),
+        Prim::Checkpoint(c) => b.inline(&c.func, ins),
+        Prim::Scan(s) if s.length == 1 => {
+            let nck = s.n_consts + s.n_carry;
+            let mut args = ins[..nck].to_vec();
+            for &x in &ins[nck..] {
+                let shape = b.ty(x)?.shape[1..].to_vec();
+                args.push(b.reshape(x, &shape)?);
             }
-            p => b.emit(p.clone(), &ins)?,
-        };
-        for (&o, n) in e.outputs.iter().zip(outs) {
-            map[o.index()] = Some(n);
-            if let Some(name) = f.names.get(o) {
-                b.name_if_unnamed(n, name.clone());
+            let mut outs = b.inline(&s.body, &args)?;
+            for y in outs.iter_mut().skip(s.n_carry) {
+                let mut shape = vec![1];
+                shape.extend(&b.ty(*y)?.shape);
+                *y = b.reshape(*y, &shape)?;
             }
+            Ok(outs)
         }
-    }
-    b.set_loc(None);
-    let outs: Vec<Value> = f.outputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
-    b.finish(&outs)
+        p => b.emit(p.clone(), ins),
+    })
 }

@@ -174,35 +174,17 @@ fn plan(s: &Scan) -> (Vec<Hoist>, Vec<Value>) {
 }
 
 fn rebuild(f: &Func) -> Result<Func, IrError> {
-    let mut b = Builder::new(f.name.clone());
-    let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
-    for &p in &f.params {
-        map[p.index()] = Some(b.param_like(f, p));
-    }
-    for e in &f.eqns {
-        let ins: Vec<Value> = e.inputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
-        b.set_loc(e.loc.clone());
-        let outs = match &e.prim {
-            Prim::Scan(s) => {
-                let (hoists, stacked) = plan(s);
-                if hoists.is_empty() {
-                    b.emit(e.prim.clone(), &ins)?
-                } else {
-                    hoisted_scan(&mut b, s, &ins, &hoists, &stacked)?
-                }
-            }
-            p => b.emit(p.clone(), &ins)?,
-        };
-        for (&o, n) in e.outputs.iter().zip(outs) {
-            map[o.index()] = Some(n);
-            if let Some(name) = f.names.get(o) {
-                b.name_if_unnamed(n, name.clone());
+    super::rebuild(f, |b, e, ins| match &e.prim {
+        Prim::Scan(s) => {
+            let (hoists, stacked) = plan(s);
+            if hoists.is_empty() {
+                b.emit(e.prim.clone(), ins)
+            } else {
+                hoisted_scan(b, s, ins, &hoists, &stacked)
             }
         }
-    }
-    b.set_loc(None);
-    let outs: Vec<Value> = f.outputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
-    b.finish(&outs)
+        p => b.emit(p.clone(), ins),
+    })
 }
 
 /// Emits the scan without the hoisted carries, then their sums; returns

@@ -21,10 +21,40 @@ pub use hoist::{hoist_accumulations, HOIST_MAX_BYTES};
 pub use ifconv::if_convert;
 pub use noop::remove_noops;
 
-use crate::ir::Func;
+use crate::error::IrError;
+use crate::ir::{lookup, Builder, Eqn, Func, Value};
 
 /// The standard cleanup pipeline: no-op removal, algebraic identities, CSE,
 /// then DCE.
 pub fn simplify(f: &Func) -> Func {
     dce(&cse(&fold_identities(&remove_noops(f))))
+}
+
+/// `f` rebuilt equation by equation, `emit` giving each equation's new
+/// outputs from its inputs' new values (parameters, names and source
+/// locations carried over): the skeleton of passes that replace some
+/// equations by others (`flatten`, `hoist_accumulations`).
+pub(crate) fn rebuild(
+    f: &Func,
+    mut emit: impl FnMut(&mut Builder, &Eqn, &[Value]) -> Result<Vec<Value>, IrError>,
+) -> Result<Func, IrError> {
+    let mut b = Builder::new(f.name.clone());
+    let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
+    for &p in &f.params {
+        map[p.index()] = Some(b.param_like(f, p));
+    }
+    for e in &f.eqns {
+        let ins: Vec<Value> = e.inputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
+        b.set_loc(e.loc.clone());
+        let outs = emit(&mut b, e, &ins)?;
+        for (&o, n) in e.outputs.iter().zip(outs) {
+            map[o.index()] = Some(n);
+            if let Some(name) = f.names.get(o) {
+                b.name_if_unnamed(n, name.clone());
+            }
+        }
+    }
+    b.set_loc(None);
+    let outs: Vec<Value> = f.outputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
+    b.finish(&outs)
 }

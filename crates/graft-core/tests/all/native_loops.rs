@@ -345,13 +345,9 @@ fn matrix_products_in_a_body_are_host_calls_compiled_and_bitwise() {
     }
 }
 
-#[test]
-fn the_gradient_of_a_recurrent_net_runs_both_sweeps_compiled_and_bitwise() {
-    if skip() {
-        return;
-    }
-    // The reverse sweep holds the transposed products and reductions over
-    // the batch (the bias gradient): both are host calls.
+/// The sum of squared hidden states of a small f64 [`rnn`], and its
+/// gradient in the weights, bias and initial state.
+fn rnn_loss_and_gradient() -> (Func, Func) {
     let f = rnn(DType::F64, 6, 4, 3, 5);
     let mut b = Builder::new("loss");
     let ps: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
@@ -360,6 +356,17 @@ fn the_gradient_of_a_recurrent_net_runs_both_sweeps_compiled_and_bitwise() {
     let l = b.reduce_sum(sq, &[0, 1, 2]).unwrap();
     let loss = b.finish(&[l]).unwrap();
     let g = grad(&loss, &Wrt::Positions(vec![0, 1, 2, 3])).unwrap();
+    (loss, g)
+}
+
+#[test]
+fn the_gradient_of_a_recurrent_net_runs_both_sweeps_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    // The reverse sweep holds the transposed products and reductions over
+    // the batch (the bias gradient): both are host calls.
+    let (loss, g) = rnn_loss_and_gradient();
     assert!(compare(&g, &small_inputs(&g, 5)) >= 2, "the forward and the reverse loop should both run compiled");
 }
 
@@ -369,14 +376,7 @@ fn weight_gradient_sums_leave_the_reverse_loop_and_stay_correct() {
     // `u_bar + dot(h_t, z_bar_t)` and `b_bar + sum(z_bar_t)` in carries;
     // before planning they become products and a sum over the stacked
     // steps after the loop (`opt::hoist_accumulations`).
-    let f = rnn(DType::F64, 6, 4, 3, 5);
-    let mut b = Builder::new("loss");
-    let ps: Vec<Value> = f.params.iter().map(|&p| b.param(f.ty(p).clone())).collect();
-    let out = b.call(Arc::new(f), &ps).unwrap();
-    let sq = b.mul(out[1], out[1]).unwrap();
-    let l = b.reduce_sum(sq, &[0, 1, 2]).unwrap();
-    let loss = b.finish(&[l]).unwrap();
-    let g = grad(&loss, &Wrt::Positions(vec![0, 1, 2, 3])).unwrap();
+    let (loss, g) = rnn_loss_and_gradient();
     let reverse_carries = |f: &Func| scan_bodies(f).iter().find(|s| s.3).map(|s| s.2).expect("a reverse scan");
     let planned = Executable::with_options(g.clone(), opts(CompileMode::Off)).unwrap();
     let (before, after) =

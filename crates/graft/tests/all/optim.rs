@@ -102,17 +102,19 @@ fn the_step_compiles_once_and_rejects_mismatched_names() {
     assert!(Trainer::new(loss, vec!["w".into()], params, Optimizer::adam(Schedule::Constant(0.01))).is_err());
 }
 
+/// A trainer of the mean squared error of `x w + b` (inputs `x`, `y`) from `params`.
+fn regression_trainer(params: &[Tensor], opt: Optimizer) -> Trainer {
+    let loss = jit_n("loss", |v| {
+        let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
+        (&err * &err).mean(())
+    });
+    Trainer::new(loss, vec!["w".into(), "b".into()], params.to_vec(), opt).expect("trainer")
+}
+
 #[test]
 fn an_undone_step_leaves_no_trace_and_a_committed_one_is_a_step() {
     let (params, x, y) = problem();
-    let make = || {
-        let loss = jit_n("loss", |v| {
-            let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
-            (&err * &err).mean(())
-        });
-        Trainer::new(loss, vec!["w".into(), "b".into()], params.clone(), Optimizer::adam(Schedule::Constant(0.01)))
-            .expect("trainer")
-    };
+    let make = || regression_trainer(&params, Optimizer::adam(Schedule::Constant(0.01)));
     let (mut a, mut b) = (make(), make());
     a.step(&[&x, &y]).unwrap();
     b.step(&[&x, &y]).unwrap();
@@ -139,14 +141,7 @@ fn accumulated_micro_batches_match_the_full_batch() {
     // A mean loss over equal micro-batches: their mean loss and averaged
     // gradient are the full batch's, so the trajectories agree to rounding.
     let (params, x, y) = problem();
-    let make = || {
-        let loss = jit_n("loss", |v| {
-            let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
-            (&err * &err).mean(())
-        });
-        Trainer::new(loss, vec!["w".into(), "b".into()], params.clone(), Optimizer::adam(Schedule::Constant(0.01)))
-            .expect("trainer")
-    };
+    let make = || regression_trainer(&params, Optimizer::adam(Schedule::Constant(0.01)));
     for parts in [2, 4, 16] {
         let (mut full, mut acc) = (make(), make());
         acc.accumulate(parts).unwrap();
@@ -176,14 +171,7 @@ fn accumulated_micro_batches_match_the_full_batch() {
 #[test]
 fn named_batches_step_like_positional_ones_and_bad_names_are_errors() {
     let (params, x, y) = problem();
-    let make = || {
-        let loss = jit_n("loss", |v| {
-            let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
-            (&err * &err).mean(())
-        });
-        Trainer::new(loss, vec!["w".into(), "b".into()], params.clone(), Optimizer::sgd(Schedule::Constant(0.1)))
-            .expect("trainer")
-    };
+    let make = || regression_trainer(&params, Optimizer::sgd(Schedule::Constant(0.1)));
     let (mut a, mut b) = (make(), make());
     let err = |r: Result<f64, graft::Error>| r.unwrap_err().to_string();
     assert!(err(b.step_named(&[("x", &x), ("y", &y)])).contains("have no names"));
