@@ -71,11 +71,28 @@ enum Stacked {
 /// `f` with its scans' hoistable accumulations moved after the loops (see
 /// the module docs), or `None` when there are none.
 pub fn hoist_accumulations(f: &Func) -> Option<Func> {
-    let any = f.eqns.iter().any(|e| matches!(&e.prim, Prim::Scan(s) if !plan(s).0.is_empty()));
-    if !any {
+    // Each scan's plan, by equation (planned once, used by the rebuild).
+    let mut plans: Vec<Option<(Vec<Hoist>, Vec<Value>)>> = f
+        .eqns
+        .iter()
+        .map(|e| match &e.prim {
+            Prim::Scan(s) => Some(plan(s)).filter(|(h, _)| !h.is_empty()),
+            _ => None,
+        })
+        .collect();
+    if plans.iter().all(Option::is_none) {
         return None;
     }
-    rebuild(f).ok()
+    let mut at = 0;
+    let rebuilt = super::rebuild(f, |b, e, ins| {
+        let planned = plans.get_mut(at).and_then(Option::take);
+        at += 1;
+        match (&e.prim, planned) {
+            (Prim::Scan(s), Some((hoists, stacked))) => hoisted_scan(b, s, ins, &hoists, &stacked),
+            (p, _) => b.emit(p.clone(), ins),
+        }
+    });
+    rebuilt.ok()
 }
 
 /// The hoistable carries of a scan's body and the body values to stack.
@@ -171,20 +188,6 @@ fn plan(s: &Scan) -> (Vec<Hoist>, Vec<Value>) {
     }
     chosen.sort_by_key(|h| h.carry);
     (chosen, stacked)
-}
-
-fn rebuild(f: &Func) -> Result<Func, IrError> {
-    super::rebuild(f, |b, e, ins| match &e.prim {
-        Prim::Scan(s) => {
-            let (hoists, stacked) = plan(s);
-            if hoists.is_empty() {
-                b.emit(e.prim.clone(), ins)
-            } else {
-                hoisted_scan(b, s, ins, &hoists, &stacked)
-            }
-        }
-        p => b.emit(p.clone(), ins),
-    })
 }
 
 /// Emits the scan without the hoisted carries, then their sums; returns
