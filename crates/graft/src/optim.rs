@@ -327,6 +327,11 @@ impl Optimizer {
 pub struct Trainer {
     names: Vec<String>,
     buffer_names: Vec<String>,
+    /// Names of the metrics the loss returns after it (see
+    /// [`Trainer::with_metrics`]).
+    metric_names: Vec<String>,
+    /// The last step's metrics, in `metric_names` order.
+    metrics: Vec<f64>,
     /// Micro-batches per step (see [`Trainer::accumulate`]); read when the
     /// step is traced.
     micro_batches: Arc<std::sync::atomic::AtomicUsize>,
@@ -350,22 +355,31 @@ pub struct Trainer {
 type StepFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
 
 /// One micro-batch's part of a step: `(params, buffers, batch) -> (loss,
-/// buffers'..., grads...)`.
+/// metrics..., buffers'..., grads...)`.
 type MicroFn = Arc<dyn Fn(&[Tr], &[Tr], &[Tr]) -> Vec<Tr>>;
 
+/// The sizes of a step's parts: `n` parameters, `m` buffers, `k` metrics.
+#[derive(Clone, Copy)]
+struct Parts {
+    n: usize,
+    m: usize,
+    k: usize,
+}
+
 /// The step graph `(params..., state..., buffers..., t, batch...) ->
-/// (loss, params'..., state'..., buffers'...)`: the gradients of
-/// `micro_batches` micro-batches (the batch split along its leading axis,
-/// run in order by a `scan`, the buffers carried from one to the next)
-/// averaged, then the optimizer update. One micro-batch is the plain step.
+/// (loss, metrics..., params'..., state'..., buffers'...)`: the gradients
+/// of `micro_batches` micro-batches (the batch split along its leading
+/// axis, run in order by a `scan`, the buffers carried from one to the
+/// next) averaged, the loss and metrics too, then the optimizer update.
+/// One micro-batch is the plain step.
 fn step_body(
     micro: MicroFn,
     micro_batches: Arc<std::sync::atomic::AtomicUsize>,
     optimizer: &Optimizer,
     names: &[String],
-    n: usize,
-    m: usize,
+    sizes: Parts,
 ) -> StepFn {
+    let Parts { n, m, k: nm } = sizes;
     let opt = optimizer.clone();
     let names = names.to_vec();
     let k = optimizer.n_state();
@@ -375,24 +389,26 @@ fn step_body(
         let (bufs, rest) = rest.split_at(m);
         let (t, batch) = rest.split_at(1);
         let parts = micro_batches.load(std::sync::atomic::Ordering::Relaxed).max(1);
-        let outs = if parts == 1 { micro(ps, bufs, batch) } else { accumulated(&micro, parts, ps, bufs, batch) };
-        if outs.len() != 1 + m + n {
+        let outs =
+            if parts == 1 { micro(ps, bufs, batch) } else { accumulated(&micro, parts, 1 + nm, ps, bufs, batch) };
+        if outs.len() != 1 + nm + m + n {
             return outs; // a failed trace: its poisoned handles carry the error
         }
-        let (loss_bufs, grads) = outs.split_at(1 + m);
+        let (head, grads) = outs.split_at(1 + nm + m);
         let (new_p, new_s) = opt.update(&names, &t[0], ps, grads, st);
-        let mut out = loss_bufs[..1].to_vec();
+        let mut out = head[..1 + nm].to_vec();
         out.extend(new_p);
         out.extend(new_s);
-        out.extend_from_slice(&loss_bufs[1..]);
+        out.extend_from_slice(&head[1 + nm..]);
         out
     })
 }
 
 /// `micro` over `parts` micro-batches in a `scan`: every batch input
-/// `[parts * b, ...]` viewed as `[parts, b, ...]`, the loss and gradients
-/// summed in the carry and divided by `parts`, the buffers carried.
-fn accumulated(micro: &MicroFn, parts: usize, ps: &[Tr], bufs: &[Tr], batch: &[Tr]) -> Vec<Tr> {
+/// `[parts * b, ...]` viewed as `[parts, b, ...]`, the `s` scalars (loss
+/// and metrics) and the gradients summed in the carry and divided by
+/// `parts`, the buffers carried.
+fn accumulated(micro: &MicroFn, parts: usize, s: usize, ps: &[Tr], bufs: &[Tr], batch: &[Tr]) -> Vec<Tr> {
     let Some(first) = ps.first() else { return Vec::new() };
     let split: Vec<Tr> = batch
         .iter()
@@ -404,24 +420,24 @@ fn accumulated(micro: &MicroFn, parts: usize, ps: &[Tr], bufs: &[Tr], batch: &[T
         })
         .collect();
     let dtype = first.ty().map_or(graft_core::DType::F32, |t| t.dtype);
-    let mut init = vec![first.scalar(0.0, dtype)];
+    let mut init: Vec<Tr> = (0..s).map(|_| first.scalar(0.0, dtype)).collect();
     init.extend(bufs.iter().cloned());
     init.extend(ps.iter().map(Tr::zeros_like));
     let m = bufs.len();
     let (carry, _) = crate::ops::scan(ps, &init, &split, crate::ops::ScanOpts::new(parts), |ps, c, x| {
-        let outs = micro(ps, &c[1..1 + m], x);
+        let outs = micro(ps, &c[s..s + m], x);
         if outs.len() != c.len() {
             return (outs, Vec::new());
         }
-        let mut next = vec![&c[0] + &outs[0]];
-        next.extend(outs[1..1 + m].iter().cloned());
-        next.extend(c[1 + m..].iter().zip(&outs[1 + m..]).map(|(a, g)| a + g));
+        let mut next: Vec<Tr> = c[..s].iter().zip(&outs[..s]).map(|(a, l)| a + l).collect();
+        next.extend(outs[s..s + m].iter().cloned());
+        next.extend(c[s + m..].iter().zip(&outs[s + m..]).map(|(a, g)| a + g));
         (next, Vec::new())
     });
     let scale = |v: &Tr| v / &v.scalar(parts as f64, v.ty().map_or(dtype, |t| t.dtype));
-    let mut out = vec![scale(&carry[0])];
-    out.extend(carry[1..1 + m].iter().cloned());
-    out.extend(carry[1 + m..].iter().map(scale));
+    let mut out: Vec<Tr> = carry[..s].iter().map(scale).collect();
+    out.extend(carry[s..s + m].iter().cloned());
+    out.extend(carry[s + m..].iter().map(scale));
     out
 }
 
@@ -459,7 +475,63 @@ impl Trainer {
             vg.extend(grads);
             vg
         });
-        Ok(Trainer::assemble(micro, plain, names, params, Vec::new(), Vec::new(), optimizer))
+        Ok(Trainer::assemble(micro, plain, names, params, (Vec::new(), Vec::new()), Vec::new(), optimizer))
+    }
+
+    /// A trainer whose loss also reports metrics: `loss(params...,
+    /// batch...)` returns the loss, then one float scalar per name in
+    /// `metric_names` (accuracy, say). The gradient is the loss's alone (the
+    /// metrics go through `stop_gradient`); each step computes the metrics
+    /// in the same graph, from the same forward pass, and
+    /// [`Trainer::metrics`] reads the last step's (averaged over
+    /// micro-batches, like the loss).
+    pub fn with_metrics<O, F>(
+        loss: Jit<F>,
+        names: Vec<String>,
+        params: Vec<Tensor>,
+        metric_names: Vec<String>,
+        optimizer: Optimizer,
+    ) -> Result<Trainer, Error>
+    where
+        O: IntoOutputs + 'static,
+        F: Fn(&[Tr]) -> O + 'static,
+    {
+        if names.len() != params.len() {
+            return Err(invalid(format!("{} parameter names for {} parameters", names.len(), params.len())));
+        }
+        let (n, k) = (params.len(), metric_names.len());
+        let loss = Arc::new(loss);
+        let checked = loss.clone();
+        // The loss with its metrics cut off from differentiation, checked
+        // to return float scalars.
+        let cut = jit_n("loss_and_metrics", move |xs: &[Tr]| -> Vec<Tr> {
+            let outs = checked.apply(xs);
+            let scalar = |t: &Tr| t.ty().is_some_and(|t| t.rank() == 0 && t.dtype.is_float());
+            if outs.len() != 1 + k || !outs.iter().all(scalar) {
+                let msg = format!(
+                    "the loss must return the loss and then {k} float scalar metrics; it returns {} values",
+                    outs.len()
+                );
+                let first = outs.first().or(xs.first()).cloned();
+                return first
+                    .map(|f| vec![f.lift(|_, _| Err(graft_core::IrError::invalid("trainer", msg)))])
+                    .unwrap_or_default();
+            }
+            let mut it = outs.into_iter();
+            let mut out: Vec<Tr> = it.next().into_iter().collect();
+            out.extend(it.map(|m| m.stop_gradient()));
+            out
+        });
+        let plain: StepFn = Box::new(move |xs: &[Tr]| loss.apply(xs));
+        let micro: MicroFn = Arc::new(move |ps: &[Tr], _bufs: &[Tr], batch: &[Tr]| {
+            let args: Vec<Tr> = ps.iter().chain(batch).cloned().collect();
+            let Some(first) = ps.first().or(batch.first()) else { return Vec::new() };
+            let dtype = first.ty().map_or(graft_core::DType::F32, |t| t.dtype);
+            let mut cots = vec![first.scalar(1.0, dtype)];
+            cots.extend((0..k).map(|_| first.scalar(0.0, dtype)));
+            cut.apply_vjp(&args, &cots, Wrt::Positions((0..n).collect()))
+        });
+        Ok(Trainer::assemble(micro, plain, names, params, (Vec::new(), Vec::new()), metric_names, optimizer))
     }
 
     /// A trainer whose step also carries buffers: `train_loss(params...,
@@ -526,7 +598,7 @@ impl Trainer {
             cots.extend(bufs.iter().filter(|b| b.ty().is_some_and(|t| t.dtype.is_float())).map(Tr::zeros_like));
             cut.apply_vjp(&args, &cots, Wrt::Positions((0..n).collect()))
         });
-        Ok(Trainer::assemble(micro, plain, names, params, buffer_names, buffers, optimizer))
+        Ok(Trainer::assemble(micro, plain, names, params, (buffer_names, buffers), Vec::new(), optimizer))
     }
 
     fn assemble(
@@ -534,16 +606,19 @@ impl Trainer {
         plain: StepFn,
         names: Vec<String>,
         params: Vec<Tensor>,
-        buffer_names: Vec<String>,
-        buffers: Vec<Tensor>,
+        (buffer_names, buffers): (Vec<String>, Vec<Tensor>),
+        metric_names: Vec<String>,
         optimizer: Optimizer,
     ) -> Trainer {
         let state = optimizer.init(&params);
         let micro_batches = Arc::new(std::sync::atomic::AtomicUsize::new(1));
-        let body = step_body(micro, micro_batches.clone(), &optimizer, &names, params.len(), buffers.len());
+        let sizes = Parts { n: params.len(), m: buffers.len(), k: metric_names.len() };
+        let body = step_body(micro, micro_batches.clone(), &optimizer, &names, sizes);
         Trainer {
             names,
             buffer_names,
+            metric_names,
+            metrics: Vec::new(),
             micro_batches,
             input_names: Vec::new(),
             step: jit_n("train_step", body),
@@ -564,6 +639,24 @@ impl Trainer {
         ins.extend_from_slice(batch);
         let out = self.loss.call(&ins)?;
         Ok(out.first().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN))
+    }
+
+    /// The loss and metrics (by name, see [`Trainer::with_metrics`]) at the
+    /// current parameters on a batch, without a step.
+    pub fn eval_metrics(&self, batch: &[&Tensor]) -> Result<(f64, Vec<(String, f64)>), Error> {
+        let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.buffers).collect();
+        ins.extend_from_slice(batch);
+        let out = self.loss.call(&ins)?;
+        let values: Vec<f64> = out.iter().map(Tensor::to_scalar_f64).collect::<Result<_, _>>()?;
+        let loss = values.first().copied().unwrap_or(f64::NAN);
+        let named = self.metric_names.iter().cloned().zip(values.into_iter().skip(1)).collect();
+        Ok((loss, named))
+    }
+
+    /// The last step's metrics by name (see [`Trainer::with_metrics`]),
+    /// averaged over its micro-batches; empty before the first step.
+    pub fn metrics(&self) -> Vec<(String, f64)> {
+        self.metric_names.iter().cloned().zip(self.metrics.iter().copied()).collect()
     }
 
     /// Splits every batch into `parts` micro-batches along its leading
@@ -696,6 +789,8 @@ impl Trainer {
         };
         let mut outs = compiled.call(&ins)?.into_iter();
         let loss = outs.next().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN);
+        let metrics: Vec<Tensor> = outs.by_ref().take(self.metric_names.len()).collect();
+        self.metrics = metrics.iter().map(Tensor::to_scalar_f64).collect::<Result<_, _>>()?;
         let n = self.params.len();
         let new_p: Vec<Tensor> = outs.by_ref().take(n).collect();
         let new_s: Vec<Tensor> = outs.by_ref().take(self.state.len()).collect();

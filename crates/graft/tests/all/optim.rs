@@ -190,3 +190,45 @@ fn named_batches_step_like_positional_ones_and_bad_names_are_errors() {
     assert!(err(b.step_named(&[("x", &x), ("x", &x), ("y", &y)])).contains("`x` is given twice"));
     assert_eq!(b.count, 3, "failed calls take no step");
 }
+
+#[test]
+fn a_step_reports_metrics_from_its_forward_pass() {
+    // The loss also returns the mean absolute error: the step's gradient
+    // is the loss's alone, and the metric is the one at the parameters the
+    // step started from (what `eval_metrics` gives before it).
+    let (params, x, y) = problem();
+    let with_mae = || {
+        let loss = jit_n("loss", |v| {
+            let err = &(&graft::ops::matmul(&v[2], &v[0]) + &v[1]) - &v[3];
+            vec![(&err * &err).mean(()), err.abs().mean(())]
+        });
+        let opt = Optimizer::adam(Schedule::Constant(0.01));
+        Trainer::with_metrics(loss, vec!["w".into(), "b".into()], params.clone(), vec!["mae".into()], opt).unwrap()
+    };
+    let mut plain = regression_trainer(&params, Optimizer::adam(Schedule::Constant(0.01)));
+    let mut t = with_mae();
+    assert!(t.metrics().is_empty());
+    for _ in 0..5 {
+        let (before, named) = t.eval_metrics(&[&x, &y]).unwrap();
+        let l = t.step(&[&x, &y]).unwrap();
+        assert_eq!(l.to_bits(), before.to_bits());
+        assert_eq!(t.metrics(), named);
+        assert_eq!(named[0].0, "mae");
+        assert!(named[0].1 > 0.0);
+        assert_eq!(plain.step(&[&x, &y]).unwrap().to_bits(), l.to_bits());
+    }
+    assert_eq!(plain.params, t.params, "the metric takes no part in the gradient");
+    // Micro-batches average the metric like the loss.
+    let (mut whole, mut split) = (with_mae(), with_mae());
+    split.accumulate(4).unwrap();
+    whole.step(&[&x, &y]).unwrap();
+    split.step(&[&x, &y]).unwrap();
+    let (a, b) = (whole.metrics()[0].1, split.metrics()[0].1);
+    assert!((a - b).abs() <= 1e-12 * a, "{a} vs {b}");
+    // A loss that does not return the metrics it names is an error.
+    let loss = jit_n("loss", |v| (&graft::ops::matmul(&v[2], &v[0]) + &v[1]).mean(()));
+    let opt = Optimizer::sgd(Schedule::Constant(0.1));
+    let mut bad = Trainer::with_metrics(loss, vec!["w".into(), "b".into()], params, vec!["mae".into()], opt).unwrap();
+    let e = bad.step(&[&x, &y]).unwrap_err().to_string();
+    assert!(e.contains("1 float scalar metrics"), "{e}");
+}
