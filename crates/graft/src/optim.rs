@@ -441,6 +441,24 @@ fn accumulated(micro: &MicroFn, parts: usize, s: usize, ps: &[Tr], bufs: &[Tr], 
     out
 }
 
+/// A loss's outputs `(loss, extra...)` with the extras (buffers, metrics)
+/// cut from differentiation by `stop_gradient`; when `ok` is false (they
+/// are not what the trainer expects), one handle poisoned with the
+/// message `msg(number of outputs)`, so the trace fails with it.
+fn loss_then_cut(outs: Vec<Tr>, xs: &[Tr], ok: bool, msg: impl FnOnce(usize) -> String) -> Vec<Tr> {
+    if !ok {
+        let msg = msg(outs.len());
+        let first = outs.first().or(xs.first()).cloned();
+        return first
+            .map(|f| vec![f.lift(|_, _| Err(graft_core::IrError::invalid("trainer", msg)))])
+            .unwrap_or_default();
+    }
+    let mut it = outs.into_iter();
+    let mut out: Vec<Tr> = it.next().into_iter().collect();
+    out.extend(it.map(|x| x.stop_gradient()));
+    out
+}
+
 fn invalid(msg: String) -> Error {
     graft_core::IrError::invalid("trainer", msg).into()
 }
@@ -507,20 +525,10 @@ impl Trainer {
         let cut = jit_n("loss_and_metrics", move |xs: &[Tr]| -> Vec<Tr> {
             let outs = checked.apply(xs);
             let scalar = |t: &Tr| t.ty().is_some_and(|t| t.rank() == 0 && t.dtype.is_float());
-            if outs.len() != 1 + k || !outs.iter().all(scalar) {
-                let msg = format!(
-                    "the loss must return the loss and then {k} float scalar metrics; it returns {} values",
-                    outs.len()
-                );
-                let first = outs.first().or(xs.first()).cloned();
-                return first
-                    .map(|f| vec![f.lift(|_, _| Err(graft_core::IrError::invalid("trainer", msg)))])
-                    .unwrap_or_default();
-            }
-            let mut it = outs.into_iter();
-            let mut out: Vec<Tr> = it.next().into_iter().collect();
-            out.extend(it.map(|m| m.stop_gradient()));
-            out
+            let ok = outs.len() == 1 + k && outs.iter().all(scalar);
+            loss_then_cut(outs, xs, ok, |got| {
+                format!("the loss must return the loss and then {k} float scalar metrics; it returns {got} values")
+            })
         });
         let plain: StepFn = Box::new(move |xs: &[Tr]| loss.apply(xs));
         let micro: MicroFn = Arc::new(move |ps: &[Tr], _bufs: &[Tr], batch: &[Tr]| {
@@ -572,21 +580,13 @@ impl Trainer {
             let outs = train_loss.apply(xs);
             let types: Vec<Option<TensorType>> = outs.iter().skip(1).map(Tr::ty).collect();
             let want: Vec<Option<TensorType>> = buffer_types.iter().cloned().map(Some).collect();
-            if outs.len() != 1 + m || types != want {
-                let msg = format!(
-                    "the loss must return the loss and then the {m} buffers at their types ({}); it returns {} values",
-                    buffer_types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "),
-                    outs.len()
-                );
-                let first = outs.first().or(xs.first()).cloned();
-                return first
-                    .map(|f| vec![f.lift(|_, _| Err(graft_core::IrError::invalid("trainer", msg)))])
-                    .unwrap_or_default();
-            }
-            let mut it = outs.into_iter();
-            let mut out: Vec<Tr> = it.next().into_iter().collect();
-            out.extend(it.map(|b| b.stop_gradient()));
-            out
+            let ok = outs.len() == 1 + m && types == want;
+            loss_then_cut(outs, xs, ok, |got| {
+                format!(
+                    "the loss must return the loss and then the {m} buffers at their types ({}); it returns {got} values",
+                    buffer_types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+                )
+            })
         });
         let plain: StepFn = Box::new(move |xs: &[Tr]| eval_loss.apply(xs));
         // One micro-batch: the loss, the new buffers and the gradients.
