@@ -17,7 +17,7 @@
 //! in and out of memory with `memcpy` (no alignment assumed).
 
 use super::ir::{body_types, Access, Index, Inner, Inst, Kernel, Lit, Reduction};
-use super::loops::{Callee, Loc, LoopProgram, WhileProgram};
+use super::loops::{blocks, Callee, Loc, LoopProgram, WhileProgram};
 use crate::dtype::DType;
 use crate::ops::reduce::ReduceKind;
 use crate::ops::Op;
@@ -211,9 +211,17 @@ fn host_setup(s: &mut String, at: usize) {
 /// directly, host calls through the table (`p`'s host `j` is the table's
 /// `host_base + j`).
 fn step_calls(s: &mut String, p: &LoopProgram, host_base: usize, ptr: &dyn Fn(&Loc) -> String) {
-    for c in &p.calls {
-        let args: Vec<String> = c.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
-        match c.callee {
+    let runs = blocks::runs(p);
+    let mut c = 0;
+    while c < p.calls.len() {
+        if let Some(run) = runs.iter().find(|r| r.calls.start == c) {
+            blocked_run(s, p, run, ptr);
+            c = run.calls.end;
+            continue;
+        }
+        let call = &p.calls[c];
+        let args: Vec<String> = call.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
+        match call.callee {
             Callee::Kernel(k) => {
                 let k = &p.kernels[k];
                 let _ = writeln!(
@@ -233,7 +241,31 @@ fn step_calls(s: &mut String, p: &LoopProgram, host_base: usize, ptr: &dyn Fn(&L
                 );
             }
         }
+        c += 1;
     }
+}
+
+/// A run of calls executed block by block (see `loops::blocks`): for each
+/// block end `e`, call `j` continues from where it stopped (`dj`) up to
+/// `e + lead_j`.
+fn blocked_run(s: &mut String, p: &LoopProgram, run: &blocks::Run, ptr: &dyn Fn(&Loc) -> String) {
+    let _ = writeln!(s, "    {{");
+    for (j, c) in run.calls.clone().enumerate() {
+        let args: Vec<String> = p.calls[c].args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
+        let _ = writeln!(s, "      void *const a{j}[] = {{ {} }}; int64_t d{j} = 0;", args.join(", "));
+    }
+    let n = run.extent;
+    let _ = writeln!(s, "      for (int64_t e = {}; ; e += {}) {{", run.block, run.block);
+    for (j, c) in run.calls.clone().enumerate() {
+        let Callee::Kernel(k) = p.calls[c].callee else { unreachable!("loops::blocks runs hold kernel calls only") };
+        let _ = writeln!(
+            s,
+            "        {{ int64_t h = e + {}; if (h > {n}) h = {n}; if (h > d{j}) {{ {}(d{j}, h, a{j}); d{j} = h; }} }}",
+            run.leads[j],
+            p.kernels[k].name
+        );
+    }
+    let _ = writeln!(s, "        if (e >= {n}) break;\n      }}\n    }}");
 }
 
 /// The end of a step: carries the body did not write in place are copied

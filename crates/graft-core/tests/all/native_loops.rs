@@ -767,3 +767,128 @@ fn shifted_stages_are_inlined_into_one_kernel() {
         assert_eq!(compare(&f, &inputs(&f, 3)), 1);
     }
 }
+
+#[test]
+fn large_steps_run_in_cache_sized_blocks_and_stay_bitwise() {
+    // 10 000 f64 per stage do not fit the L1 cache: the forward step's
+    // stage kernels and the whole reverse step (recomputed stages, then
+    // cotangents read one point ahead) run block by block. 4 099 leaves a
+    // partial last block.
+    for n in [10_000, 4_099] {
+        let g = ode_gradient(n, 3, Remat::Off);
+        for (body, nc, nk, reverse) in scan_bodies(&g) {
+            let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+            let p = exe.loop_program(nc, nk, reverse).expect("the body has a compiled form");
+            let runs = graft_core::kernel::loops::blocks::runs(&p);
+            let text = p.to_string();
+            assert!(runs.iter().any(|r| r.calls.len() >= 2), "n = {n}: no blocked run:\n{text}");
+            for r in &runs {
+                assert!(r.block >= 64 && r.block % 64 == 0 && 2 * r.block < r.extent, "{r:?}");
+                assert!(text.contains(&format!("calls {}..{} in blocks of {}", r.calls.start, r.calls.end, r.block)));
+            }
+            if reverse {
+                assert!(runs.iter().any(|r| r.leads.iter().any(|&l| l > 0)), "reads ahead need leads:\n{text}");
+            }
+        }
+        if !skip() {
+            let ins: Vec<Tensor> =
+                g.params.iter().map(|&p| Tensor::from_fn(g.ty(p), |i| 0.01 * (i % 13) as f64 - 0.05)).collect();
+            assert!(compare(&g, &ins) >= 2, "n = {n}: both loops should run compiled");
+        }
+    }
+}
+
+/// A step of three elementwise kernels over `n` f64 points: `s0 = c0 + 1`,
+/// `s1 = s0[i + ahead] * 2` (0 past the end), `carry' = s1 + carry`; with
+/// `reuse`, the third writes `s0` again (as a planner reusing the buffer
+/// would) instead of the carry.
+fn three_kernel_step(n: usize, ahead: isize, reuse: bool) -> graft_core::kernel::loops::LoopProgram {
+    use graft_core::kernel::loops::{Call, Callee, LoopProgram};
+    use graft_core::kernel::{Access, Arg, Index, Inst, Kernel, Lit, Window};
+    use graft_core::ops::binary::Binary;
+    let arg = |access| Arg { dtype: DType::F64, len: n, access };
+    let lit = |x: f64| Inst::Lit(Lit { dtype: DType::F64, bits: x.to_bits() });
+    let k0 = Kernel {
+        name: "k0".into(),
+        args: vec![arg(Access::Read), arg(Access::Write)],
+        extent: n,
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            lit(1.0),
+            Inst::Binary(Binary::Add, 0, 1),
+            Inst::Store { arg: 1, value: 2, index: Index::Point },
+        ],
+    };
+    // Point c reads s0[c + ahead] where that exists.
+    let size = n - ahead.unsigned_abs();
+    let (lo, offset) = if ahead >= 0 { (0, ahead) } else { (-ahead, 0) };
+    let window = Window { dims: vec![n], lo: vec![lo], size: vec![size], strides: vec![1], offset };
+    let k1 = Kernel {
+        name: "k1".into(),
+        args: vec![arg(Access::Read), arg(Access::Write)],
+        extent: n,
+        body: vec![
+            lit(0.0),
+            Inst::Window { arg: 0, window, fill: 0 },
+            lit(2.0),
+            Inst::Binary(Binary::Mul, 1, 2),
+            Inst::Store { arg: 1, value: 3, index: Index::Point },
+        ],
+    };
+    let k2 = Kernel {
+        name: "k2".into(),
+        args: vec![arg(Access::Read), arg(Access::Read), arg(Access::Write)],
+        extent: n,
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Load { arg: 1, index: Index::Point },
+            Inst::Binary(Binary::Add, 0, 1),
+            Inst::Store { arg: 2, value: 2, index: Index::Point },
+        ],
+    };
+    let out = if reuse { Loc::Scratch(0) } else { Loc::CarryOut(0) };
+    let calls = vec![
+        Call { callee: Callee::Kernel(0), args: vec![Loc::Const(0), Loc::Scratch(0)] },
+        Call { callee: Callee::Kernel(1), args: vec![Loc::Scratch(0), Loc::Scratch(1)] },
+        Call { callee: Callee::Kernel(2), args: vec![Loc::Scratch(1), Loc::CarryIn(0), out] },
+    ];
+    for k in [&k0, &k1, &k2] {
+        graft_core::kernel::verify(k).unwrap();
+    }
+    LoopProgram {
+        name: "step".into(),
+        kernels: vec![k0, k1, k2],
+        hosts: vec![],
+        calls,
+        n_consts: 1,
+        n_carry: 1,
+        carry_outs: 1,
+        n_xs: 0,
+        n_ys: 0,
+        reverse: false,
+        params: vec![(DType::F64, n); 2],
+        outputs: vec![(DType::F64, n)],
+        out_loc: vec![out],
+        scratch: vec![(DType::F64, n); 2],
+        statics: vec![],
+    }
+}
+
+#[test]
+fn blocked_runs_lead_by_the_farthest_read_and_stop_at_reused_buffers() {
+    use graft_core::kernel::loops::blocks::runs;
+    let n = 10_000;
+    // Read 5 ahead: the producer runs 5 points ahead of its reader.
+    let r = runs(&three_kernel_step(n, 5, false));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!((r[0].calls.clone(), r[0].leads.clone(), r[0].extent), (0..3, vec![5, 0, 0], n));
+    // Read 3 behind: no lead needed.
+    let r = runs(&three_kernel_step(n, -3, false));
+    assert_eq!(r[0].leads, vec![0, 0, 0]);
+    // The last call overwrites a buffer the first wrote and the second
+    // read: blocks of it would clobber values not yet read.
+    let r = runs(&three_kernel_step(n, 5, true));
+    assert!(r.iter().all(|r| r.calls.end <= 2), "{r:?}");
+    // Too few points for two blocks: nothing to gain.
+    assert!(runs(&three_kernel_step(1000, 5, false)).is_empty());
+}

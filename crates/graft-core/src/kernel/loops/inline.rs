@@ -24,6 +24,15 @@
 //! [`INLINE_MAX_BODY`] instructions. (A shifted read still recomputes the
 //! producer's own shifted reads: an RK4 step evaluates its first stage at
 //! four shifts.)
+//!
+//! Only reads at or behind the point are inlined. A read ahead of it (a
+//! reverse sweep's `pad(slice(g, 1:))`, the transpose of a forward
+//! stencil's shift) keeps its producer a kernel of its own: the reverse
+//! sweep's chains read each stage's cotangent both at the point and ahead,
+//! so inlining them recomputes most of the sweep, and the step's blocked
+//! schedule (`blocks.rs`) already keeps the values in cache. Measured on
+//! GradBench `ode`'s gradient (100 steps): 0.60 -> 0.48 ms at n = 1 000,
+//! 5.4 -> 4.3 ms at n = 10 000; forward steps are unchanged.
 
 use super::super::ir::{Access, Arg, Index, Inst, Kernel, Lit, Reg, Window};
 use super::super::lower::row_strides;
@@ -75,7 +84,12 @@ fn read_of(inst: &Inst, numel: usize) -> Option<Read<'_>> {
                 return None;
             }
             let at_lo = unravel(window.offset, &window.dims)?;
-            let shift = window.lo.iter().zip(&at_lo).map(|(l, a)| l - a).collect();
+            let shift: Vec<isize> = window.lo.iter().zip(&at_lo).map(|(l, a)| l - a).collect();
+            // Reads ahead of the point (a transposed stencil in a reverse
+            // sweep) stay loads: see the module docs.
+            if shift.iter().any(|&x| x < 0) {
+                return None;
+            }
             Some(Read::Shifted { window, shift, fill: *fill })
         }
         _ => None,
@@ -230,27 +244,7 @@ fn inline_read(
         }
     }
     // Drop arguments nothing reads any more (the inlined value's, usually).
-    let mut used = vec![false; args.len()];
-    for inst in &body {
-        match inst {
-            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => used[*arg as usize] = true,
-            _ => {}
-        }
-    }
-    let mut renum = vec![0u32; args.len()];
-    let mut kept = 0u32;
-    for (j, u) in used.iter().enumerate() {
-        renum[j] = kept;
-        kept += u32::from(*u);
-    }
-    for inst in &mut body {
-        match inst {
-            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => *arg = renum[*arg as usize],
-            _ => {}
-        }
-    }
-    let args = args.into_iter().zip(&used).filter(|(_, u)| **u).map(|(a, _)| a).collect();
-    let binds = binds.into_iter().zip(&used).filter(|(_, u)| **u).map(|(b, _)| b).collect();
+    let (args, binds) = super::drop_unused_args(args, binds, &mut body);
     let k2 = Kernel { name: k.name.clone(), args, extent: k.extent, body };
     super::super::ir::verify(&k2).ok()?;
     Some((k2, binds))

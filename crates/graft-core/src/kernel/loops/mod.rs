@@ -42,6 +42,7 @@ use crate::types::TensorType;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub mod blocks;
 mod inline;
 mod whiles;
 
@@ -490,6 +491,28 @@ impl Builder<'_> {
                     }
                 }
             }
+            // A kernel that still stores a value someone reads loses the
+            // stores of those nobody does (a producer inlined into its
+            // only reader for one of its outputs).
+            for (kid, binds) in &mut self.calls {
+                let k = &self.kernels[*kid];
+                if self.hosts.contains_key(kid) || k.body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_))) {
+                    continue;
+                }
+                let dead: Vec<bool> = k
+                    .args
+                    .iter()
+                    .zip(binds.iter())
+                    .map(|(a, v)| a.access == super::ir::Access::Write && readers.get(v).copied().unwrap_or(0) == 0)
+                    .collect();
+                let live = k.args.iter().zip(&dead).any(|(a, d)| a.access == super::ir::Access::Write && !d);
+                if live && dead.iter().any(|&d| d) {
+                    if let Some((k2, b2)) = drop_stores(k, binds.clone(), &dead) {
+                        self.kernels[*kid] = k2;
+                        *binds = b2;
+                    }
+                }
+            }
             let before = self.calls.len();
             let kernels = &self.kernels;
             self.calls.retain(|(kid, binds)| {
@@ -585,7 +608,21 @@ impl Builder<'_> {
         }
         // Scratch: a value's buffer is free after its last read or write
         // (outputs live to the end of the step).
+        // Calls that will run block by block (`blocks`) count as one: a
+        // buffer is free after the run of its last read, and a value
+        // written in a run takes none freed inside it.
         let end = self.calls.len();
+        let views: Vec<blocks::CallView<'_, Value>> = self
+            .calls
+            .iter()
+            .map(|(k, binds)| (Some(&self.kernels[*k]).filter(|_| !self.hosts.contains_key(k)), binds.as_slice()))
+            .collect();
+        let mut group: Vec<(usize, usize)> = (0..end).map(|c| (c, c)).collect(); // (first, last) call
+        for r in blocks::find_runs(&views) {
+            for c in r.calls.clone() {
+                group[c] = (r.calls.start, r.calls.end - 1);
+            }
+        }
         let mut scratch: Vec<(DType, usize)> = Vec::new();
         let mut busy: Vec<Option<usize>> = Vec::new(); // per buffer: the call after which it is free
         for (c, (k, binds)) in self.calls.iter().enumerate() {
@@ -593,9 +630,9 @@ impl Builder<'_> {
                 if a.access != super::ir::Access::Write || loc.contains_key(&v) || first_write.get(&v) != Some(&c) {
                     continue;
                 }
-                let dies = if outs.contains(&v) { end } else { last_use.get(&v).copied().unwrap_or(c) };
+                let dies = if outs.contains(&v) { end } else { group[last_use.get(&v).copied().unwrap_or(c)].1 };
                 let want = shape(v);
-                let free = (0..scratch.len()).find(|&s| scratch[s] == want && busy[s].is_none_or(|d| d < c));
+                let free = (0..scratch.len()).find(|&s| scratch[s] == want && busy[s].is_none_or(|d| d < group[c].0));
                 let s = match free {
                     Some(s) => s,
                     None => {
@@ -815,6 +852,52 @@ fn forward_arg(func: &Func, k: &Kernel, binds: &[Value], j: usize, view: &View) 
 
 /// An elementwise kernel's instruction with its register operands renamed
 /// through `map` (`None` for row-kernel instructions).
+/// Removes the arguments no instruction of `body` loads or stores (and
+/// their bindings), renumbering the others.
+fn drop_unused_args<B>(args: Vec<Arg>, binds: Vec<B>, body: &mut [Inst]) -> (Vec<Arg>, Vec<B>) {
+    let mut used = vec![false; args.len()];
+    for inst in body.iter() {
+        match inst {
+            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => used[*arg as usize] = true,
+            _ => {}
+        }
+    }
+    let mut renum = vec![0u32; args.len()];
+    let mut kept = 0u32;
+    for (j, u) in used.iter().enumerate() {
+        renum[j] = kept;
+        kept += u32::from(*u);
+    }
+    for inst in body.iter_mut() {
+        match inst {
+            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => *arg = renum[*arg as usize],
+            _ => {}
+        }
+    }
+    let args = args.into_iter().zip(&used).filter(|(_, u)| **u).map(|(a, _)| a).collect();
+    let binds = binds.into_iter().zip(&used).filter(|(_, u)| **u).map(|(b, _)| b).collect();
+    (args, binds)
+}
+
+/// Elementwise kernel `k` without its stores to the arguments `dead`
+/// marks (values nobody reads), and without those arguments.
+fn drop_stores<B>(k: &Kernel, binds: Vec<B>, dead: &[bool]) -> Option<(Kernel, Vec<B>)> {
+    let mut body = Vec::with_capacity(k.body.len());
+    let mut map: Vec<Reg> = Vec::with_capacity(k.body.len());
+    for inst in &k.body {
+        if matches!(inst, Inst::Store { arg, .. } if dead[*arg as usize]) {
+            map.push(Reg::MAX); // a store defines no register
+            continue;
+        }
+        body.push(remap(inst, &map)?);
+        map.push((body.len() - 1) as Reg);
+    }
+    let (args, binds) = drop_unused_args(k.args.clone(), binds, &mut body);
+    let k2 = Kernel { name: k.name.clone(), args, extent: k.extent, body };
+    super::ir::verify(&k2).ok()?;
+    Some((k2, binds))
+}
+
 fn remap(inst: &Inst, map: &[Reg]) -> Option<Inst> {
     let m = |r: &Reg| map.get(*r as usize).copied();
     Some(match inst {
@@ -871,6 +954,16 @@ impl std::fmt::Display for LoopProgram {
                     writeln!(f, "  host {}{params}({})", p.name(), list(&c.args))?
                 }
             }
+        }
+        for r in blocks::runs(self) {
+            let leads = r.leads.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
+            writeln!(
+                f,
+                "  calls {}..{} in blocks of {} points (leads {leads})",
+                r.calls.start,
+                r.calls.end,
+                r.block
+            )?;
         }
         let outs: Vec<Loc> = (0..self.carry_outs).map(Loc::CarryOut).chain((0..self.n_ys).map(Loc::Ys)).collect();
         for (o, l) in outs.iter().zip(&self.out_loc) {
