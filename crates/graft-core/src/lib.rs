@@ -28,7 +28,7 @@ pub mod types;
 
 pub use dtype::DType;
 pub use error::{ExecError, IrError, TypeError};
-pub use exec::{compile_enabled, disable_compile, enable_compile, ExecOptions, Executable, RunStats};
+pub use exec::{compile_enabled, disable_compile, enable_compile, ExecOptions, Executable, Input, RunStats};
 pub use ir::{Builder, Func, Value};
 pub use ops::{Op, Prim};
 pub use tensor::{Element, Tensor, TensorError};

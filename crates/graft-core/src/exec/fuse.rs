@@ -197,6 +197,10 @@ pub(crate) struct Group {
     /// (a group inside a loop body runs once per step; allocating and
     /// zeroing its buffers each time showed as ~15% of small loops).
     spare: std::sync::Mutex<Vec<TaskBufs>>,
+    /// Per output: the inputs whose buffer its native kernel may write in
+    /// place when the input dies here (`kernel::in_place_candidates`);
+    /// empty without native code.
+    pub(crate) in_place: Vec<Vec<usize>>,
 }
 
 /// One task's scratch slots and splat buffers, each of `cap` elements.
@@ -650,6 +654,7 @@ fn layout(
         splats,
         native: None,
         spare: Default::default(),
+        in_place: Vec::new(),
     }
 }
 
@@ -907,11 +912,53 @@ impl Group {
         scalars: &[&Tensor],
         outs: &mut [Tensor],
     ) -> Result<(), ExecError> {
-        let mut reads: Vec<&Tensor> = inputs.to_vec();
-        reads.extend(scalars.iter().zip(&self.scalars).filter(|(_, s)| matches!(s, Scalar::Value(_))).map(|(t, _)| *t));
+        let inputs: Vec<Result<&Tensor, usize>> = inputs.iter().map(|&t| Ok(t)).collect();
+        self.run_native_aliased(f, &inputs, scalars, outs);
+        Ok(())
+    }
+
+    fn run_native_aliased(
+        &self,
+        f: &crate::kernel::native::NativeFn,
+        inputs: &[Result<&Tensor, usize>],
+        scalars: &[&Tensor],
+        outs: &mut [Tensor],
+    ) {
+        let mut reads: Vec<Result<&Tensor, usize>> = inputs.to_vec();
+        reads.extend(
+            scalars.iter().zip(&self.scalars).filter(|(_, s)| matches!(s, Scalar::Value(_))).map(|(t, _)| Ok(*t)),
+        );
         let ops = self.work.len().max(1);
         let tasks = if worth_parallel(self.n.saturating_mul(ops)) { rayon::current_num_threads() * 4 } else { 1 };
         crate::kernel::native::run_group(f, self.n, &reads, outs, tasks);
+    }
+
+    /// Runs the group's native code `f` with some outputs written over
+    /// inputs that die here: `inputs[j] = Err(k)` when output `k`'s buffer
+    /// (`outs[k]`) holds input `j`'s values, which requires `j` to be in
+    /// `in_place[k]`. Otherwise as [`Group::run`].
+    pub(crate) fn run_in_place(
+        &self,
+        f: &crate::kernel::native::NativeFn,
+        inputs: &[Result<&Tensor, usize>],
+        scalars: &[&Tensor],
+        outs: &mut [Tensor],
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        let len_ok = |j: usize, r: &Result<&Tensor, usize>| match r {
+            Ok(t) => t.numel() == self.input_len[j],
+            Err(k) => self.in_place.get(*k).is_some_and(|c| c.contains(&j)) && outs.get(*k).is_some(),
+        };
+        if inputs.len() != self.inputs.len()
+            || scalars.len() != self.scalars.len()
+            || outs.len() != self.outputs.len()
+            || inputs.iter().enumerate().any(|(j, r)| !len_ok(j, r))
+            || scalars.iter().any(|t| t.numel() != 1)
+            || outs.iter().any(|t| t.numel() != n)
+        {
+            return Err(ExecError::kernel("fused", "internal error: in-place group operands do not match its plan"));
+        }
+        self.run_native_aliased(f, inputs, scalars, outs);
         Ok(())
     }
 }

@@ -395,7 +395,24 @@ impl Executable {
 
     /// Runs and also reports memory and kernel figures.
     pub fn run_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, RunStats), ExecError> {
-        self.check_inputs(inputs)?;
+        self.run_inputs(inputs.iter().map(|&t| Input::Borrowed(t)).collect())
+    }
+
+    /// Runs with some inputs donated: a donated tensor's buffer belongs to
+    /// the run, which hands it to its buffer pool after the input's last
+    /// reader, so values computed later (the updated parameters of an
+    /// optimizer step, say) are written into it instead of a fresh buffer;
+    /// a donated input the function returns as is comes back without a
+    /// copy. Results are those of [`Executable::run`]. The memory figures
+    /// count donated buffers as the run's own from its start.
+    pub fn run_donating(&self, inputs: Vec<Input<'_>>) -> Result<(Vec<Tensor>, RunStats), ExecError> {
+        self.run_inputs(inputs)
+    }
+
+    fn run_inputs(&self, inputs: Vec<Input<'_>>) -> Result<(Vec<Tensor>, RunStats), ExecError> {
+        let refs: Vec<&Tensor> = inputs.iter().map(Input::tensor).collect();
+        self.check_inputs(&refs)?;
+        drop(refs);
         // See Note [Nested peak bytes].
         let enclosing = NESTED_PEAK.with(Cell::get);
         // Sub-functions planned while this runs get its options.
@@ -429,15 +446,21 @@ impl Executable {
         Ok(())
     }
 
-    fn run_inner<'a>(&self, inputs: &[&'a Tensor], pool: &mut Pool) -> Result<(Vec<Tensor>, RunStats), ExecError> {
+    fn run_inner<'a>(&self, inputs: Vec<Input<'a>>, pool: &mut Pool) -> Result<(Vec<Tensor>, RunStats), ExecError> {
         let f = &*self.func;
         let mut stats = RunStats::default();
         pool.held = pool.pooled_bytes();
-        pool.peak = pool.held;
         let mut env: Vec<Slot<'a>> = (0..f.n_values()).map(|_| Slot::Empty).collect();
-        for (&p, &t) in f.params.iter().zip(inputs) {
-            env[p.index()] = Slot::Borrowed(t);
+        for (&p, t) in f.params.iter().zip(inputs) {
+            env[p.index()] = match t {
+                Input::Borrowed(t) => Slot::Borrowed(t),
+                Input::Donated(t) => {
+                    pool.held += t.size_bytes();
+                    Slot::Owned(t)
+                }
+            };
         }
+        pool.peak = pool.held;
         let mut regions = self.plan.regions.iter().peekable();
         let mut i = 0;
         while i < self.plan.steps.len() {
@@ -475,6 +498,11 @@ impl Executable {
                     let nested = NESTED_PEAK.with(Cell::get);
                     pool.peak = pool.peak.max(pool.held + nested);
                     (&eqn.outputs, outs)
+                }
+                Step::Group(g) if self.in_place_ready(g) => {
+                    let group = &self.plan.groups[g];
+                    let outs = self.run_group_in_place(i, g, &mut env, pool, &mut stats)?;
+                    (&group.outputs, outs)
                 }
                 Step::Group(g) => {
                     let group = &self.plan.groups[g];
@@ -528,6 +556,77 @@ impl Executable {
 }
 
 impl Executable {
+    /// Whether group `g` runs native code that may write an output in place
+    /// of an input (see [`Executable::run_group_in_place`]).
+    fn in_place_ready(&self, g: usize) -> bool {
+        let group = &self.plan.groups[g];
+        group.in_place.iter().any(|c| !c.is_empty()) && group.native.as_ref().is_some_and(|s| s.get().is_some())
+    }
+
+    /// Runs group `g` (step `i`) natively, writing each output into the
+    /// buffer of an input that dies at this step when the kernel allows it
+    /// (`kernel::in_place_candidates`) and the run owns that buffer (a value
+    /// computed earlier, or a donated parameter): no fresh buffer, and the
+    /// input's memory is reused while it is still in cache.
+    fn run_group_in_place<'a>(
+        &self,
+        i: usize,
+        g: usize,
+        env: &mut [Slot<'a>],
+        pool: &mut Pool,
+        stats: &mut RunStats,
+    ) -> Result<Vec<Tensor>, ExecError> {
+        let f = &*self.func;
+        let group = &self.plan.groups[g];
+        let native = group.native.as_ref().and_then(|s| s.get()).ok_or_else(|| internal("in-place group without code".into()))?;
+        let dying = &self.release_after[i];
+        let mut donor: Vec<Option<usize>> = vec![None; group.inputs.len()]; // input -> output
+        let mut outs = Vec::with_capacity(group.outputs.len());
+        for (k, &v) in group.outputs.iter().enumerate() {
+            let pick = group.in_place.get(k).and_then(|c| {
+                c.iter().copied().find(|&j| {
+                    let u = group.inputs[j];
+                    donor[j].is_none()
+                        && dying.contains(&u)
+                        && matches!(env[u.index()], Slot::Owned(_))
+                        && group.reads().filter(|&w| w == u).count() == 1
+                })
+            });
+            match pick {
+                Some(j) => {
+                    let u = group.inputs[j];
+                    let Slot::Owned(mut t) = std::mem::replace(&mut env[u.index()], Slot::Empty) else {
+                        return Err(internal(format!("in-place input {u} is not owned")));
+                    };
+                    t.repurpose(f.ty(v));
+                    stats.reused_buffers += 1;
+                    donor[j] = Some(k);
+                    outs.push(t);
+                }
+                None => outs.push(pool.take(f.ty(v), stats)?),
+            }
+        }
+        let ins: Vec<Result<&Tensor, usize>> = group
+            .inputs
+            .iter()
+            .zip(&donor)
+            .map(|(&v, d)| match d {
+                Some(k) => Ok(Err(*k)),
+                None => env[v.index()].get().map(Ok),
+            })
+            .collect::<Result<_, _>>()?;
+        let scalars: Vec<&Tensor> = group
+            .scalars
+            .iter()
+            .map(|s| match s {
+                Scalar::Value(v) => env[v.index()].get(),
+                Scalar::Folded(t) => Ok(t),
+            })
+            .collect::<Result<_, _>>()?;
+        group.run_in_place(native, &ins, &scalars, &mut outs)?;
+        Ok(outs)
+    }
+
     /// Returns the buffers whose last reader is step `i` to the pool (those
     /// a region's kernel never produced are simply absent).
     fn release(&self, i: usize, env: &mut [Slot<'_>], pool: &mut Pool) {
@@ -561,7 +660,8 @@ fn run_region(
     let work: usize = args.iter().map(|a| a.len).max().unwrap_or(0);
     let tasks =
         if crate::ops::kernel::worth_parallel(work.saturating_mul(4)) { rayon::current_num_threads() * 4 } else { 1 };
-    crate::kernel::native::run_group(f, r.rows, ins, outs, tasks);
+    let ins: Vec<Result<&Tensor, usize>> = ins.iter().map(|&t| Ok(t)).collect();
+    crate::kernel::native::run_group(f, r.rows, &ins, outs, tasks);
     Ok(())
 }
 
@@ -640,6 +740,24 @@ fn internal(msg: String) -> ExecError {
     ExecError::kernel("executor", format!("internal error: {msg}"))
 }
 
+/// An input of [`Executable::run_donating`].
+#[derive(Debug)]
+pub enum Input<'a> {
+    /// Read only; the caller keeps it.
+    Borrowed(&'a Tensor),
+    /// Handed over: the run reuses its buffer once the input is dead.
+    Donated(Tensor),
+}
+
+impl Input<'_> {
+    fn tensor(&self) -> &Tensor {
+        match self {
+            Input::Borrowed(t) => t,
+            Input::Donated(t) => t,
+        }
+    }
+}
+
 enum Slot<'a> {
     Empty,
     Borrowed(&'a Tensor),
@@ -659,7 +777,8 @@ impl Slot<'_> {
 /// Liveness over the schedule: for each step, the step-defined values whose
 /// last reader it is (or that nobody reads, released right after
 /// definition). Values private to a fused group are never defined here.
-/// Parameters are caller-owned and outputs are returned, so neither is released.
+/// Outputs are returned, so they are never released; parameters (borrowed or
+/// donated, see [`Executable::run_donating`]) are, after their last reader.
 fn plan_releases(func: &Func, plan: &Plan) -> Vec<Vec<Value>> {
     let n = func.n_values();
     let steps = &plan.steps;
@@ -689,6 +808,15 @@ fn plan_releases(func: &Func, plan: &Plan) -> Vec<Vec<Value>> {
         }
     }
     let mut release = vec![Vec::new(); steps.len()];
+    // Parameters are released after their last reader too: a borrowed one
+    // is only forgotten, a donated one goes to the pool.
+    for &p in &func.params {
+        if !func.outputs.contains(&p) {
+            if let Some(at) = last_use[p.index()] {
+                release[at].push(p);
+            }
+        }
+    }
     for (i, s) in steps.iter().enumerate() {
         for &v in defs(s) {
             if keep[v.index()] {

@@ -87,6 +87,7 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode) {
             continue;
         }
         if let Some(k) = lower::group_kernel(func, group, format!("gk{g}")) {
+            group.in_place = in_place_candidates(&k, group.inputs.len());
             let slot = Arc::new(native::Slot::default());
             group.native = Some(slot.clone());
             slots.push((k.name.clone(), Arc::downgrade(&slot)));
@@ -103,6 +104,50 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode) {
         CompileMode::Async => native::submit(job),
         CompileMode::Off => {}
     }
+}
+
+/// For each written argument of elementwise kernel `k` (in order), the
+/// read arguments among the first `n_inputs` whose buffer it may be
+/// written into: same dtype and length, read only at each point's own
+/// element (point loads), and never loaded after the written argument is
+/// stored. A point then reads the input's value before it overwrites it,
+/// whatever range a call covers, so an executor may hand a dying input's
+/// buffer to the output instead of a fresh one (outputs in place).
+pub(crate) fn in_place_candidates(k: &Kernel, n_inputs: usize) -> Vec<Vec<usize>> {
+    let row = k.body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_)));
+    let writes: Vec<usize> = (0..k.args.len()).filter(|&a| k.args[a].access == Access::Write).collect();
+    if row {
+        return vec![Vec::new(); writes.len()];
+    }
+    let point_only = |a: usize| {
+        k.body.iter().all(|i| match i {
+            Inst::Load { arg, index } => *arg as usize != a || *index == Index::Point,
+            Inst::Window { arg, .. } => *arg as usize != a,
+            _ => true,
+        })
+    };
+    let last_load = |a: usize| {
+        k.body.iter().rposition(|i| matches!(i, Inst::Load { arg, .. } | Inst::Window { arg, .. } if *arg as usize == a))
+    };
+    let store_at = |a: usize| {
+        k.body.iter().position(|i| matches!(i, Inst::Store { arg, index: Index::Point, .. } if *arg as usize == a))
+    };
+    writes
+        .iter()
+        .map(|&w| {
+            let Some(st) = store_at(w) else { return Vec::new() };
+            (0..n_inputs.min(k.args.len()))
+                .filter(|&j| {
+                    let (a, b) = (&k.args[j], &k.args[w]);
+                    a.access == Access::Read
+                        && a.dtype == b.dtype
+                        && a.len == b.len
+                        && point_only(j)
+                        && last_load(j).is_none_or(|l| l < st)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Lanes per vector for a translation unit: as many as fit the host's

@@ -488,22 +488,36 @@ fn ptr_of_mut(t: &mut crate::tensor::Tensor) -> *mut u8 {
 /// contiguous pieces run on rayon's pool (points are independent, so the
 /// split never changes results).
 ///
+/// A read given as `Err(k)` is the buffer of `writes[k]` (an output written
+/// in place of a dead input, see `exec`'s in-place groups): the kernel
+/// reads that argument only at each point's own element and before it
+/// stores output `k` (`kernel::in_place_candidates`), so every point reads
+/// the input's value before overwriting it.
+///
 /// The caller checked every buffer against the kernel's arguments (dtype
 /// and length, as `exec::fuse` does for the group the kernel came from);
 /// `writes` are distinct tensors owned by the caller, so no argument
-/// aliases a written one.
+/// aliases a written one other than as above.
 pub(crate) fn run_group(
     f: &NativeFn,
     n: usize,
-    reads: &[&crate::tensor::Tensor],
+    reads: &[Result<&crate::tensor::Tensor, usize>],
     writes: &mut [crate::tensor::Tensor],
     tasks: usize,
 ) {
-    let mut ptrs: Vec<*mut u8> = reads.iter().map(|t| ptr_of(t)).collect();
-    ptrs.extend(writes.iter_mut().map(ptr_of_mut));
+    let outs: Vec<*mut u8> = writes.iter_mut().map(ptr_of_mut).collect();
+    let mut ptrs: Vec<*mut u8> = reads
+        .iter()
+        .map(|r| match r {
+            Ok(t) => ptr_of(t),
+            Err(k) => outs[*k],
+        })
+        .collect();
+    ptrs.extend(outs);
     let ptrs = Ptrs(ptrs);
     if tasks <= 1 || n < 2 {
-        // SAFETY: see the function docs (buffers checked, no aliasing).
+        // SAFETY: see the function docs (buffers checked, aliasing only
+        // point by point, read before written).
         unsafe { f.call(0, n, &ptrs.0) };
         return;
     }
@@ -512,7 +526,8 @@ pub(crate) fn run_group(
     (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
         let p = &ptrs;
         let (a, b) = (t * per, ((t + 1) * per).min(n));
-        // SAFETY: as above; tasks write disjoint ranges a..b.
+        // SAFETY: as above; tasks write disjoint ranges a..b and an aliased
+        // input is read only inside the task's own range.
         unsafe { f.call(a, b, &p.0) };
     });
 }

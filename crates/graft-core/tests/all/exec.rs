@@ -117,3 +117,100 @@ fn recycled_outputs_are_reused_by_the_next_run() {
     assert_eq!((s2.fresh_bytes, s2.reused_buffers), (0, 1), "the output is written into the recycled buffer");
     assert_eq!(second[0], want);
 }
+
+fn t64(shape: &[usize]) -> TensorType {
+    TensorType::new(DType::F64, shape.to_vec())
+}
+
+/// `tanh(x @ w) * x0` where `x0` is x's first element broadcast: a matrix
+/// product (its own step), then an elementwise group reading the product,
+/// which dies there.
+fn product_then_tail(n: usize) -> graft_core::Func {
+    let mut b = Builder::new("f");
+    let x = b.param(t64(&[n, n]));
+    let w = b.param(t64(&[n, n]));
+    let p = b.matmul2d(x, w).unwrap();
+    let t = b.unary(Unary::Tanh, p).unwrap();
+    let two = b.scalar(2.0, DType::F64).unwrap();
+    let two = b.broadcast_in_dim(two, &[n, n], &[]).unwrap();
+    let y = b.mul(t, two).unwrap();
+    b.finish(&[y]).unwrap()
+}
+
+fn grid(ty: &TensorType, seed: u64) -> Tensor {
+    Tensor::from_fn(ty, |i| ((i as u64 * 7 + seed) % 23) as f64 * 0.05 - 0.5)
+}
+
+#[test]
+fn a_native_group_writes_its_output_over_an_input_that_dies_there() {
+    if crate::common::native::skip() {
+        return;
+    }
+    use graft_core::kernel::CompileMode;
+    let n = 64;
+    let f = product_then_tail(n);
+    let (x, w) = (grid(&t64(&[n, n]), 1), grid(&t64(&[n, n]), 2));
+    let opts = |compile| ExecOptions { compile, ..ExecOptions::default() };
+    let (want, off) = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run_with_stats(&[&x, &w]).unwrap();
+    let (got, on) = Executable::with_options(f, opts(CompileMode::Sync)).unwrap().run_with_stats(&[&x, &w]).unwrap();
+    crate::common::native::assert_bitwise_eq(&got, &want);
+    let bytes = n * n * 8;
+    // Interpreted: the product and the result. Native: the result is
+    // written over the product.
+    assert_eq!((off.fresh_bytes, off.reused_buffers), (2 * bytes, 0));
+    assert_eq!((on.fresh_bytes, on.reused_buffers), (bytes, 1));
+    assert_eq!(on.peak_bytes, bytes);
+}
+
+#[test]
+fn donated_inputs_are_reused_after_their_last_reader() {
+    use graft_core::kernel::CompileMode;
+    use graft_core::Input;
+    // y = x @ w; z = y @ w: z can take x's buffer once x is dead.
+    let n = 32;
+    let mut b = Builder::new("f");
+    let x = b.param(t64(&[n, n]));
+    let w = b.param(t64(&[n, n]));
+    let y = b.matmul2d(x, w).unwrap();
+    let z = b.matmul2d(y, w).unwrap();
+    let f = b.finish(&[z]).unwrap();
+    // A fresh executable for each run: its pool keeps buffers between runs.
+    let exe = || {
+        Executable::with_options(f.clone(), ExecOptions { compile: CompileMode::Off, ..ExecOptions::default() })
+            .unwrap()
+    };
+    let (xin, win) = (grid(&t64(&[n, n]), 3), grid(&t64(&[n, n]), 4));
+    let (want, kept) = exe().run_with_stats(&[&xin, &win]).unwrap();
+    let exe = exe();
+    let (got, donated) = exe.run_donating(vec![Input::Donated(xin.clone()), Input::Borrowed(&win)]).unwrap();
+    crate::common::native::assert_bitwise_eq(&got, &want);
+    let bytes = n * n * 8;
+    assert_eq!((kept.fresh_bytes, kept.reused_buffers), (2 * bytes, 0));
+    assert_eq!((donated.fresh_bytes, donated.reused_buffers), (bytes, 1), "z is written into x's buffer");
+    // The run owns the donated buffer from its start.
+    assert_eq!(donated.peak_bytes, 2 * bytes);
+    // Type errors are still errors.
+    let bad = Tensor::vec1(&[1.0f64]);
+    assert!(exe.run_donating(vec![Input::Donated(bad), Input::Borrowed(&win)]).is_err());
+}
+
+#[test]
+fn a_donated_input_returned_as_is_comes_back_without_a_copy() {
+    use graft_core::tensor::Storage;
+    use graft_core::Input;
+    let mut b = Builder::new("f");
+    let x = b.param(t64(&[1000]));
+    let e = b.unary(Unary::Exp, x).unwrap();
+    let f = b.finish(&[x, e]).unwrap();
+    let exe = Executable::new(f).unwrap();
+    let xin = grid(&t64(&[1000]), 5);
+    let want = exe.run(&[&xin]).unwrap();
+    let ptr = |t: &Tensor| match t.storage() {
+        Storage::F64(v) => v.as_ptr(),
+        _ => unreachable!("the test's tensors are f64"),
+    };
+    let before = ptr(&xin);
+    let (got, _) = exe.run_donating(vec![Input::Donated(xin)]).unwrap();
+    crate::common::native::assert_bitwise_eq(&got, &want);
+    assert_eq!(ptr(&got[0]), before);
+}
