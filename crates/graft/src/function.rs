@@ -28,6 +28,13 @@ impl Compiled {
         Ok(self.exe.run(inputs)?)
     }
 
+    /// Runs with some inputs donated (see [`Executable::run_donating`]):
+    /// their buffers are reused by the run once they are dead, and an
+    /// elementwise update can write its result over its own input.
+    pub fn call_donating(&self, inputs: Vec<graft_core::Input<'_>>) -> Result<Vec<Tensor>, Error> {
+        Ok(self.exe.run_donating(inputs)?.0)
+    }
+
     /// Runs and reports peak bytes and kernel counts.
     pub fn call_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, RunStats), Error> {
         Ok(self.exe.run_with_stats(inputs)?)

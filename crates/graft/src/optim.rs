@@ -350,6 +350,9 @@ pub struct Trainer {
     /// Steps taken.
     pub count: u64,
     compiled: Option<(Vec<TensorType>, Compiled)>,
+    /// Why the parameters are gone: a [`Trainer::step`] that failed after
+    /// they were donated to it.
+    lost: Option<String>,
 }
 
 type StepFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
@@ -629,6 +632,7 @@ impl Trainer {
             buffers,
             count: 0,
             compiled: None,
+            lost: None,
         }
     }
 
@@ -750,14 +754,19 @@ impl Trainer {
         &self.optimizer
     }
 
-    /// One step on a batch: returns the loss before the update. The old
-    /// parameter, state and buffer tensors go back to the step's buffer
-    /// pool, so the next step writes its results into them instead of
-    /// allocating.
+    /// One step on a batch: returns the loss before the update. The
+    /// parameters, optimizer state and buffers are donated to the step
+    /// (`Executable::run_donating`): each is updated in its own buffer where
+    /// the update is one elementwise kernel (an optimizer's), and otherwise
+    /// its buffer is reused by the step once dead, so a step allocates
+    /// nothing and never holds two copies of the model.
+    ///
+    /// A step that fails while running (out of memory, say) has consumed
+    /// them: the error says so, and later steps refuse to run (load a
+    /// checkpoint into a new trainer). Use [`Trainer::step_undoable`] to
+    /// keep the old values instead.
     pub fn step(&mut self, batch: &[&Tensor]) -> Result<f64, Error> {
-        let (loss, undo) = self.step_undoable(batch)?;
-        self.commit(undo);
-        Ok(loss)
+        Ok(self.run_step(batch, false)?.0)
     }
 
     /// [`Trainer::step`] that keeps what it replaced: the loss and an
@@ -766,6 +775,17 @@ impl Trainer {
     /// or [`Trainer::commit`]. Nothing is copied: the old tensors are
     /// moved into the `Undo`.
     pub fn step_undoable(&mut self, batch: &[&Tensor]) -> Result<(f64, Undo), Error> {
+        let (loss, undo) = self.run_step(batch, true)?;
+        let undo = undo.ok_or_else(|| invalid("internal error: a kept step returned nothing to undo".into()))?;
+        Ok((loss, undo))
+    }
+
+    /// One step; with `keep`, the tensors it replaced come back as an
+    /// [`Undo`], otherwise they are donated to the step.
+    fn run_step(&mut self, batch: &[&Tensor], keep: bool) -> Result<(f64, Option<Undo>), Error> {
+        if let Some(why) = &self.lost {
+            return Err(invalid(format!("this trainer has no parameters: {why}")));
+        }
         let parts = self.micro_batches();
         if let Some(x) = batch.iter().find(|x| x.shape().first().is_none_or(|&rows| rows % parts != 0)) {
             return Err(invalid(format!(
@@ -775,10 +795,9 @@ impl Trainer {
         }
         let dtype = self.params.first().map_or(graft_core::DType::F32, Tensor::dtype);
         let t = Tensor::full(&TensorType::scalar(dtype), self.count as f64);
-        let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).chain(&self.buffers).collect();
-        ins.push(&t);
-        ins.extend_from_slice(batch);
-        let types: Vec<TensorType> = ins.iter().map(|x| x.ty()).collect();
+        let (n_params, n_state) = (self.params.len(), self.state.len());
+        let owned = self.params.iter().chain(&self.state).chain(&self.buffers);
+        let types: Vec<TensorType> = owned.map(Tensor::ty).chain([t.ty()]).chain(batch.iter().map(|x| x.ty())).collect();
         let compiled = match &self.compiled {
             Some((ty, c)) if *ty == types => c.clone(),
             _ => {
@@ -787,13 +806,27 @@ impl Trainer {
                 c
             }
         };
-        let mut outs = compiled.call(&ins)?.into_iter();
+        let result = if keep {
+            let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).chain(&self.buffers).collect();
+            ins.push(&t);
+            ins.extend_from_slice(batch);
+            compiled.call(&ins)
+        } else {
+            let donated = [&mut self.params, &mut self.state, &mut self.buffers].map(std::mem::take);
+            let mut ins: Vec<graft_core::Input<'_>> =
+                donated.into_iter().flatten().map(graft_core::Input::Donated).collect();
+            ins.push(graft_core::Input::Borrowed(&t));
+            ins.extend(batch.iter().map(|&x| graft_core::Input::Borrowed(x)));
+            compiled.call_donating(ins).inspect_err(|e| {
+                self.lost = Some(format!("step {} failed after they were donated to it ({e})", self.count));
+            })
+        };
+        let mut outs = result?.into_iter();
         let loss = outs.next().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN);
         let metrics: Vec<Tensor> = outs.by_ref().take(self.metric_names.len()).collect();
         self.metrics = metrics.iter().map(Tensor::to_scalar_f64).collect::<Result<_, _>>()?;
-        let n = self.params.len();
-        let new_p: Vec<Tensor> = outs.by_ref().take(n).collect();
-        let new_s: Vec<Tensor> = outs.by_ref().take(self.state.len()).collect();
+        let new_p: Vec<Tensor> = outs.by_ref().take(n_params).collect();
+        let new_s: Vec<Tensor> = outs.by_ref().take(n_state).collect();
         let new_b: Vec<Tensor> = outs.collect();
         let undo = Undo {
             params: std::mem::replace(&mut self.params, new_p),
@@ -802,7 +835,7 @@ impl Trainer {
             count: self.count,
         };
         self.count += 1;
-        Ok((loss, undo))
+        Ok((loss, keep.then_some(undo)))
     }
 
     /// Takes back the step `undo` came from: parameters, state, buffers and
