@@ -78,7 +78,7 @@ use super::ExecOptions;
 use crate::dtype::DType;
 use crate::error::ExecError;
 use crate::ir::{Eqn, Func, Value};
-use crate::ops::kernel::{worth_parallel, BlockMut, BlockRef, MAX_BLOCK_INPUTS};
+use crate::ops::kernel::{parallel_tasks, BlockMut, BlockRef, MAX_BLOCK_INPUTS};
 use crate::ops::{Op, Prim};
 use crate::tensor::{Storage, Tensor};
 use rayon::prelude::*;
@@ -742,6 +742,26 @@ impl Group {
         self.inputs.iter().copied().chain(scalars)
     }
 
+    /// Estimated work of one run in simple-operation units (see
+    /// `kernel::ir::inst_units`): each member's operation, each gather and
+    /// splat, and a load or store per input and output, at every element.
+    /// How many tasks the run is split into depends on it
+    /// ([`parallel_tasks`]).
+    pub(crate) fn units(&self) -> usize {
+        use crate::kernel::ir::{binary_units, unary_units};
+        let per_point: usize = self
+            .work
+            .iter()
+            .map(|w| match w {
+                Work::Op { prim: Prim::Unary(op), .. } => unary_units(*op),
+                Work::Op { prim: Prim::Binary(op), .. } => binary_units(*op),
+                Work::Op { .. } | Work::Fill { .. } => 1,
+                Work::Gather { .. } => 2,
+            })
+            .sum();
+        self.n.saturating_mul(per_point + self.inputs.len() + self.outputs.len())
+    }
+
     /// Runs the group: `inputs` match [`Group::inputs`], `scalars` match
     /// [`Group::scalars`] (folded ones included), `outs` are full-size
     /// buffers for [`Group::outputs`] whose contents get fully overwritten.
@@ -763,11 +783,11 @@ impl Group {
         let sc: Vec<BlockRef<'_>> = scalars.iter().map(|t| BlockRef::of(t)).collect();
         let outs: Vec<BlockMut<'_>> = outs.iter_mut().map(BlockMut::of).collect();
         let blocks = n.div_ceil(self.block);
-        let ops = self.work.len().max(1);
-        if blocks < 2 || !worth_parallel(n.saturating_mul(ops)) {
+        let tasks = parallel_tasks(self.units());
+        if blocks < 2 || tasks < 2 {
             return self.run_task(&ins, &sc, 0, n, outs);
         }
-        let tasks = blocks.min(rayon::current_num_threads() * 4);
+        let tasks = blocks.min(tasks);
         let per = blocks.div_ceil(tasks) * self.block;
         let tasks = n.div_ceil(per);
         let mut per_task: Vec<Vec<BlockMut<'_>>> = (0..tasks).map(|_| Vec::with_capacity(outs.len())).collect();
@@ -928,9 +948,7 @@ impl Group {
         reads.extend(
             scalars.iter().zip(&self.scalars).filter(|(_, s)| matches!(s, Scalar::Value(_))).map(|(t, _)| Ok(*t)),
         );
-        let ops = self.work.len().max(1);
-        let tasks = if worth_parallel(self.n.saturating_mul(ops)) { rayon::current_num_threads() * 4 } else { 1 };
-        crate::kernel::native::run_group(f, self.n, &reads, outs, tasks);
+        crate::kernel::native::run_group(f, self.n, &reads, outs, parallel_tasks(self.units()));
     }
 
     /// Runs the group's native code `f` with some outputs written over

@@ -657,9 +657,8 @@ fn run_region(
     if !ok {
         return Err(internal(format!("row kernel {} operands do not match its arguments", r.kernel.name)));
     }
-    let work: usize = args.iter().map(|a| a.len).max().unwrap_or(0);
-    let tasks =
-        if crate::ops::kernel::worth_parallel(work.saturating_mul(4)) { rayon::current_num_threads() * 4 } else { 1 };
+    // At most one task per row: a row's reduction is never split.
+    let tasks = crate::ops::kernel::parallel_tasks(r.kernel.units()).min(r.rows);
     let ins: Vec<Result<&Tensor, usize>> = ins.iter().map(|&t| Ok(t)).collect();
     crate::kernel::native::run_group(f, r.rows, &ins, outs, tasks);
     Ok(())

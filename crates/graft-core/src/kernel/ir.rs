@@ -312,6 +312,60 @@ impl Inst {
     }
 }
 
+/// Cost of a unary operation in simple-operation units (an add, a load):
+/// a transcendental function is worth about 16, a square root 4. The
+/// executor's parallel split and the row kernels' recompute-or-keep choice
+/// both count in these units.
+pub fn unary_units(op: Unary) -> usize {
+    match op {
+        Unary::Exp
+        | Unary::Expm1
+        | Unary::Log
+        | Unary::Log1p
+        | Unary::Sin
+        | Unary::Cos
+        | Unary::Tan
+        | Unary::Tanh
+        | Unary::Logistic
+        | Unary::Erf => 16,
+        Unary::Sqrt | Unary::Rsqrt => 4,
+        _ => 1,
+    }
+}
+
+/// Cost of a binary operation in simple-operation units (see
+/// [`unary_units`]): a division or remainder 4, `pow` and `atan2` 32.
+pub fn binary_units(op: Binary) -> usize {
+    match op {
+        Binary::Div | Binary::Rem => 4,
+        Binary::Pow | Binary::Atan2 => 32,
+        _ => 1,
+    }
+}
+
+/// The instruction's own cost at one point in simple-operation units
+/// (literals and references to outer values are free; a reduction or map
+/// counts its inner body once per point of the row, see [`Kernel::units`]).
+pub fn inst_units(inst: &Inst) -> usize {
+    match inst {
+        Inst::Lit(_) | Inst::Outer(_) | Inst::Restore(_) => 0,
+        Inst::Unary(op, _) => unary_units(*op),
+        Inst::Binary(op, _, _) => binary_units(*op),
+        Inst::Reduce(r) => r.inner.len.saturating_mul(r.inner.body.iter().map(inst_units).sum::<usize>() + 1),
+        Inst::Map(m) => m.len.saturating_mul(m.body.iter().map(inst_units).sum()),
+        _ => 1,
+    }
+}
+
+impl Kernel {
+    /// Estimated work of one call over all points, in simple-operation
+    /// units (see [`inst_units`]): what the executor weighs against the
+    /// cost of splitting the call across threads.
+    pub fn units(&self) -> usize {
+        self.extent.saturating_mul(self.body.iter().map(inst_units).sum::<usize>().max(1))
+    }
+}
+
 /// A kernel: `for i in 0..extent { body }`, points independent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Kernel {

@@ -419,37 +419,18 @@ impl<'a> Builder<'a> {
         r
     }
 
-    /// Rough cost of computing a node from scratch, in simple-op units: a
-    /// transcendental function is worth about 16 adds, a division 4.
+    /// Rough cost of computing a node from scratch, in simple-op units
+    /// (`ir::unary_units`: a transcendental function is worth about 16
+    /// adds, a division 4).
     fn cost(&self, node: Reg, memo: &mut HashMap<Reg, usize>) -> usize {
         if let Some(&c) = memo.get(&node) {
             return c;
         }
-        use crate::ops::unary::Unary as U;
         let c = match &self.nodes[node as usize] {
             Inst::Lit(_) | Inst::Outer(_) => 0,
             Inst::Load { .. } => 1,
-            Inst::Unary(op, a) => {
-                let own = match op {
-                    U::Exp
-                    | U::Expm1
-                    | U::Log
-                    | U::Log1p
-                    | U::Sin
-                    | U::Cos
-                    | U::Tan
-                    | U::Tanh
-                    | U::Logistic
-                    | U::Erf => 16,
-                    U::Sqrt | U::Rsqrt => 4,
-                    _ => 1,
-                };
-                own + self.cost(*a, memo)
-            }
-            Inst::Binary(op, a, b) => {
-                let own = if matches!(op, Binary::Div | Binary::Rem) { 4 } else { 1 };
-                own + self.cost(*a, memo) + self.cost(*b, memo)
-            }
+            Inst::Unary(op, a) => super::ir::unary_units(*op) + self.cost(*a, memo),
+            Inst::Binary(op, a, b) => super::ir::binary_units(*op) + self.cost(*a, memo) + self.cost(*b, memo),
             Inst::Compare(_, a, b) => 1 + self.cost(*a, memo) + self.cost(*b, memo),
             Inst::Select(p, a, b) => 1 + self.cost(*p, memo) + self.cost(*a, memo) + self.cost(*b, memo),
             Inst::Convert(_, a) => 1 + self.cost(*a, memo),

@@ -62,9 +62,35 @@ pub fn baseline_simd<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// True when a loop over `n` elements is worth splitting across threads.
+/// True when a loop over `n` elements is worth splitting across threads
+/// (the primitives' own kernels, which do a few simple operations per
+/// element; the executor's fused and native kernels weigh their work with
+/// [`parallel_tasks`] instead).
 pub fn worth_parallel(n: usize) -> bool {
     n >= PAR_MIN && rayon::current_num_threads() > 1
+}
+
+/// Below this much estimated work (simple-operation units, see
+/// `kernel::ir::inst_units`; one unit is about 30-50 ps of one core on
+/// vector code) a kernel call stays on the calling thread: about 50 µs,
+/// where waking the pool's threads and joining them (5-10 µs on a loaded
+/// two-core machine) stops mattering.
+pub const PAR_MIN_UNITS: usize = 1 << 20;
+
+/// Work per parallel task: fewer, larger tasks for mid-size calls (each at
+/// least about 25 µs), at most four per thread for large ones.
+pub const TASK_UNITS: usize = 1 << 19;
+
+/// How many tasks a kernel call of `units` estimated work is split into: 1
+/// below [`PAR_MIN_UNITS`] or on one thread, else one per [`TASK_UNITS`],
+/// between 2 and four per thread. Results never depend on it (points are
+/// independent).
+pub fn parallel_tasks(units: usize) -> usize {
+    let threads = rayon::current_num_threads();
+    if threads <= 1 || units < PAR_MIN_UNITS {
+        return 1;
+    }
+    (units / TASK_UNITS).clamp(2, threads * 4)
 }
 
 /// `o[i] = f(a[i])`, split across threads when large.

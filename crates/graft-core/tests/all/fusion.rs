@@ -450,3 +450,38 @@ fn env_child(want: &str) {
     assert_bitwise_eq(&a, &b);
     assert_eq!((sa.kernels, sb.kernels), (if want == "0,0" { 4 } else { 1 }, 4));
 }
+
+#[test]
+fn the_parallel_split_follows_estimated_work() {
+    use graft_core::kernel::{Access, Arg, Index, Inst, Kernel};
+    use graft_core::ops::kernel::{parallel_tasks, PAR_MIN_UNITS, TASK_UNITS};
+    // A kernel's work: each instruction's units at every point (an exp is
+    // worth 16 simple operations, a load or an add 1).
+    let k = |op: Unary, n: usize| Kernel {
+        name: "k".into(),
+        args: vec![
+            Arg { dtype: DType::F32, len: n, access: Access::Read },
+            Arg { dtype: DType::F32, len: n, access: Access::Write },
+        ],
+        extent: n,
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Unary(op, 0),
+            Inst::Store { arg: 1, value: 1, index: Index::Point },
+        ],
+    };
+    assert_eq!(k(Unary::Neg, 1000).units(), 3 * 1000);
+    assert_eq!(k(Unary::Exp, 1000).units(), 18 * 1000);
+    let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    // 60 000 negations stay on one thread; 60 000 exponentials are split in
+    // two; large work in up to four tasks per thread.
+    let n = 60_000;
+    assert_eq!(two.install(|| parallel_tasks(k(Unary::Neg, n).units())), 1);
+    assert_eq!(two.install(|| parallel_tasks(k(Unary::Exp, n).units())), 2);
+    assert_eq!(two.install(|| parallel_tasks(PAR_MIN_UNITS - 1)), 1);
+    assert_eq!(two.install(|| parallel_tasks(PAR_MIN_UNITS)), 2);
+    assert_eq!(two.install(|| parallel_tasks(5 * TASK_UNITS)), 5);
+    assert_eq!(two.install(|| parallel_tasks(usize::MAX)), 8);
+    assert_eq!(one.install(|| parallel_tasks(usize::MAX)), 1);
+}
