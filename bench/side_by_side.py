@@ -257,6 +257,10 @@ def _uniform(shape, dtype=None):
     return lambda rng: rng.random(shape)
 
 
+def _uniform32(shape):
+    return lambda rng: rng.random(shape).astype("float32")
+
+
 def _kmeans_points(n, d):
     return lambda rng: rng.random((n, d))
 
@@ -310,16 +314,18 @@ def _lstm(l, c, b=7):
     ]
 
 
-def _gradbench(name, what, entry, inputs, jax_f32=False):
+def _gradbench(name, what, entry, inputs, jax_f32=False, path=None):
     return {
         "name": name,
         "what": what,
-        "path": ROOT / "gradbench" / f"{name.split('_')[0]}.graft",
+        "path": path or ROOT / "gradbench" / f"{name.split('_')[0]}.graft",
         "entry": entry,
         "inputs": inputs,
         "jax_f32": jax_f32,
     }
 
+
+ODE_F32 = ROOT / "bench" / "programs" / "ode_f32.graft"
 
 GRADBENCH = [
     _gradbench("lse_gradient_10000", "GradBench lse gradient, n = 10000", "gradient", [("x", _uniform((10000,)))]),
@@ -351,6 +357,24 @@ GRADBENCH = [
     _gradbench(
         "ode_gradient_10000_100", "GradBench ode gradient, n = 10000, s = 100 (JAX in f32)", "gradient",
         [("x", _uniform((10000,))), ("steps", _zeros((100,), F64))], jax_f32=True,
+    ),
+    # The same ode rows with graft in f32 too (bench/programs/ode_f32.graft):
+    # the engines compared on the same arithmetic.
+    _gradbench(
+        "ode_primal_1000_10_f32", "ode primal, n = 1000, s = 10, both in f32", "primal",
+        [("x", _uniform32((1000,))), ("steps", _zeros((10,), F32))], jax_f32=True, path=ODE_F32,
+    ),
+    _gradbench(
+        "ode_gradient_1000_10_f32", "ode gradient, n = 1000, s = 10, both in f32", "gradient",
+        [("x", _uniform32((1000,))), ("steps", _zeros((10,), F32))], jax_f32=True, path=ODE_F32,
+    ),
+    _gradbench(
+        "ode_primal_10000_100_f32", "ode primal, n = 10000, s = 100, both in f32", "primal",
+        [("x", _uniform32((10000,))), ("steps", _zeros((100,), F32))], jax_f32=True, path=ODE_F32,
+    ),
+    _gradbench(
+        "ode_gradient_10000_100_f32", "ode gradient, n = 10000, s = 100, both in f32", "gradient",
+        [("x", _uniform32((10000,))), ("steps", _zeros((100,), F32))], jax_f32=True, path=ODE_F32,
     ),
     _gradbench(
         "kmeans_dir_10_1000_8", "GradBench kmeans dir, k = 10, n = 1000, d = 8", "dir",

@@ -102,8 +102,9 @@ enum Cmd {
         shapes: Vec<String>,
         #[arg(long)]
         seed: Option<i64>,
-        /// Also print the kernels the executor compiles for the graph (its
-        /// fused groups in the kernel IR), after the graph.
+        /// Also print the graph as the executor runs it (after constant
+        /// folding, inlining and hoisting) and the kernels it compiles for
+        /// it (its fused groups in the kernel IR, its compiled loops).
         #[arg(long)]
         kernels: bool,
     },
@@ -291,7 +292,13 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
     let exe = graft_core::Executable::with_options(func.clone(), opts)
         .map_err(|e| Fail::new(format!("error: cannot plan the function: {e}")))?;
     let ks = graft_core::kernel::kernels_of(&exe);
-    let mut s = format!("\n# {} kernel{}\n", ks.len(), if ks.len() == 1 { "" } else { "s" });
+    // The kernels' values are those of the graph the executor plans
+    // (constants folded, calls inlined, accumulations hoisted out of loops).
+    let mut s = format!(
+        "\n# the graph as the executor runs it (constants folded, calls inlined, accumulations hoisted)\n{}",
+        graft_core::ir::print_func(exe.func())
+    );
+    s.push_str(&format!("\n# {} kernel{}\n", ks.len(), if ks.len() == 1 { "" } else { "s" }));
     for k in ks {
         s.push_str(&format!("\n{k}\n"));
     }

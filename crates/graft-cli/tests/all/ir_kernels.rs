@@ -19,6 +19,7 @@ fn ir_kernels_lists_the_fused_kernel_after_the_graph() {
     let s = String::from_utf8(out.stdout).unwrap();
     let graph_end = s.find("\n# 1 kernel\n").unwrap_or_else(|| panic!("no kernel header in {s}"));
     assert!(s[..graph_end].starts_with("func @f("), "{s}");
+    assert!(s[..graph_end].contains("\n# the graph as the executor runs it"), "{s}");
     let k = &s[graph_end..];
     for want in [
         "kernel gk0(in a0: f32[100], out a1: f32[100]) over i < 100 {",
