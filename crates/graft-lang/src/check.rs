@@ -77,7 +77,7 @@ pub fn resolve(p: &Program) -> Result<(), Vec<Diagnostic>> {
 
 fn dims_of(t: &Type, out: &mut Vec<String>) {
     match &t.kind {
-        TypeKind::Scalar(_) => {}
+        TypeKind::Scalar(_) | TypeKind::Var(_) | TypeKind::Fn => {}
         TypeKind::Tuple(ts) => ts.iter().for_each(|t| dims_of(t, out)),
         TypeKind::Tensor { dims, .. } => {
             for d in dims {
@@ -154,6 +154,20 @@ impl<'a> R<'a> {
         }
         for a in &d.attrs {
             self.attr(d, a);
+            if d.is_generic() && a.kind().is_some() {
+                let why = if d.tparams.is_empty() { "takes or returns a function (`fn`)" } else { "has type parameters" };
+                self.errs.push(
+                    Diagnostic::new(
+                        Stage::Resolve,
+                        a.span.clone(),
+                        format!("`@{}` cannot be put on a generic def: `{}` {why}", a.name.name, d.name.name),
+                    )
+                    .with_label("attribute of a generic def")
+                    .with_note(
+                        "help: give the def concrete parameter types, or apply the transform at the call: `grad(f)(x)`",
+                    ),
+                );
+            }
         }
         self.expr(&d.body, &mut scope);
     }
@@ -163,7 +177,7 @@ impl<'a> R<'a> {
     /// error, not a size taken from whatever the body returns.
     fn unbound_dims(&mut self, d: &Def, t: &Type, bound: &[String]) {
         match &t.kind {
-            TypeKind::Scalar(_) => {}
+            TypeKind::Scalar(_) | TypeKind::Var(_) | TypeKind::Fn => {}
             TypeKind::Tuple(ts) => ts.iter().for_each(|t| self.unbound_dims(d, t, bound)),
             TypeKind::Tensor { dims, .. } => {
                 for dim in dims {
