@@ -118,6 +118,10 @@ impl Lower<'_> {
                 self.ty(x).to_string()
             }
             Val::F(_) => "fn".into(),
+            Val::Array { shape, .. } => format!(
+                "an array literal of shape [{}]",
+                shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            ),
             Val::Tuple(items) => {
                 let parts: Vec<String> = items.iter().map(|it| self.describe_tree(it)).collect();
                 if parts.len() == 1 {
