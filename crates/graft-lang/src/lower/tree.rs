@@ -98,7 +98,7 @@ impl Lower<'_> {
             } else {
                 format!(
                     "help: a tuple combines with a scalar (applied to every leaf); for anything else write \
-                     `tree_map(fn (p) -> p {sym} x, t)`"
+                     `tree_map(fn (p) -> p {sym} x, t)`, or make one tensor of the tuple with `stack(t)`"
                 )
             };
             return Err(self
