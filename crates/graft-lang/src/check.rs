@@ -47,6 +47,8 @@ impl Scope {
 
 struct R<'a> {
     defs: HashMap<&'a str, &'a Def>,
+    /// The generic def being checked, whose body must not name it.
+    generic: Option<&'a Def>,
     errs: Vec<Diagnostic>,
     /// Unknown names past [`crate::diag::MAX_ERRORS`], counted only.
     dropped: usize,
@@ -54,7 +56,7 @@ struct R<'a> {
 
 /// Checks names and attributes; `Err` holds every problem found.
 pub fn resolve(p: &Program) -> Result<(), Vec<Diagnostic>> {
-    let mut r = R { defs: HashMap::new(), errs: Vec::new(), dropped: 0 };
+    let mut r = R { defs: HashMap::new(), generic: None, errs: Vec::new(), dropped: 0 };
     for d in &p.defs {
         if let Some(prev) = r.defs.get(d.name.name.as_str()) {
             r.errs.push(
@@ -169,7 +171,9 @@ impl<'a> R<'a> {
                 );
             }
         }
+        self.generic = d.is_generic().then_some(d);
         self.expr(&d.body, &mut scope);
+        self.generic = None;
     }
 
     /// Every dimension name of the result type `t` must be bound by a
@@ -296,6 +300,18 @@ impl<'a> R<'a> {
             ExprKind::Var(id) => {
                 if !scope.contains(&id.name) && !self.known_global(&id.name) {
                     self.unknown(id, &scope.names);
+                }
+                if let Some(d) = self.generic.filter(|d| d.name.name == id.name && !scope.contains(&id.name)) {
+                    self.errs.push(
+                        Diagnostic::new(
+                            Stage::Resolve,
+                            id.span.clone(),
+                            format!("`{}` calls itself; recursion is not supported", id.name),
+                        )
+                        .with_label("names the generic def it is in")
+                        .with_secondary(d.name.span.clone(), "defined here")
+                        .with_note("help: write loops with `scan`, `fori` or `while`"),
+                    );
                 }
             }
             ExprKind::Array(xs) | ExprKind::Tuple(xs) => xs.iter().for_each(|x| self.expr(x, scope)),

@@ -12,9 +12,12 @@
 //! per-type instances (`Lower::instantiate`).
 //!
 //! Invariants: a generic def never becomes a standalone `Func` (so it is no
-//! entry and `Module::check` checks it only through its calls); recursion
-//! is reported like a concrete def's; errors in the body carry a note naming
-//! the call and the bindings it was specialised with.
+//! entry and `Module::check` checks it only through its calls); a generic
+//! def that names itself is rejected by `check.rs` (recursion), while one
+//! that is re-entered through a function argument is fine (GradBench
+//! `saddle`'s solver runs an inner solve inside its objective) and a cycle
+//! through arguments stops at the nesting limit; errors in the body carry a
+//! note naming the call and the bindings it was specialised with.
 
 use super::value::{Const, Val};
 use super::{order_args, result_span, ArgVal, Dims, Env, Lower};
@@ -54,6 +57,9 @@ impl fmt::Display for Shape {
         }
     }
 }
+
+/// At most this many "in `f` specialised at ..." notes on one diagnostic.
+const MAX_CALL_NOTES: usize = 8;
 
 /// What one type parameter is bound to in one call.
 #[derive(Debug, Clone)]
@@ -268,12 +274,6 @@ impl Lower<'_> {
         let name = def.name.name.as_str();
         let names: Vec<String> = def.params.iter().map(|p| p.name.name.clone()).collect();
         let args = order_args(self, &names, 0, args, name, span)?;
-        if self.active.contains(&idx) {
-            return Err(self
-                .err(Stage::Type, span, format!("`{name}` calls itself; recursion is not supported"))
-                .with_secondary(def.name.span.clone(), "defined here")
-                .with_note("help: write loops with `scan`, `fori` or `while`"));
-        }
         // Arguments that are literals only and declared as a bare type
         // parameter are matched last, so they take the dtype a tensor fixes.
         let mut order: Vec<usize> = (0..args.len()).collect();
@@ -286,7 +286,6 @@ impl Lower<'_> {
             let what = format!("argument `{}` of `{name}`", prm.name.name);
             coerced[i] = Some(self.coerce_generic(&args[i].val, &prm.ty, &mut dims, &mut tv, &args[i].span, &what)?);
         }
-        self.active.push(idx);
         let saved = self.loc.clone();
         let r = (|| {
             let mut env = Env::default();
@@ -307,10 +306,14 @@ impl Lower<'_> {
                 None => Ok(out),
             }
         })();
-        self.active.pop();
         self.loc = saved;
         self.restore_loc();
         r.map_err(|d| {
+            // Through many nested calls (up to the depth limit) the first
+            // notes say enough.
+            if d.notes.iter().filter(|n| n.starts_with("note: in `")).count() >= MAX_CALL_NOTES {
+                return d;
+            }
             let mut binds: Vec<String> = def
                 .tparams
                 .iter()

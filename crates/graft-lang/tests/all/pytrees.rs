@@ -251,9 +251,21 @@ fn inconsistent_types_for_a_generic_def() {
 
 #[test]
 fn recursion_is_an_error() {
-    let (msg, pos) = check_error("def f[T](x: T) -> T = f(x)\ndef g(a: f32) = f(a)\n");
-    assert!(msg.contains("`f` calls itself; recursion is not supported"), "{msg}");
-    assert_eq!(pos, (1, 23));
+    let src = "def f[T](x: T) -> T = f(x)\ndef g(a: f32) = f(a)\n";
+    let errs = Module::from_source("t.graft", src).unwrap_err();
+    assert!(errs[0].message.contains("`f` calls itself; recursion is not supported"), "{}", errs[0].message);
+    assert_eq!(diag::line_col(src, errs[0].span.start), (1, 23));
+    // Mutual recursion of generic defs: the nesting limit, with a bounded
+    // number of notes.
+    let (msg, _) = check_error("def f[T](x: T) -> T = g(x)\ndef g[T](x: T) -> T = f(x)\ndef h(a: f32) = f(a)\n");
+    assert!(msg.contains("nest more than 200 deep"), "{msg}");
+    let ds = module("def f[T](x: T) -> T = g(x)\ndef g[T](x: T) -> T = f(x)\ndef h(a: f32) = f(a)\n").check().unwrap_err();
+    assert!(ds[0].notes.len() < 12, "{:?}", ds[0].notes);
+    // A generic def re-entered through a function argument is not recursion.
+    let src = "def apply(f: fn, x: f64) -> f64 = f(x)\n\
+               def h(a: f64) = apply(fn (y) -> apply(fn (z) -> z * 2.0, y) + 1.0, a)\n";
+    let o = run(&module(src), "h", &[f64s(&[], &[3.0])]);
+    close("re-entered", &leaf_values(&o)[0], &[7.0], 0.0);
     // Through a function argument: the depth limit, not a hang.
     let (msg, _) = check_error("def app(f: fn, x: f32) -> f32 = f(f, x)\ndef g(a: f32) = app(app, a)\n");
     assert!(msg.contains("recursion") || msg.contains("nest more than"), "{msg}");
