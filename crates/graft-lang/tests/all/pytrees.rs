@@ -313,3 +313,17 @@ fn fuzz_seeds_check_and_lower() {
         graft_lang::fuzzing::lowering(src.as_bytes());
     }
 }
+
+/// `graft ast` prints type parameters and the new types.
+#[test]
+fn ast_prints_type_parameters_and_fn() {
+    let p = graft_lang::parse("def f[T, U](x: T, g: fn) -> (T, fn) = (x, g)\n").expect("parses");
+    let s = graft_lang::sexpr::def_to_sexpr(&p.defs[0]);
+    assert!(s.contains("(tparams {} T U)"), "{s}");
+    assert!(s.contains("(param {name: x} (t-var {} T))"), "{s}");
+    assert!(s.contains("(param {name: g} (t-fn {}))"), "{s}");
+    assert!(s.contains("(ret {} (t-tuple {} (t-var {} T) (t-fn {})))"), "{s}");
+    // A def without type parameters prints as before (no `tparams` node).
+    let p = graft_lang::parse("def g(x: f32) -> f32 = x\n").expect("parses");
+    assert!(!graft_lang::sexpr::def_to_sexpr(&p.defs[0]).contains("tparams"));
+}
