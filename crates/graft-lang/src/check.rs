@@ -157,7 +157,8 @@ impl<'a> R<'a> {
         for a in &d.attrs {
             self.attr(d, a);
             if d.is_generic() && a.kind().is_some() {
-                let why = if d.tparams.is_empty() { "takes or returns a function (`fn`)" } else { "has type parameters" };
+                let why =
+                    if d.tparams.is_empty() { "takes or returns a function (`fn`)" } else { "has type parameters" };
                 self.errs.push(
                     Diagnostic::new(
                         Stage::Resolve,

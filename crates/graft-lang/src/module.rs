@@ -137,6 +137,21 @@ impl Module {
         self.def(name).filter(|d| d.is_generic()).map(generic_entry)
     }
 
+    /// The generic defs that no call from a def with concrete types reached
+    /// in this module's lowerings so far (after [`Module::check`]: the
+    /// generic defs whose bodies were not type-checked, only resolved).
+    pub fn unchecked_generics(&self) -> Vec<&str> {
+        let seen = self.prog.specialised.borrow();
+        self.prog
+            .program
+            .defs
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| d.is_generic() && !seen.contains(i))
+            .map(|(_, d)| d.name.name.as_str())
+            .collect()
+    }
+
     /// Type-checks every def at placeholder sizes for its dimension variables.
     pub fn check(&self) -> Result<(), Vec<Diagnostic>> {
         let mut errs: Vec<Diagnostic> = Vec::new();
@@ -290,17 +305,10 @@ fn generic_entry(def: &ast::Def) -> Diagnostic {
             }
         }
     };
-    Diagnostic::new(
-        Stage::Type,
-        span,
-        format!("`{}` is generic and cannot be an entry: {what}", def.name.name),
-    )
-    .with_label("not a concrete type")
-    .with_note("note: an entry's parameters need concrete types (`f32`, `tensor[n, f32]`, tuples of those)")
-    .with_note(format!(
-        "help: call `{}` from a def with concrete parameter types, and run that def",
-        def.name.name
-    ))
+    Diagnostic::new(Stage::Type, span, format!("`{}` is generic and cannot be an entry: {what}", def.name.name))
+        .with_label("not a concrete type")
+        .with_note("note: an entry's parameters need concrete types (`f32`, `tensor[n, f32]`, tuples of those)")
+        .with_note(format!("help: call `{}` from a def with concrete parameter types, and run that def", def.name.name))
 }
 
 fn rebuild(t: &Tree, it: &mut impl Iterator<Item = Tensor>) -> Output {

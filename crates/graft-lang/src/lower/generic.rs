@@ -19,7 +19,7 @@
 //! through arguments stops at the nesting limit; errors in the body carry a
 //! note naming the call and the bindings it was specialised with.
 
-use super::value::{Const, Val};
+use super::value::Val;
 use super::{order_args, result_span, ArgVal, Dims, Env, Lower};
 use crate::ast::{self, Span, TypeKind};
 use crate::diag::{Diagnostic, Stage};
@@ -107,9 +107,7 @@ fn literal_shape(v: &Val) -> Shape {
 fn same_dims(a: &Shape, b: &Shape) -> bool {
     match (a, b) {
         (Shape::Leaf(x), Shape::Leaf(y)) => x.shape == y.shape,
-        (Shape::Tuple(xs), Shape::Tuple(ys)) => {
-            xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same_dims(x, y))
-        }
+        (Shape::Tuple(xs), Shape::Tuple(ys)) => xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same_dims(x, y)),
         (Shape::Fn, Shape::Fn) => true,
         _ => false,
     }
@@ -247,11 +245,7 @@ impl Lower<'_> {
                     _ => {
                         let got = self.describe_tree(v);
                         return Err(self
-                            .err(
-                                Stage::Type,
-                                span,
-                                format!("{what} must be a tuple of {}, found {got}", ts.len()),
-                            )
+                            .err(Stage::Type, span, format!("{what} must be a tuple of {}, found {got}", ts.len()))
                             .with_label(format!("this is {got}"))
                             .with_secondary(ty.span.clone(), "declared here"));
                     }
@@ -274,6 +268,7 @@ impl Lower<'_> {
         let name = def.name.name.as_str();
         let names: Vec<String> = def.params.iter().map(|p| p.name.name.clone()).collect();
         let args = order_args(self, &names, 0, args, name, span)?;
+        p.specialised.borrow_mut().insert(idx);
         // Arguments that are literals only and declared as a bare type
         // parameter are matched last, so they take the dtype a tensor fixes.
         let mut order: Vec<usize> = (0..args.len()).collect();
@@ -292,8 +287,8 @@ impl Lower<'_> {
             for (d, (n, _)) in &dims {
                 env = env.bind(d, Val::Dim(d.as_str().into(), *n));
             }
-            for (v, prm) in coerced.into_iter().zip(&def.params) {
-                let v = v.unwrap_or(Val::Const(Const::Bool(false)));
+            // Every slot was filled above (each argument index once).
+            for (v, prm) in coerced.into_iter().flatten().zip(&def.params) {
                 self.name_value(&v, &prm.name.name);
                 env = env.bind(&prm.name.name, v);
             }

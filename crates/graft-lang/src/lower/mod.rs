@@ -96,6 +96,9 @@ pub struct Prog {
     pub lines: LineIndex,
     /// Def instantiations by (def, argument structure and types).
     pub cache: RefCell<HashMap<(usize, Vec<Tree>), Rc<Inst>>>,
+    /// Generic defs specialised at least once (so `check` can say which
+    /// ones it never reached).
+    pub specialised: RefCell<std::collections::HashSet<usize>>,
 }
 
 impl Prog {
@@ -111,6 +114,7 @@ impl Prog {
             src: src.into(),
             defs,
             cache: RefCell::new(HashMap::new()),
+            specialised: RefCell::new(std::collections::HashSet::new()),
         }
     }
 
@@ -528,9 +532,7 @@ impl<'p> Lower<'p> {
             }
             TypeKind::Scalar(s) => self.coerce_tensor(v, &[], *s, ty, dims, span, what),
             TypeKind::Tensor { dims: ds, dtype } => self.coerce_tensor(v, ds, *dtype, ty, dims, span, what),
-            TypeKind::Var(_) | TypeKind::Fn => {
-                self.coerce_generic(v, ty, dims, &mut generic::TVars::new(), span, what)
-            }
+            TypeKind::Var(_) | TypeKind::Fn => self.coerce_generic(v, ty, dims, &mut generic::TVars::new(), span, what),
         }
     }
 

@@ -20,7 +20,9 @@ use crate::diag::{Diagnostic, Stage};
 /// Whether two values have the same tuple structure (leaves are not compared).
 fn same_structure(a: &Val, b: &Val) -> bool {
     match (a, b) {
-        (Val::Tuple(x), Val::Tuple(y)) => x.len() == y.len() && x.iter().zip(y.iter()).all(|(a, b)| same_structure(a, b)),
+        (Val::Tuple(x), Val::Tuple(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(a, b)| same_structure(a, b))
+        }
         (Val::Tuple(_), _) | (_, Val::Tuple(_)) => false,
         _ => true,
     }
@@ -125,8 +127,12 @@ impl Lower<'_> {
                 .zip(b.iter())
                 .map(|(a, b)| self.tree_binary_rec(op, a, b, ls, rs, span))
                 .collect::<Result<_, _>>()?,
-            (Val::Tuple(a), x) => a.iter().map(|a| self.tree_binary_rec(op, a, x, ls, rs, span)).collect::<Result<_, _>>()?,
-            (x, Val::Tuple(b)) => b.iter().map(|b| self.tree_binary_rec(op, x, b, ls, rs, span)).collect::<Result<_, _>>()?,
+            (Val::Tuple(a), x) => {
+                a.iter().map(|a| self.tree_binary_rec(op, a, x, ls, rs, span)).collect::<Result<_, _>>()?
+            }
+            (x, Val::Tuple(b)) => {
+                b.iter().map(|b| self.tree_binary_rec(op, x, b, ls, rs, span)).collect::<Result<_, _>>()?
+            }
             _ => return self.binary(op, l.clone(), r.clone(), ls, rs, span),
         };
         Ok(Val::tuple(items))
@@ -190,7 +196,13 @@ pub fn tree_map(l: &mut Lower<'_>, f: &ArgVal, trees: &[ArgVal], span: &Span) ->
             .with_note("help: `tree_map(f, t)` or `tree_map(f, t1, t2)`"));
     }
     let k = trees.len();
-    let fv = function_arg(l, "tree_map", f, k, &format!("{k} tree{} {} given", plural(k), if k == 1 { "was" } else { "were" }))?;
+    let fv = function_arg(
+        l,
+        "tree_map",
+        f,
+        k,
+        &format!("{k} tree{} {} given", plural(k), if k == 1 { "was" } else { "were" }),
+    )?;
     for t in &trees[1..] {
         if !same_structure(&trees[0].val, &t.val) {
             let (a, b) = (l.describe_tree(&trees[0].val), l.describe_tree(&t.val));
@@ -226,7 +238,13 @@ fn map_rec(l: &mut Lower<'_>, f: &FnVal, vals: &[Val], spans: &[Span], span: &Sp
 }
 
 /// `tree_reduce(f, t, init)`: `f(... f(f(init, leaf0), leaf1) ..., leafN)`.
-pub fn tree_reduce(l: &mut Lower<'_>, f: &ArgVal, tree: &ArgVal, init: &ArgVal, span: &Span) -> Result<Val, Diagnostic> {
+pub fn tree_reduce(
+    l: &mut Lower<'_>,
+    f: &ArgVal,
+    tree: &ArgVal,
+    init: &ArgVal,
+    span: &Span,
+) -> Result<Val, Diagnostic> {
     let fv = function_arg(l, "tree_reduce", f, 2, "it is called with two (the accumulator and a leaf)")?;
     let mut ls = Vec::new();
     leaves(&tree.val, &mut ls);

@@ -52,11 +52,7 @@ def dloss(a: tensor[n, f64], b: tensor[k, l, f64], c: f64) = grad(loss)(a, b, c)
 "#;
 
 fn tree_inputs() -> Vec<Tensor> {
-    vec![
-        f64s(&[3], &[0.3, -1.2, 0.7]),
-        f64s(&[2, 2], &[0.5, -0.4, 1.1, 0.2]),
-        f64s(&[], &[-0.6]),
-    ]
+    vec![f64s(&[3], &[0.3, -1.2, 0.7]), f64s(&[2, 2], &[0.5, -0.4, 1.1, 0.2]), f64s(&[], &[-0.6])]
 }
 
 #[test]
@@ -184,15 +180,21 @@ fn higher_order_defs() {
 /// checked at its calls); once a checked def calls it, its errors show.
 #[test]
 fn uncalled_generic_defs_are_checked_at_their_calls() {
-    let src = "def bad[T](p: T) -> T = p @ p\n";
-    module(src).check().expect("an uncalled generic def has no types to check at");
+    let src = "def bad[T](p: T) -> T = p @ p\ndef ok[T](p: T) -> T = p\ndef use(x: f32) = ok(x)\n";
+    let m = module(src);
+    m.check().expect("an uncalled generic def has no types to check at");
+    assert_eq!(m.unchecked_generics(), vec!["bad"]);
     let src = "def bad[T](p: T) -> T = p @ p\ndef use(x: f32) = bad(x)\n";
     let (msg, pos) = check_error(src);
     assert!(msg.contains("`@` needs operands with at least one axis"), "{msg}");
     assert_eq!(pos, (1, 25));
     let m = module(src);
     let ds = m.check().unwrap_err();
-    assert!(ds[0].notes.iter().any(|n| n.contains("in `bad` specialised at test.graft:2:19 with T = f32[]")), "{:?}", ds[0].notes);
+    assert!(
+        ds[0].notes.iter().any(|n| n.contains("in `bad` specialised at test.graft:2:19 with T = f32[]")),
+        "{:?}",
+        ds[0].notes
+    );
 }
 
 #[test]
@@ -201,7 +203,10 @@ fn structure_mismatches_are_located() {
     assert!(msg.contains("the trees have different structures, (f32[], f32[]) and (f32[], (f32[], f32[]))"), "{msg}");
     assert_eq!(pos, (1, 25));
     let (msg, pos) = check_error("def f(a: f32, b: f32) = (a, b) + (a, (b, a))\n");
-    assert!(msg.contains("`+` needs tuples of the same structure, found (f32[], f32[]) and (f32[], (f32[], f32[]))"), "{msg}");
+    assert!(
+        msg.contains("`+` needs tuples of the same structure, found (f32[], f32[]) and (f32[], (f32[], f32[]))"),
+        "{msg}"
+    );
     assert_eq!(pos, (1, 25));
     let (msg, pos) = check_error("def f(a: f32, b: tensor[n, f32]) = (a, a) * b\n");
     assert!(msg.contains("`*` between a tuple and a non-scalar"), "{msg}");
@@ -259,7 +264,8 @@ fn recursion_is_an_error() {
     // number of notes.
     let (msg, _) = check_error("def f[T](x: T) -> T = g(x)\ndef g[T](x: T) -> T = f(x)\ndef h(a: f32) = f(a)\n");
     assert!(msg.contains("nest more than 200 deep"), "{msg}");
-    let ds = module("def f[T](x: T) -> T = g(x)\ndef g[T](x: T) -> T = f(x)\ndef h(a: f32) = f(a)\n").check().unwrap_err();
+    let ds =
+        module("def f[T](x: T) -> T = g(x)\ndef g[T](x: T) -> T = f(x)\ndef h(a: f32) = f(a)\n").check().unwrap_err();
     assert!(ds[0].notes.len() < 12, "{:?}", ds[0].notes);
     // A generic def re-entered through a function argument is not recursion.
     let src = "def apply(f: fn, x: f64) -> f64 = f(x)\n\
@@ -306,7 +312,8 @@ fn fuzz_seeds_check_and_lower() {
         let path = format!("{}/../../fuzz/seeds/{target}/generic_pytrees.graft", env!("CARGO_MANIFEST_DIR"));
         let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let m = module(&src);
-        m.check().unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, &path, &src)).collect::<String>()));
+        m.check()
+            .unwrap_or_else(|ds| panic!("{}", ds.iter().map(|d| diag::render(d, &path, &src)).collect::<String>()));
         let c = m.instantiate_at_placeholders("step").expect("`step` has concrete types");
         assert!(c.is_ok(), "{:?}", c.err());
         graft_lang::fuzzing::front_end(src.as_bytes());
