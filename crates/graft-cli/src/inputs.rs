@@ -25,7 +25,7 @@ fn declared(ty: &ast::Type) -> Option<(DType, usize)> {
     match &ty.kind {
         TypeKind::Scalar(s) => Some((dtype_of(*s), 0)),
         TypeKind::Tensor { dims, dtype } => Some((dtype_of(*dtype), dims.len())),
-        TypeKind::Tuple(_) => None,
+        TypeKind::Tuple(_) | TypeKind::Var(_) | TypeKind::Fn => None,
     }
 }
 
@@ -50,6 +50,9 @@ struct Entry<'a> {
 impl<'a> Entry<'a> {
     fn new(m: &'a Module, name: &'a str) -> Result<Entry<'a>, Fail> {
         let def = m.def(name).ok_or_else(|| no_entry(m, name))?;
+        if let Some(d) = m.entry_problem(name) {
+            return Err(render_all(&[d], m.file(), m.source()));
+        }
         Ok(Entry { m, name, def })
     }
 

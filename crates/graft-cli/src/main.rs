@@ -205,7 +205,20 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             let m = load(&file)?;
             m.check().map_err(|ds| render_all(&ds, m.file(), m.source()))?;
             let n = m.program().defs.len();
-            Ok(format!("{}: ok ({n} definition{})\n", m.file(), if n == 1 { "" } else { "s" }))
+            let mut out = format!("{}: ok ({n} definition{})\n", m.file(), if n == 1 { "" } else { "s" });
+            let unchecked = m.unchecked_generics();
+            if !unchecked.is_empty() {
+                let names: Vec<String> = unchecked.iter().map(|n| format!("`{n}`")).collect();
+                out.push_str(&format!(
+                    "note: generic def{} {} {} not called from any def with concrete types, so only {} names \
+                     were checked (a generic def is type-checked at each call)\n",
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", "),
+                    if names.len() == 1 { "is" } else { "are" },
+                    if names.len() == 1 { "its" } else { "their" },
+                ));
+            }
+            Ok(out)
         }
         Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout } => {
             let limit = match max_memory {

@@ -35,6 +35,10 @@ pub struct Program {
 pub struct Def {
     pub attrs: Vec<Attr>,
     pub name: Ident,
+    /// Type parameters `def f[T, U](...)`: names that stand for any value's
+    /// type (a tensor of any rank, a tuple tree, a function), fixed at each
+    /// call (docs/language.md, "Generic and higher-order defs").
+    pub tparams: Vec<Ident>,
     pub params: Vec<Param>,
     /// Declared result type (`-> T`), if written.
     pub ret: Option<Type>,
@@ -152,6 +156,32 @@ pub enum TypeKind {
     Tensor { dims: Vec<Dim>, dtype: ScalarType },
     /// `(A, B, ...)`.
     Tuple(Vec<Type>),
+    /// A type parameter of the enclosing def (`T` in `def f[T](x: T)`).
+    Var(Ident),
+    /// `fn`: any function value (a def, a lambda, a builtin, a transform).
+    Fn,
+}
+
+impl Type {
+    /// Whether the type mentions a type parameter or `fn` (such a def is
+    /// generic: specialised at each call, never an entry).
+    pub fn is_generic(&self) -> bool {
+        match &self.kind {
+            TypeKind::Scalar(_) | TypeKind::Tensor { .. } => false,
+            TypeKind::Tuple(ts) => ts.iter().any(Type::is_generic),
+            TypeKind::Var(_) | TypeKind::Fn => true,
+        }
+    }
+}
+
+impl Def {
+    /// Whether the def is generic: it has type parameters, or a parameter or
+    /// its result is (or holds) a function (`fn`).
+    pub fn is_generic(&self) -> bool {
+        !self.tparams.is_empty()
+            || self.params.iter().any(|p| p.ty.is_generic())
+            || self.ret.as_ref().is_some_and(Type::is_generic)
+    }
 }
 
 /// One dimension in a tensor type.

@@ -47,6 +47,8 @@ impl Scope {
 
 struct R<'a> {
     defs: HashMap<&'a str, &'a Def>,
+    /// The generic def being checked, whose body must not name it.
+    generic: Option<&'a Def>,
     errs: Vec<Diagnostic>,
     /// Unknown names past [`crate::diag::MAX_ERRORS`], counted only.
     dropped: usize,
@@ -54,7 +56,7 @@ struct R<'a> {
 
 /// Checks names and attributes; `Err` holds every problem found.
 pub fn resolve(p: &Program) -> Result<(), Vec<Diagnostic>> {
-    let mut r = R { defs: HashMap::new(), errs: Vec::new(), dropped: 0 };
+    let mut r = R { defs: HashMap::new(), generic: None, errs: Vec::new(), dropped: 0 };
     for d in &p.defs {
         if let Some(prev) = r.defs.get(d.name.name.as_str()) {
             r.errs.push(
@@ -77,7 +79,7 @@ pub fn resolve(p: &Program) -> Result<(), Vec<Diagnostic>> {
 
 fn dims_of(t: &Type, out: &mut Vec<String>) {
     match &t.kind {
-        TypeKind::Scalar(_) => {}
+        TypeKind::Scalar(_) | TypeKind::Var(_) | TypeKind::Fn => {}
         TypeKind::Tuple(ts) => ts.iter().for_each(|t| dims_of(t, out)),
         TypeKind::Tensor { dims, .. } => {
             for d in dims {
@@ -154,8 +156,25 @@ impl<'a> R<'a> {
         }
         for a in &d.attrs {
             self.attr(d, a);
+            if d.is_generic() && a.kind().is_some() {
+                let why =
+                    if d.tparams.is_empty() { "takes or returns a function (`fn`)" } else { "has type parameters" };
+                self.errs.push(
+                    Diagnostic::new(
+                        Stage::Resolve,
+                        a.span.clone(),
+                        format!("`@{}` cannot be put on a generic def: `{}` {why}", a.name.name, d.name.name),
+                    )
+                    .with_label("attribute of a generic def")
+                    .with_note(
+                        "help: give the def concrete parameter types, or apply the transform at the call: `grad(f)(x)`",
+                    ),
+                );
+            }
         }
+        self.generic = d.is_generic().then_some(d);
         self.expr(&d.body, &mut scope);
+        self.generic = None;
     }
 
     /// Every dimension name of the result type `t` must be bound by a
@@ -163,7 +182,7 @@ impl<'a> R<'a> {
     /// error, not a size taken from whatever the body returns.
     fn unbound_dims(&mut self, d: &Def, t: &Type, bound: &[String]) {
         match &t.kind {
-            TypeKind::Scalar(_) => {}
+            TypeKind::Scalar(_) | TypeKind::Var(_) | TypeKind::Fn => {}
             TypeKind::Tuple(ts) => ts.iter().for_each(|t| self.unbound_dims(d, t, bound)),
             TypeKind::Tensor { dims, .. } => {
                 for dim in dims {
@@ -282,6 +301,18 @@ impl<'a> R<'a> {
             ExprKind::Var(id) => {
                 if !scope.contains(&id.name) && !self.known_global(&id.name) {
                     self.unknown(id, &scope.names);
+                }
+                if let Some(d) = self.generic.filter(|d| d.name.name == id.name && !scope.contains(&id.name)) {
+                    self.errs.push(
+                        Diagnostic::new(
+                            Stage::Resolve,
+                            id.span.clone(),
+                            format!("`{}` calls itself; recursion is not supported", id.name),
+                        )
+                        .with_label("names the generic def it is in")
+                        .with_secondary(d.name.span.clone(), "defined here")
+                        .with_note("help: write loops with `scan`, `fori` or `while`"),
+                    );
                 }
             }
             ExprKind::Array(xs) | ExprKind::Tuple(xs) => xs.iter().for_each(|x| self.expr(x, scope)),

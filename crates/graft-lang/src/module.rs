@@ -131,6 +131,27 @@ impl Module {
         self.prog.defs.get(name).map(|&i| &self.prog.program.defs[i])
     }
 
+    /// Why the def `name` cannot be an entry (run from the CLI or the API),
+    /// if it cannot: a generic def has no concrete parameter types.
+    pub fn entry_problem(&self, name: &str) -> Option<Diagnostic> {
+        self.def(name).filter(|d| d.is_generic()).map(generic_entry)
+    }
+
+    /// The generic defs that no call from a def with concrete types reached
+    /// in this module's lowerings so far (after [`Module::check`]: the
+    /// generic defs whose bodies were not type-checked, only resolved).
+    pub fn unchecked_generics(&self) -> Vec<&str> {
+        let seen = self.prog.specialised.borrow();
+        self.prog
+            .program
+            .defs
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| d.is_generic() && !seen.contains(i))
+            .map(|(_, d)| d.name.name.as_str())
+            .collect()
+    }
+
     /// Type-checks every def at placeholder sizes for its dimension variables.
     pub fn check(&self) -> Result<(), Vec<Diagnostic>> {
         let mut errs: Vec<Diagnostic> = Vec::new();
@@ -146,6 +167,10 @@ impl Module {
                     ));
                 }
                 break;
+            }
+            // A generic def is checked at each call from the defs checked here.
+            if def.is_generic() {
+                continue;
             }
             let Some((types, names)) = placeholder_args(def, false) else { continue };
             let size = |n: &str| placeholder_size(&names, n, false);
@@ -216,6 +241,9 @@ impl Module {
             return Err(d);
         };
         let def = &self.prog.program.defs[idx];
+        if def.is_generic() {
+            return Err(generic_entry(def));
+        }
         let n_extra = def.attrs.iter().filter(|a| a.is(crate::ast::AttrKind::Jvp)).count();
         if args.len() != def.params.len() + n_extra {
             return Err(Diagnostic::new(
@@ -261,6 +289,28 @@ impl Module {
     }
 }
 
+/// The error for running a generic def as an entry: its parameters have no
+/// concrete types to take inputs at.
+fn generic_entry(def: &ast::Def) -> Diagnostic {
+    let (span, what) = match def.tparams.first() {
+        Some(t) => (t.span.clone(), format!("it has the type parameter `{}`", t.name)),
+        None => {
+            let p = def.params.iter().find(|p| p.ty.is_generic());
+            match p {
+                Some(p) => (p.ty.span.clone(), format!("parameter `{}` is a function (`fn`)", p.name.name)),
+                None => (
+                    def.ret.as_ref().map_or(def.name.span.clone(), |r| r.span.clone()),
+                    "its result is a function (`fn`)".to_string(),
+                ),
+            }
+        }
+    };
+    Diagnostic::new(Stage::Type, span, format!("`{}` is generic and cannot be an entry: {what}", def.name.name))
+        .with_label("not a concrete type")
+        .with_note("note: an entry's parameters need concrete types (`f32`, `tensor[n, f32]`, tuples of those)")
+        .with_note(format!("help: call `{}` from a def with concrete parameter types, and run that def", def.name.name))
+}
+
 fn rebuild(t: &Tree, it: &mut impl Iterator<Item = Tensor>) -> Output {
     match t {
         Tree::Leaf(ty) => Output::Tensor(it.next().unwrap_or_else(|| Tensor::zeros(ty))),
@@ -270,7 +320,7 @@ fn rebuild(t: &Tree, it: &mut impl Iterator<Item = Tensor>) -> Output {
 
 fn collect_dims(t: &ast::Type, out: &mut Vec<String>) {
     match &t.kind {
-        ast::TypeKind::Scalar(_) => {}
+        ast::TypeKind::Scalar(_) | ast::TypeKind::Var(_) | ast::TypeKind::Fn => {}
         ast::TypeKind::Tuple(ts) => ts.iter().for_each(|t| collect_dims(t, out)),
         ast::TypeKind::Tensor { dims, .. } => {
             for d in dims {
@@ -289,6 +339,8 @@ fn concrete(t: &ast::Type, size: &dyn Fn(&str) -> usize) -> Option<Tree> {
     Some(match &t.kind {
         ast::TypeKind::Scalar(s) => Tree::Leaf(TensorType::scalar(crate::lower::dtype_of(*s))),
         ast::TypeKind::Tuple(ts) => Tree::Tuple(ts.iter().map(|t| concrete(t, size)).collect::<Option<_>>()?),
+        // Generic: checked at each call instead (`Module::check`).
+        ast::TypeKind::Var(_) | ast::TypeKind::Fn => return None,
         ast::TypeKind::Tensor { dims, dtype } => Tree::Leaf(TensorType::new(
             crate::lower::dtype_of(*dtype),
             dims.iter()

@@ -125,6 +125,9 @@ fn def_node(d: &Def) -> Node {
         .iter()
         .map(|a| list_a("attr", vec![("name", atom(&a.name.name))], a.args.iter().map(arg_node).collect()))
         .collect();
+    if !d.tparams.is_empty() {
+        children.push(list("tparams", d.tparams.iter().map(|t| atom(&t.name)).collect()));
+    }
     children.push(list(
         "params",
         d.params.iter().map(|p| list_a("param", vec![("name", atom(&p.name.name))], vec![type_node(&p.ty)])).collect(),
@@ -165,6 +168,8 @@ fn type_node(t: &Type) -> Node {
             list("t-tensor", c)
         }
         TypeKind::Tuple(ts) => list("t-tuple", ts.iter().map(type_node).collect()),
+        TypeKind::Var(id) => list("t-var", vec![atom(&id.name)]),
+        TypeKind::Fn => list("t-fn", vec![]),
     }
 }
 

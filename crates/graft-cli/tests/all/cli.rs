@@ -929,3 +929,30 @@ fn results_are_labelled_by_name_or_path_with_their_types() {
     std::fs::write(d.join("r.graft"), "def main() = [1.0, 2.0]\n").unwrap();
     assert_eq!(run(&[]), "[1. 2.]\n");
 }
+
+/// Generic defs: `check` says which ones no concrete def calls (so only
+/// their names were checked); running one as the entry is an error at its
+/// type parameter; the optimizers example runs.
+#[test]
+fn generic_defs_in_check_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("g.graft");
+    std::fs::write(
+        &p,
+        "def sgd[T](p: T, g: T) -> T = p - 0.5 * g\ndef lonely[T](p: T) -> T = p\ndef main() = sgd((1.0, [2.0]), (2.0, [2.0]))\n",
+    )
+    .unwrap();
+    let s = stdout(graft().arg("check").arg(&p));
+    assert!(s.contains("ok (3 definitions)"), "{s}");
+    assert!(s.contains("generic def `lonely` is not called from any def with concrete types"), "{s}");
+    let s = stdout(graft().arg("run").arg(&p));
+    assert_eq!(s, "0: f32[] = 0.\n1: f32[1] = [1.]\n");
+    let out =
+        graft().arg("run").arg(&p).args(["--entry", "sgd", "--input", "p=1.0", "--input", "g=1.0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`sgd` is generic and cannot be an entry: it has the type parameter `T`"), "{err}");
+    assert!(err.contains("g.graft:1:9"), "{err}");
+    let s = stdout(graft().arg("run").arg(examples().join("optimizers.graft")).arg("--raw"));
+    assert_eq!(s.lines().count(), 4, "{s}");
+}

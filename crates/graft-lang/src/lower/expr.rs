@@ -486,7 +486,10 @@ impl Lower<'_> {
         Ok((self.tensor_as(a, dt, span)?, self.tensor_as(b, dt, span)?))
     }
 
-    fn unary(&mut self, op: UnOp, v: Val, span: &Span) -> Result<Val, Diagnostic> {
+    pub(super) fn unary(&mut self, op: UnOp, v: Val, span: &Span) -> Result<Val, Diagnostic> {
+        if let Val::Tuple(_) = &v {
+            return self.tree_unary(op, &v, span);
+        }
         match (op, &v) {
             (UnOp::Neg, Val::Const(Const::Int(i))) => Ok(Val::Const(Const::Int(i.wrapping_neg()))),
             (UnOp::Neg, Val::Const(Const::Float(f))) => Ok(Val::Const(Const::Float(-f))),
@@ -611,6 +614,9 @@ impl Lower<'_> {
     }
 
     pub fn binary(&mut self, op: BinOp, l: Val, r: Val, ls: &Span, rs: &Span, span: &Span) -> Result<Val, Diagnostic> {
+        if matches!(l, Val::Tuple(_)) || matches!(r, Val::Tuple(_)) {
+            return self.tree_binary(op, &l, &r, ls, rs, span);
+        }
         if let (Some(a), Some(b)) = (static_scalar(&l), static_scalar(&r)) {
             if let Some(c) = fold(op, a, b) {
                 return Ok(Val::Const(c));
@@ -924,7 +930,7 @@ impl Lower<'_> {
 fn for_dim_names(t: &crate::ast::Type, f: &mut impl FnMut(&str)) {
     use crate::ast::TypeKind;
     match &t.kind {
-        TypeKind::Scalar(_) => {}
+        TypeKind::Scalar(_) | TypeKind::Var(_) | TypeKind::Fn => {}
         TypeKind::Tuple(ts) => ts.iter().for_each(|t| for_dim_names(t, f)),
         TypeKind::Tensor { dims, .. } => {
             for d in dims {

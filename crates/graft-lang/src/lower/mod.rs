@@ -24,8 +24,10 @@ pub mod control;
 pub mod custom;
 pub mod expr;
 pub mod fold;
+pub mod generic;
 pub mod stdlib;
 pub mod transform;
+pub mod tree;
 pub mod value;
 
 use crate::ast::{self, Span};
@@ -94,6 +96,9 @@ pub struct Prog {
     pub lines: LineIndex,
     /// Def instantiations by (def, argument structure and types).
     pub cache: RefCell<HashMap<(usize, Vec<Tree>), Rc<Inst>>>,
+    /// Generic defs specialised at least once (so `check` can say which
+    /// ones it never reached).
+    pub specialised: RefCell<std::collections::HashSet<usize>>,
 }
 
 impl Prog {
@@ -109,6 +114,7 @@ impl Prog {
             src: src.into(),
             defs,
             cache: RefCell::new(HashMap::new()),
+            specialised: RefCell::new(std::collections::HashSet::new()),
         }
     }
 
@@ -483,7 +489,8 @@ impl<'p> Lower<'p> {
             }
             Val::F(f) => Err(self
                 .err(Stage::Type, span, format!("`{}` is a function, not a value", f.describe()))
-                .with_note("note: functions exist only while compiling; call it to get a value")),
+                .with_note("note: functions exist only while compiling; call it to get a value")
+                .with_note("help: a def that takes or returns a function declares it with `fn` (`-> fn`), which makes it generic: specialised at each call")),
             Val::Str(_) | Val::None => {
                 Err(self.err(Stage::Type, span, format!("expected a tensor or tuple, found {}", v.describe())))
             }
@@ -525,6 +532,7 @@ impl<'p> Lower<'p> {
             }
             TypeKind::Scalar(s) => self.coerce_tensor(v, &[], *s, ty, dims, span, what),
             TypeKind::Tensor { dims: ds, dtype } => self.coerce_tensor(v, ds, *dtype, ty, dims, span, what),
+            TypeKind::Var(_) | TypeKind::Fn => self.coerce_generic(v, ty, dims, &mut generic::TVars::new(), span, what),
         }
     }
 
@@ -604,6 +612,9 @@ impl<'p> Lower<'p> {
     ) -> Result<Val, Diagnostic> {
         let p = self.p;
         let def = &p.program.defs[idx];
+        if def.is_generic() {
+            return self.call_generic(idx, args, span);
+        }
         let name = def.name.name.as_str();
         let n_extra = if with_attrs { def.attrs.iter().filter(|a| a.is(ast::AttrKind::Jvp)).count() } else { 0 };
         let args = order_args(
@@ -821,6 +832,8 @@ pub fn show_type(ty: &ast::Type, dims: &Dims) -> String {
     use ast::TypeKind;
     match &ty.kind {
         TypeKind::Scalar(s) => s.keyword().to_string(),
+        TypeKind::Var(id) => id.name.clone(),
+        TypeKind::Fn => "fn".to_string(),
         TypeKind::Tuple(ts) => format!("({})", ts.iter().map(|t| show_type(t, dims)).collect::<Vec<_>>().join(", ")),
         TypeKind::Tensor { dims: ds, dtype } => {
             let mut parts: Vec<String> = ds

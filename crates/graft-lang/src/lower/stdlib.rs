@@ -171,6 +171,10 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("scan", &["f", "init", "xs", "remat"]),
     ("fori", &["n", "f", "init", "remat"]),
     ("while", &["cond", "body", "init", "remat"]),
+    // pytrees (tuples as containers of leaves; `lower/tree.rs`)
+    ("tree_map", &["f", "*trees"]),
+    ("tree_reduce", &["f", "tree", "init"]),
+    ("tree_leaves", &["tree"]),
 ];
 
 /// Named constants: numbers known while compiling, typed by their context
@@ -898,7 +902,7 @@ fn tolerance(l: &Lower<'_>, a: &A, p: &str) -> Result<Option<f64>, Diagnostic> {
 /// errors may come from the user's function, which names itself.
 pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
     let r = call_builtin(l, name, args, span);
-    if matches!(name, "scan" | "fori" | "while" | "tabulate") {
+    if matches!(name, "scan" | "fori" | "while" | "tabulate" | "tree_map" | "tree_reduce") {
         return r;
     }
     r.map_err(|mut d| {
@@ -911,6 +915,15 @@ pub fn call(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Re
 
 fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -> Result<Val, Diagnostic> {
     let a = A::new(l, name, args, span)?;
+    match name {
+        "tree_map" => return super::tree::tree_map(l, &a.req(l, "f")?.clone(), &a.rest, span),
+        "tree_reduce" => {
+            let (f, t, i) = (a.req(l, "f")?.clone(), a.req(l, "tree")?.clone(), a.req(l, "init")?.clone());
+            return super::tree::tree_reduce(l, &f, &t, &i, span);
+        }
+        "tree_leaves" => return Ok(super::tree::tree_leaves(&a.req(l, "tree")?.val)),
+        _ => {}
+    }
     if super::fold::FOLDABLE.contains(&name) {
         if let Some(ArgVal { val: Val::Const(x), .. }) = a.opt("x") {
             let approximate = name == "gelu" && a.flag(l, "approximate")?;

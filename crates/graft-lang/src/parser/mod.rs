@@ -39,6 +39,10 @@ pub(crate) struct Parser<'t> {
     /// Whether a line break ends the current expression.
     nl_sig: bool,
     depth: usize,
+    /// The type parameters of the def whose signature is being parsed
+    /// (`T` in `def f[T](x: T) -> T`); empty elsewhere, so a type
+    /// parameter is a type only in its def's signature.
+    tparams: Vec<String>,
 }
 
 fn join(a: &Span, b: &Span) -> Span {
@@ -94,7 +98,7 @@ pub fn parse_expr_tokens(toks: &[Token]) -> Result<Expr, Vec<Diagnostic>> {
 
 impl<'t> Parser<'t> {
     fn new(toks: &'t [Token]) -> Self {
-        Parser { toks, pos: 0, nl_sig: true, depth: 0 }
+        Parser { toks, pos: 0, nl_sig: true, depth: 0, tparams: Vec::new() }
     }
 
     // ----- token access -------------------------------------------------
@@ -304,16 +308,15 @@ impl<'t> Parser<'t> {
         }
         self.bump();
         let name = self.binder("the function's name")?;
-        let open = match self.eat(&Tok::LParen) {
-            Some(s) => s,
-            None => {
-                return Err(self
-                    .unexpected("`(` and the parameter list")
-                    .with_note(format!("help: a definition looks like `def {name}(x: f32) -> f32 = x`")))
-            }
+        let tparams = if let Some(open) = self.eat(&Tok::LBracket) {
+            self.with_nl(false, |p| p.type_params(&open))?
+        } else {
+            Vec::new()
         };
-        let params = self.with_nl(false, |p| p.params(&open))?;
-        let ret = if self.eat(&Tok::Arrow).is_some() { Some(self.ty()?) } else { None };
+        self.tparams = tparams.iter().map(|t| t.name.clone()).collect();
+        let sig = self.signature(&name);
+        self.tparams.clear();
+        let (params, ret) = sig?;
         let body = if self.eat(&Tok::Assign).is_some() {
             self.expr()?
         } else if self.at(&Tok::LBrace) {
@@ -340,7 +343,51 @@ impl<'t> Parser<'t> {
                 .with_secondary(body.span.clone(), "the definition's body ends here"));
         }
         let span = join(&start, &body.span);
-        Ok(Def { attrs, name, params, ret, body, span })
+        Ok(Def { attrs, name, tparams, params, ret, body, span })
+    }
+
+    /// `(params) [-> type]` after a def's name (and type parameters).
+    fn signature(&mut self, name: &Ident) -> PResult<(Vec<Param>, Option<Type>)> {
+        let open = match self.eat(&Tok::LParen) {
+            Some(s) => s,
+            None => {
+                return Err(self
+                    .unexpected("`(` and the parameter list")
+                    .with_note(format!("help: a definition looks like `def {name}(x: f32) -> f32 = x`")))
+            }
+        };
+        let params = self.with_nl(false, |p| p.params(&open))?;
+        let ret = if self.eat(&Tok::Arrow).is_some() { Some(self.ty()?) } else { None };
+        Ok((params, ret))
+    }
+
+    /// `[T, U]` after a def's name (the `[` already eaten).
+    fn type_params(&mut self, open: &Span) -> PResult<Vec<Ident>> {
+        let mut out: Vec<Ident> = Vec::new();
+        loop {
+            if let Some(close) = self.eat(&Tok::RBracket) {
+                if out.is_empty() {
+                    return Err(err(join(open, &close), "an empty type parameter list `[]`")
+                        .with_label("name at least one type parameter, e.g. `[T]`, or leave out the brackets"));
+                }
+                return Ok(out);
+            }
+            let id = self.binder("a type parameter name")?;
+            if scalar_type(&id.name).is_some() || id.name == "tensor" {
+                return Err(err(id.span.clone(), format!("`{}` is a type and cannot be a type parameter", id.name))
+                    .with_label("built-in type name")
+                    .with_note("help: type parameters are new names, e.g. `def f[T](x: T) -> T`"));
+            }
+            if let Some(prev) = out.iter().find(|t| t.name == id.name) {
+                return Err(err(id.span.clone(), format!("type parameter `{}` is declared twice", id.name))
+                    .with_label("second declaration")
+                    .with_secondary(prev.span.clone(), "first declared here"));
+            }
+            out.push(id);
+            if self.eat(&Tok::Comma).is_none() && !self.at(&Tok::RBracket) {
+                return Err(self.unclosed(open, &Tok::RBracket, "type parameter list"));
+            }
+        }
     }
 
     fn attr(&mut self) -> PResult<Attr> {
@@ -409,15 +456,28 @@ impl<'t> Parser<'t> {
                     };
                     return self.with_nl(false, |p| p.tensor_type(start, open));
                 }
-                Err(err(start, format!("unknown type `{name}`")).with_label("not a type").with_note(
-                    "note: types are `f32`, `f64`, `i32`, `i64`, `bool`, `tensor[d1, ..., dtype]` and tuples `(A, B)`",
-                ))
+                if self.tparams.contains(&name) {
+                    self.bump();
+                    return Ok(Type { kind: TypeKind::Var(Ident { name, span: start.clone() }), span: start });
+                }
+                let mut d = err(start, format!("unknown type `{name}`")).with_label("not a type").with_note(
+                    "note: types are `f32`, `f64`, `i32`, `i64`, `bool`, `tensor[d1, ..., dtype]`, tuples `(A, B)`, \
+                     `fn` and a def's type parameters",
+                );
+                if name.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
+                    d = d.with_note(format!(
+                        "help: declare a type parameter after the def's name, `def f[{name}](x: {name})`; \
+                         type parameters are types only in their def's signature"
+                    ));
+                }
+                Err(d)
             }
+            Tok::Fn => Ok(Type { kind: TypeKind::Fn, span: self.bump().span }),
             Tok::LParen => {
                 let open = self.bump().span;
                 self.with_nl(false, |p| p.tuple_type(open))
             }
-            _ => Err(self.unexpected("a type such as `f32`, `tensor[n, f32]` or `(f32, f32)`")),
+            _ => Err(self.unexpected("a type such as `f32`, `tensor[n, f32]`, `(f32, f32)` or `fn`")),
         }
     }
 

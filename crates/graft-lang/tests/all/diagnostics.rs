@@ -135,7 +135,8 @@ fn suggestions_for_tuple_arithmetic_and_run_time_slices_can_help() {
         m.check().expect_err("fails").iter().map(|d| diag::render(d, "case.graft", src)).collect()
     };
     let e = errors("def f(x: tensor[2, f32]) -> f32 = sum((1.0, 2.0) + x)\n");
-    assert!(e.contains("arithmetic applies to tensors, not tuples") && e.contains("`stack(t)`"), "{e}");
+    assert!(e.contains("between a tuple and a non-scalar") && e.contains("`stack(t)`"), "{e}");
+    assert!(e.contains("`tree_map(fn (p) -> p + x, t)`"), "{e}");
     assert!(!e.contains("cast("), "{e}");
     let e = errors("def f(x: tensor[2, f32], y: tensor[2, f64]) -> f32 = sum(x + y)\n");
     assert!(e.contains("`cast(y, f32)`"), "{e}");

@@ -16,6 +16,7 @@ mod parse_docs;
 mod parse_errors;
 mod parse_examples;
 mod parse_props;
+mod pytrees;
 mod run_examples;
 mod sorting;
 mod stdlib;

@@ -342,7 +342,7 @@ pub(super) fn prepare(l: &mut Lower<'_>, f: &FnVal, args: Vec<ArgVal>, span: &Sp
 pub(super) fn dtype_of_type(t: &crate::ast::Type) -> Option<graft_core::DType> {
     match &t.kind {
         crate::ast::TypeKind::Scalar(s) | crate::ast::TypeKind::Tensor { dtype: s, .. } => Some(super::dtype_of(*s)),
-        crate::ast::TypeKind::Tuple(_) => None,
+        crate::ast::TypeKind::Tuple(_) | crate::ast::TypeKind::Var(_) | crate::ast::TypeKind::Fn => None,
     }
 }
 
