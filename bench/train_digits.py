@@ -1,13 +1,16 @@
-"""The digits CNN of examples/digits_cnn.graft trained by JAX + optax and by
-`graft train`, side by side: same architecture, initial scales, data split
-(the same SplitMix64 shuffle as graft train), batch order, optimizer (Adam
-with warm-up + cosine), epochs and batch size. Prints wall time per step
-(whole loop: batching, steps and the per-epoch test evaluation) and the
-final test accuracy of each.
+"""The digits CNN of examples/digits_cnn.graft trained by JAX + optax, by
+PyTorch (eager, torch.optim.Adam) and by `graft train`, side by side: same
+architecture, initial scales, data split (the same SplitMix64 shuffle as
+graft train), batch order, optimizer (Adam with warm-up + cosine), epochs
+and batch size. PyTorch starts from JAX's initial parameters. Prints wall
+time per step (whole loop: batching, steps and the per-epoch test
+evaluation) and the final test accuracy of each.
 
-    pip install jax optax numpy
+    pip install jax optax numpy torch
     cargo build --release -p graft-cli
     python3 bench/train_digits.py [--epochs 30] [--threads 1|all]
+
+Without torch installed the PyTorch row says so and the rest still runs.
 """
 import argparse, os, re, subprocess, sys, time
 
@@ -97,6 +100,50 @@ for epoch in range(args.epochs):
     acc = float(accuracy(p, xt, yt))
 jax_s = time.perf_counter() - t0
 
+def sched(c):
+    # optax.warmup_cosine_decay_schedule(0, LR, total // 10, total, LR * 0.1)
+    w = total // 10
+    if c < w:
+        return LR * c / w
+    frac = min(c - w, total - w) / max(total - w, 1)
+    return LR * 0.1 + (LR - LR * 0.1) * 0.5 * (1 + np.cos(np.pi * frac))
+
+def torch_run(p0):
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if args.threads == "1":
+        torch.set_num_threads(1)
+    tp = [torch.tensor(np.asarray(a), dtype=torch.float32).requires_grad_() for a in p0]
+    def t_logits(x):
+        c1, b1, c2, b2, w, bw = tp
+        img = x.reshape(-1, 1, 8, 8)
+        h1 = F.max_pool2d(F.relu(F.conv2d(img, c1, b1, padding=1)), 2)
+        h2 = F.max_pool2d(F.relu(F.conv2d(h1, c2, b2, padding=1)), 2)
+        return h2.reshape(-1, 128) @ w + bw
+    topt = torch.optim.Adam(tp, lr=LR)
+    tsched = torch.optim.lr_scheduler.LambdaLR(topt, lambda c: sched(c) / LR)
+    tx = torch.tensor(x_all, dtype=torch.float32)
+    ty = torch.tensor(y_all, dtype=torch.int64)
+    txt, tyt = tx[test_idx], ty[test_idx]
+    t0 = time.perf_counter()
+    for epoch in range(args.epochs):
+        perm = Mix(((SEED ^ 0x5EED) + 0x1000 * (epoch + 1)) & M).permutation(len(train_idx))
+        for i in range(steps):
+            idx = torch.tensor([train_idx[j] for j in perm[i * BS:(i + 1) * BS]])
+            topt.zero_grad(set_to_none=True)
+            l = F.cross_entropy(t_logits(tx[idx]), ty[idx])
+            l.backward()
+            topt.step()
+            tsched.step()
+        with torch.no_grad():
+            acc = float((t_logits(txt).argmax(1) == tyt).float().mean())
+    return time.perf_counter() - t0, acc
+
+torch_res = torch_run(init(jax.random.PRNGKey(SEED)))
+
 exe = os.path.join(ROOT, "target/release/graft")
 out = subprocess.run([exe, "train", os.path.join(ROOT, "examples/digits_cnn.graft"), "--data",
                       os.path.join(ROOT, "examples/data/digits.npz"), "--epochs", str(args.epochs), "--lr", str(LR),
@@ -106,5 +153,13 @@ m = re.search(r"\((\d+) steps, ([\d.]+) s\).*test accuracy ([\d.]+)%", out)
 g_steps, g_s, g_acc = int(m.group(1)), float(m.group(2)), float(m.group(3))
 print(f"{'':8} {'ms/step':>8} {'test accuracy':>14}")
 print(f"{'JAX':8} {1e3 * jax_s / total:8.3f} {100 * acc:13.2f}%")
+if torch_res is None:
+    print(f"{'PyTorch':8} (not installed: pip install torch)")
+else:
+    print(f"{'PyTorch':8} {1e3 * torch_res[0] / total:8.3f} {100 * torch_res[1]:13.2f}%")
 print(f"{'graft':8} {1e3 * g_s / g_steps:8.3f} {g_acc:13.2f}%")
 print(f"graft / JAX time per step: {g_s / g_steps / (jax_s / total):.2f} (threads: {args.threads}, {total} steps)")
+if torch_res is not None:
+    fastest = min(jax_s, torch_res[0]) / total
+    print(f"graft / PyTorch: {g_s / g_steps / (torch_res[0] / total):.2f}; graft / the faster of the two: "
+          f"{g_s / g_steps / fastest:.2f}")
