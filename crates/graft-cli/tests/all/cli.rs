@@ -945,7 +945,7 @@ fn run_prints_debug_lines_on_stderr_in_every_compile_mode() {
     )
     .unwrap();
     let want_err = "i=0 sum=3.\ni=1 sum=5.\nrow [1. 2.]\nrow [3. 4.]\ndone [3. 4.]\n";
-    let want_out = "0: f32[2] = [3. 4.]\n1: f32[2,2] = [[2. 4.]\n               [6. 8.]]\n";
+    let want_out = "y: f32[2] = [3. 4.]\nz: f32[2,2] = [[2. 4.]\n               [6. 8.]]\n";
     for mode in ["off", "sync", "async"] {
         let out = graft().arg("run").arg(&file).env("GRAFT_COMPILE", mode).output().expect("runs");
         assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
