@@ -63,9 +63,9 @@ pub mod layers {
 /// `cond`, `switch`) over traced closures.
 pub mod ops {
     pub use crate::tr_control::{cond, debug_print, fori, scan, switch};
-    pub use graft_core::ops::debug::capture_prints;
     pub use crate::tr_linalg::{einsum, matmul};
     pub use crate::tr_shape::{concat, stack, where_};
+    pub use graft_core::ops::debug::capture_prints;
     pub use graft_core::ops::remat::Remat;
     pub use graft_core::ops::scan::ScanOpts;
 }

@@ -200,7 +200,11 @@ impl Op for DebugPrint {
         if let Some(first) = ins.first() {
             let ok = ins.iter().all(|t| t.rank() >= self.lead && t.shape[..self.lead] == first.shape[..self.lead]);
             if first.rank() < self.lead || !ok {
-                return Err(check::err(self, ins, format!("every operand must share {} leading batch axes", self.lead)));
+                return Err(check::err(
+                    self,
+                    ins,
+                    format!("every operand must share {} leading batch axes", self.lead),
+                ));
             }
         } else if self.lead > 0 {
             return Err(check::err(self, ins, "a batched print needs operands"));
@@ -284,7 +288,9 @@ pub fn strip_effects(f: &Func) -> Func {
         .map(|e| {
             let prim = match &e.prim {
                 Prim::Call(c) => Prim::Call(super::control::Call { func: strip(&c.func) }),
-                Prim::Checkpoint(c) => Prim::Checkpoint(super::control::Checkpoint { func: strip(&c.func), ..c.clone() }),
+                Prim::Checkpoint(c) => {
+                    Prim::Checkpoint(super::control::Checkpoint { func: strip(&c.func), ..c.clone() })
+                }
                 Prim::Scan(s) => Prim::Scan(super::scan::Scan { body: strip(&s.body), ..s.clone() }),
                 Prim::Cond(c) => Prim::Cond(super::cond::Cond { branches: c.branches.iter().map(strip).collect() }),
                 Prim::While(w) => {

@@ -286,7 +286,10 @@ fn cut(jf: &Func, n_primal: usize, n_const: Option<usize>, n_out: usize) -> Resu
         stage(
             format!("{}_hoist", jf.name),
             &mut jf.params[..nc].iter().copied(),
-            &mut jf.eqns.iter().filter(|e| !effect(e) && e.outputs.iter().all(|o| !late[o.index()] && !varying[o.index()])),
+            &mut jf
+                .eqns
+                .iter()
+                .filter(|e| !effect(e) && e.outputs.iter().all(|o| !late[o.index()] && !varying[o.index()])),
             &inv,
         )?
     };

@@ -63,10 +63,7 @@ fn prints_in_program_order_and_passes_keep_it() {
     let x = Tensor::vec1(&[1.5f64, -2.0]);
     let (out, lines) = capture_prints(|| exe.0.run(&[&x]).unwrap());
     assert_eq!(out[0].to_vec::<f64>().unwrap(), [3.0, -4.0]);
-    assert_eq!(
-        lines,
-        ["first [ 1.5 -2. ]", "y=[ 3. -4.] x=[ 1.5 -2. ]", "y=[ 3. -4.] x=[ 1.5 -2. ]", "const {7}"]
-    );
+    assert_eq!(lines, ["first [ 1.5 -2. ]", "y=[ 3. -4.] x=[ 1.5 -2. ]", "y=[ 3. -4.] x=[ 1.5 -2. ]", "const {7}"]);
     // A second run prints again.
     let (_, again) = capture_prints(|| exe.0.run(&[&x]).unwrap());
     assert_eq!(again, lines);
@@ -95,11 +92,8 @@ fn grad_jvp_and_vjp_print_once_per_forward_pass_and_keep_results() {
     let want = ["step 0 carry 0.5", "step 1 carry 0.23971277", "step 2 carry 0.11871181"];
     for remat in [Remat::Off, Remat::Every(2)] {
         let (with, without) = (looped(true, remat), looped(false, remat));
-        let transforms: [(&str, fn(&Func) -> Result<Func, IrError>); 3] = [
-            ("grad", |f| grad(f, &Wrt::All)),
-            ("jvp", jvp_func),
-            ("vjp", |f| vjp_func(f, &Wrt::All)),
-        ];
+        let transforms: [(&str, fn(&Func) -> Result<Func, IrError>); 3] =
+            [("grad", |f| grad(f, &Wrt::All)), ("jvp", jvp_func), ("vjp", |f| vjp_func(f, &Wrt::All))];
         for (name, t) in transforms {
             let (g, g0) = (t(&with).unwrap(), t(&without).unwrap());
             let args: Vec<Tensor> = g.param_types().iter().map(|_| x.clone()).collect();

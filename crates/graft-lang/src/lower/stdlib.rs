@@ -1859,7 +1859,11 @@ fn debug_print(l: &mut Lower<'_>, a: &A, span: &Span) -> Result<Val, Diagnostic>
     let f = a.req(l, "fmt")?.clone();
     let Val::Str(fmt) = &f.val else {
         return Err(l
-            .err(Stage::Type, &f.span, format!("the first argument must be a format string, found {}", f.val.describe()))
+            .err(
+                Stage::Type,
+                &f.span,
+                format!("the first argument must be a format string, found {}", f.val.describe()),
+            )
             .with_note("help: e.g. `debug_print(\"loss {} at step {}\", loss, i)`"));
     };
     let pieces = graft_core::ops::debug::parse_format(fmt)

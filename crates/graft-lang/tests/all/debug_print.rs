@@ -31,7 +31,8 @@ fn lines_of(src: &str, entry: &str, inputs: &[Tensor]) -> Vec<String> {
     let (sync, lines_sync) = run_mode(src, entry, inputs, CompileMode::Sync);
     assert_eq!(lines_off, lines_sync, "compile modes print differently");
     assert_eq!(off, sync, "compile modes compute differently");
-    let quiet: String = src.lines().filter(|l| !l.trim_start().starts_with("debug_print")).map(|l| format!("{l}\n")).collect();
+    let quiet: String =
+        src.lines().filter(|l| !l.trim_start().starts_with("debug_print")).map(|l| format!("{l}\n")).collect();
     let (plain, none) = run_mode(&quiet, entry, inputs, CompileMode::Sync);
     assert!(none.is_empty());
     assert_eq!(off, plain, "the print changed the results");
@@ -167,6 +168,7 @@ fn fold_in_in_a_loop_matches_jax() {
 fn a_print_of_constants_prints_on_every_trip() {
     // Nothing in the print depends on the loop: it must neither be folded
     // at plan time nor evaluated once while building a native loop.
-    let src = "def f(x: tensor[4, f64]) = fori(3, fn (i, c) -> {\n  debug_print(\"tick {}\", 7)\n  c * 2.0 + 1.0\n}, x)\n";
+    let src =
+        "def f(x: tensor[4, f64]) = fori(3, fn (i, c) -> {\n  debug_print(\"tick {}\", 7)\n  c * 2.0 + 1.0\n}, x)\n";
     assert_eq!(lines_of(src, "f", &[v(&[1.0, 2.0, 3.0, 4.0])]), ["tick 7", "tick 7", "tick 7"]);
 }
