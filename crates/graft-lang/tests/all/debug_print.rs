@@ -98,7 +98,7 @@ fn vmap_of_a_loop_prints_each_step_for_every_example() {
 fn grad_prints_the_forward_values_once_and_keeps_the_gradient() {
     let src = "def loss(w: tensor[2, f64], xs: tensor[3, f64]) -> f64 {\n  let (c, _) = scan(fn (c, x) -> {\n    debug_print(\"loss {} at x={}\", c, x)\n    (c + sum(w * w) * x, c)\n  }, 0.0, xs)\n  c\n}\n\
                def f(w: tensor[2, f64], xs: tensor[3, f64]) = value_and_grad(loss)(w, xs)\n\
-               def h(w: tensor[2, f64], xs: tensor[3, f64]) = grad(fn (w) -> sum(grad(loss)(w, xs)))(w)\n";
+               def h(w: tensor[2, f64], xs: tensor[3, f64]) = grad(fn (w) -> sum(grad(loss, wrt=w)(w, xs)))(w)\n";
     let args = [v(&[1.0, 2.0]), v(&[1.0, 2.0, 3.0])];
     let lines = lines_of(src, "f", &args);
     assert_eq!(lines, ["loss 0. at x=1.", "loss 5. at x=2.", "loss 15. at x=3."]);
