@@ -172,3 +172,11 @@ fn a_print_of_constants_prints_on_every_trip() {
         "def f(x: tensor[4, f64]) = fori(3, fn (i, c) -> {\n  debug_print(\"tick {}\", 7)\n  c * 2.0 + 1.0\n}, x)\n";
     assert_eq!(lines_of(src, "f", &[v(&[1.0, 2.0, 3.0, 4.0])]), ["tick 7", "tick 7", "tick 7"]);
 }
+
+#[test]
+fn a_branch_in_a_loop_body_prints_only_when_taken() {
+    // Compiled loops if-convert a body's `cond` (all branches, then a
+    // select); a branch that prints must not be converted.
+    let src = "def f(x: tensor[3, f64]) = fori(4, fn (i, c) -> if i % 2 == 0 then {\n  debug_print(\"even {}\", i)\n  c + 1.0\n} else {\n  debug_print(\"odd {}\", i)\n  c * 2.0\n}, x)\n";
+    assert_eq!(lines_of(src, "f", &[v(&[1.0, 2.0, 3.0])]), ["even 0", "odd 1", "even 2", "odd 3"]);
+}
