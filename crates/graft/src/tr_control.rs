@@ -1,4 +1,5 @@
-//! Structured control flow for traced code: `scan`, `fori`, `cond`, `switch`.
+//! Structured control flow for traced code: `scan`, `fori`, `cond`, `switch`,
+//! and `debug_print` (an effect ordered with them).
 //!
 //! Bodies and branches are Rust closures traced into closed sub-functions
 //! (see `graft_core::ops::scan` and `graft_core::ops::cond` for semantics).
@@ -131,4 +132,21 @@ pub fn switch(index: &Tr, operands: &[Tr], branches: &[&dyn Fn(&[Tr]) -> Vec<Tr>
     let n_out = made.as_ref().ok().and_then(|v| v.first()).map_or(1, |f| f.outputs.len());
     let args: Vec<Tr> = std::iter::once(index.clone()).chain(operands.iter().cloned()).collect();
     emit(&args, n_out, |b, vals| b.switch(vals[0], &made?, &vals[1..]))
+}
+
+/// Prints `values` through `fmt` (`{}` placeholders, `{{`/`}}` braces) each
+/// time the traced function runs: in program order, on every loop trip,
+/// the forward values under the derivative transforms, one line per example
+/// under vmap (see `graft_core::ops::debug`). `ctx` names the trace (any
+/// value of it, as for `random::key`). Lines go to standard error, or to
+/// [`graft_core::ops::debug::capture_prints`] on the running thread. A
+/// format that does not have one placeholder per value poisons the trace
+/// with an error.
+pub fn debug_print(ctx: &Tr, fmt: &str, values: &[&Tr]) {
+    ctx.lift_many(values, 1, |b, v| {
+        b.debug_print(fmt, &v[1..])?;
+        // `lift_many` hands back results; the print has none, so the
+        // context value stands in for it (and is dropped).
+        Ok(vec![v[0]])
+    });
 }

@@ -956,3 +956,37 @@ fn generic_defs_in_check_and_run() {
     let s = stdout(graft().arg("run").arg(examples().join("optimizers.graft")).arg("--raw"));
     assert_eq!(s.lines().count(), 4, "{s}");
 }
+
+/// `debug_print` lines go to stderr, in program order, once per loop trip
+/// and once per example under vmap; stdout holds only the results; the
+/// compile mode changes neither. A bad format is a located error (exit 1).
+#[test]
+fn run_prints_debug_lines_on_stderr_in_every_compile_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.graft");
+    std::fs::write(
+        &file,
+        "def step(x: tensor[n, f32]) -> tensor[n, f32] {\n  debug_print(\"row {}\", x)\n  x * 2.0\n}\n\
+         def main() {\n  let y = fori(2, fn (i, c) -> {\n    debug_print(\"i={} sum={}\", i, sum(c))\n    c + 1.0\n  }, [1.0, 2.0])\n  \
+         let z = vmap(step)([[1.0, 2.0], [3.0, 4.0]])\n  debug_print(\"done {}\", y)\n  (y, z)\n}\n",
+    )
+    .unwrap();
+    let want_err = "i=0 sum=3.\ni=1 sum=5.\nrow [1. 2.]\nrow [3. 4.]\ndone [3. 4.]\n";
+    let want_out = "y: f32[2] = [3. 4.]\nz: f32[2,2] = [[2. 4.]\n               [6. 8.]]\n";
+    for mode in ["off", "sync", "async"] {
+        let out = graft().arg("run").arg(&file).env("GRAFT_COMPILE", mode).output().expect("runs");
+        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        let err: String = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| !l.starts_with("graft: warning"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(err, want_err, "{mode}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want_out, "{mode}");
+    }
+    std::fs::write(&file, "def main() {\n  debug_print(\"{} and {}\", 1.0)\n  2.0\n}\n").unwrap();
+    let out = graft().arg("run").arg(&file).output().expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("2 placeholders `{}` but 1 value is given") && err.contains("p.graft:2:3"), "{err}");
+}

@@ -10,8 +10,13 @@ fn page() -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// `(program, printed output if the page shows one)` for each ```graft block.
-fn examples(page: &str) -> Vec<(String, Option<String>)> {
+/// One ```graft block: the program, what it prints on stdout if the page
+/// shows it, and what it prints on stderr if a ```stderr block follows
+/// (`debug_print` lines).
+type Example = (String, Option<String>, Option<String>);
+
+/// Every ```graft block of the page.
+fn examples(page: &str) -> Vec<Example> {
     let mut out = Vec::new();
     let mut lines = page.lines().peekable();
     while let Some(line) = lines.next() {
@@ -40,7 +45,21 @@ fn examples(page: &str) -> Vec<(String, Option<String>)> {
         } else {
             None
         };
-        out.push((prog, printed));
+        let stderr = if printed.is_some() && lines.peek().is_some_and(|l| l.trim_end() == "```stderr") {
+            lines.next();
+            let mut s = String::new();
+            for l in lines.by_ref() {
+                if l.trim_end() == "```" {
+                    break;
+                }
+                s.push_str(l);
+                s.push('\n');
+            }
+            Some(s)
+        } else {
+            None
+        };
+        out.push((prog, printed, stderr));
     }
     out
 }
@@ -70,13 +89,26 @@ fn every_example_prints_what_the_page_shows() {
     let dir = std::env::temp_dir().join(format!("graft-docs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut bad = Vec::new();
-    for (i, (prog, printed)) in examples.iter().enumerate() {
+    assert!(examples.iter().any(|e| e.2.is_some()), "no ```stderr block found: is the scan broken?");
+    for (i, (prog, printed, stderr)) in examples.iter().enumerate() {
         let file = dir.join(format!("example_{i}.graft"));
         std::fs::write(&file, prog).expect("write example");
         let sub = if printed.is_some() { "run" } else { "check" };
         let out = Command::cargo_bin("graft").expect("the graft binary is built").arg(sub).arg(&file).output();
         let out = out.expect("graft runs");
         let got = String::from_utf8_lossy(&out.stdout).to_string();
+        // Warnings (no C compiler, ...) are not the program's lines.
+        let err: String = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| !l.starts_with("graft: warning"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        match stderr {
+            Some(want) if out.status.success() && err != *want => {
+                bad.push(format!("example {i} printed on stderr\n{err}instead of\n{want}for\n{prog}"))
+            }
+            _ => {}
+        }
         match printed {
             _ if !out.status.success() => {
                 bad.push(format!("example {i} failed `graft {sub}`:\n{prog}{}", String::from_utf8_lossy(&out.stderr)))

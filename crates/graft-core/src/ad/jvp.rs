@@ -72,6 +72,7 @@ pub fn jvp_inline_given(
         let ins: Vec<Value> = eqn.inputs.iter().map(|&v| get(&env, v)).collect::<Result<_, _>>()?;
         b.set_loc(eqn.loc.clone());
         let known: Option<Vec<Value>> = eqn.outputs.iter().map(|v| given.get(v.index()).copied().flatten()).collect();
+        let emitted = !matches!(&known, Some(outs) if !outs.is_empty());
         let mut outs = match known {
             Some(outs) if !outs.is_empty() => outs,
             _ => b.emit(eqn.prim.clone(), &ins).map_err(|e| e.at(eqn.loc.as_ref()))?,
@@ -92,6 +93,11 @@ pub fn jvp_inline_given(
                         rule: "jvp",
                         msg: "internal error: replacement results differ from the equation's in number or type".into(),
                     });
+                }
+                // The driver's copy is dead: drop it now, because DCE keeps
+                // an equation with an effect (a loop body that prints).
+                if emitted && eqn.prim.has_effect() {
+                    b.retract(&outs);
                 }
                 outs = new;
             }

@@ -73,6 +73,23 @@ pub fn split(b: &mut Builder, key: Value, n: usize) -> Result<Value, IrError> {
     b.random_split(key, n)
 }
 
+/// A new key from `key` and a rank-0 integer `data` (`jax.random.fold_in`,
+/// bit for bit): an i32 `data` counts by its bit pattern as a u32 (so `-1`
+/// is `2^32 - 1`, as JAX gives for an int32 `-1`), an i64 by its low 32 bits
+/// (as `jnp.uint32` keeps them). Independent of the keys [`split`] gives
+/// only in the sense JAX's are: `fold_in(k, d)` equals child `d` of
+/// `split(k, n)` for `n > d` (both hash the counter `(0, d)`).
+pub fn fold_in(b: &mut Builder, key: Value, data: Value) -> Result<Value, IrError> {
+    check_key(b, "random.fold_in", key)?;
+    let t = b.ty(data)?.clone();
+    if t.rank() != 0 || !t.dtype.is_int() {
+        return Err(IrError::invalid("random.fold_in", format!("the data must be a rank-0 i32 or i64, got {t}")));
+    }
+    // An i64 -> i32 convert keeps the low 32 bits.
+    let d = if t.dtype == DType::I32 { data } else { b.convert(data, DType::I32)? };
+    b.random_fold_in(key, d)
+}
+
 /// `n` child keys as separate `i32[2]` values.
 pub fn split_keys(b: &mut Builder, key: Value, n: usize) -> Result<Vec<Value>, IrError> {
     let all = split(b, key, n)?;

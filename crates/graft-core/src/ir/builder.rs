@@ -106,6 +106,27 @@ impl Builder {
         Ok(self.func)
     }
 
+    /// Removes the equation whose results are exactly `outputs`, if no
+    /// equation reads them and none is a returned output; says whether it
+    /// did. The values keep their types but are defined by nothing (the
+    /// verifier allows unused undefined values; DCE renumbers them away).
+    /// The JVP driver uses it to drop its copy of an equation whose rule
+    /// computed the results itself, which DCE could not drop when the
+    /// equation has an effect (it would print twice).
+    pub(crate) fn retract(&mut self, outputs: &[Value]) -> bool {
+        if outputs.is_empty() {
+            return false;
+        }
+        let Some(i) = self.func.eqns.iter().rposition(|e| e.outputs == outputs) else { return false };
+        let read = self.func.eqns[i + 1..].iter().any(|e| e.inputs.iter().any(|v| outputs.contains(v)))
+            || self.func.outputs.iter().any(|v| outputs.contains(v));
+        if read {
+            return false;
+        }
+        self.func.eqns.remove(i);
+        true
+    }
+
     fn new_value(&mut self, ty: TensorType) -> Value {
         let v =
             Value(u32::try_from(self.func.types.len()).expect("internal error: more than 2^32 values in one function"));

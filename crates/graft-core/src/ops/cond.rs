@@ -176,7 +176,8 @@ impl Diff for Cond {
         for (k, s) in splits.iter().enumerate() {
             let mut fb = Builder::new(format!("{}_res", self.branches[k].name));
             let ps: Vec<Value> = op_types.iter().map(|t| fb.param(t.clone())).collect();
-            let r = fb.inline(&s.fwd, &ps)?;
+            // The primal cond printed already (see `ops::debug`).
+            let r = fb.inline(&crate::ops::debug::strip_effects(&s.fwd), &ps)?;
             let mut outs = Vec::new();
             for (j, tys) in step_types.iter().enumerate() {
                 if j == k {

@@ -128,7 +128,10 @@ impl crate::ad::Diff for Call {
     // equations then sit in the caller, where reverse mode can split and
     // transpose them like any other equations.
     fn jvp(&self, b: &mut Builder, cx: &crate::ad::JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
-        let (_, tangents) = crate::ad::jvp_inline(b, &self.func, cx.primals, cx.tangents)?;
+        let (outs, tangents) = crate::ad::jvp_inline(b, &self.func, cx.primals, cx.tangents)?;
+        // The inlined primal results replace the call, which then is dead
+        // (and a callee that prints prints once).
+        cx.replace_outputs(outs);
         Ok(tangents)
     }
 
@@ -378,6 +381,9 @@ fn emit_tangent_map(
     let mut args = primals.to_vec();
     args.extend_from_slice(saved);
     args.extend(tangents.iter().flatten());
+    // The tangent map recomputes forward values: its prints ran with the
+    // primal checkpoint already (see `ops::debug`).
+    let tan_f = crate::ops::debug::strip_effects(&tan_f);
     let tan_outs = b.checkpoint(Arc::new(tan_f), &args)?;
     let float_outs = (0..f.outputs.len()).filter(|&i| f.ty(f.outputs[i]).dtype.is_float());
     let mut res = vec![None; f.outputs.len()];

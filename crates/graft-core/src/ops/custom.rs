@@ -214,7 +214,14 @@ impl Diff for CustomVjp {
         let residuals = &fwd_outs[n_out..];
         // jvp(func) restricted to the float-output tangents.
         let all_float: Vec<bool> = f.params.iter().map(|&p| f.ty(p).dtype.is_float()).collect();
-        let jvp = Arc::new(rewrite::jvp(f, format!("{}_tangent", f.name), &all_float, false, TangentOuts::Float)?);
+        // The tangent map re-runs `func`'s forward work: without its prints.
+        let jvp = Arc::new(crate::ops::debug::strip_effects(&rewrite::jvp(
+            f,
+            format!("{}_tangent", f.name),
+            &all_float,
+            false,
+            TangentOuts::Float,
+        )?));
         let float_outs: Vec<usize> = (0..n_out).filter(|&i| f.ty(f.outputs[i]).dtype.is_float()).collect();
         let mut args = cx.primals.to_vec();
         args.extend_from_slice(residuals);

@@ -21,6 +21,7 @@ pub mod conv;
 pub mod create;
 pub mod cumulative;
 pub mod custom;
+pub mod debug;
 pub mod decomp;
 pub mod index;
 pub mod kernel;
@@ -155,6 +156,10 @@ define_prims! {
     DynamicUpdateSlice(index::DynamicUpdateSlice),
     /// Gather slabs at index vectors.
     Gather(index::Gather),
+    /// Prints values while the program runs (the one primitive with an effect).
+    DebugPrint(debug::DebugPrint),
+    /// Threefry key derived from a key and an integer (`fold_in`).
+    RandomFoldIn(random::RandomFoldIn),
     /// Threefry random bits.
     RandomBits(random::RandomBits),
     /// Threefry key splitting.

@@ -17,6 +17,11 @@
 //!
 //! - `random_split[n]`: child key `i` is `(y0, y1)`;
 //! - `random_bits[shape]`: element `i` is `y0 ^ y1` (as an i32 bit pattern);
+//! - `random_fold_in(key, data)`: the key `(y0, y1)` hashed at the counter
+//!   `(0, data)` (`data`'s i32 bit pattern as a u32), JAX's
+//!   `random.fold_in` (its `threefry_2x32(key, threefry_seed(data))`: a
+//!   32-bit seed `s` is the counter pair `(0, s)`). So `fold_in(k, d)` is
+//!   child `d` of `split(k, n)` for any `n > d`;
 //! - `random_uniform[shape, dtype]`: f32 takes the top 23 bits of `y0 ^ y1`
 //!   as the mantissa of a float in `[1, 2)` and subtracts 1; f64 takes the
 //!   top 52 bits of `(y0 << 32) | y1` the same way. Results lie in `[0, 1)`
@@ -94,6 +99,11 @@ pub struct RandomBits {
     /// Output shape.
     pub shape: Vec<usize>,
 }
+
+/// A key derived from a key and run-time integer data (JAX's `fold_in`):
+/// operands `key: i32[K..., 2]`, `data: i32[K...]`; result `i32[K..., 2]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RandomFoldIn;
 
 /// Floats uniform in `[0, 1)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -178,6 +188,44 @@ impl Op for RandomSplit {
     }
 }
 
+impl Op for RandomFoldIn {
+    fn name(&self) -> &'static str {
+        "random_fold_in"
+    }
+
+    fn params(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
+        check::arity(self, ins, 2)?;
+        let lead = check_key(self, &ins[..1]).map_err(|_| {
+            check::err(self, ins, "expected a key of type i32[2], or i32[K..., 2] holding one key per leading index")
+        })?;
+        let d = &ins[1];
+        if d.dtype != DType::I32 || d.shape != lead {
+            return Err(check::err(
+                self,
+                ins,
+                format!("expected i32 data of shape {} (one integer per key)", fmt_list(&lead)),
+            ));
+        }
+        Ok(vec![ins[0].clone()])
+    }
+
+    fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
+        let words = input::<i32>(ins[0])?;
+        let data = input::<i32>(ins[1])?;
+        let out = output::<i32>(&mut outs[0])?;
+        for ((w, &d), o) in words.chunks_exact(2).zip(data).zip(out.chunks_exact_mut(2)) {
+            let [y0, y1] = threefry2x32([w[0] as u32, w[1] as u32], [0, d as u32]);
+            o[0] = y0 as i32;
+            o[1] = y1 as i32;
+        }
+        Ok(())
+    }
+}
+
 impl Op for RandomBits {
     fn name(&self) -> &'static str {
         "random_bits"
@@ -250,6 +298,12 @@ impl Builder {
         self.emit1(RandomSplit { n }, &[key])
     }
 
+    /// The key `key` with `data` (an i32 scalar, or one per key of a
+    /// key-batched key) folded in, as JAX's `random.fold_in`.
+    pub fn random_fold_in(&mut self, key: Value, data: Value) -> Result<Value, IrError> {
+        self.emit1(RandomFoldIn, &[key, data])
+    }
+
     /// Uniform random bits of the given shape (`i32`).
     pub fn random_bits(&mut self, key: Value, shape: &[usize]) -> Result<Value, IrError> {
         self.emit1(RandomBits { shape: shape.to_vec() }, &[key])
@@ -275,7 +329,7 @@ macro_rules! no_derivative {
         }
     )*};
 }
-no_derivative!(RandomSplit, RandomBits, RandomUniform);
+no_derivative!(RandomSplit, RandomFoldIn, RandomBits, RandomUniform);
 
 // Batching rules: only reached with a batched key (an unbatched key is
 // shared by every example: the driver copies the equation unchanged, so all
@@ -297,6 +351,15 @@ mod batching {
     impl Batch for RandomSplit {
         fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
             keyed(b, *self, cx)
+        }
+    }
+
+    // Either operand may be batched: both get the batch dim in front (the
+    // unbatched one broadcast), a leading key dim of the primitive.
+    impl Batch for RandomFoldIn {
+        fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+            let args = crate::batch::helpers::all_to_front(b, cx)?;
+            Ok(vec![(b.emit1(RandomFoldIn, &args)?, Some(0))])
         }
     }
 

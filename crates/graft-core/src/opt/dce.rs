@@ -1,10 +1,12 @@
 //! Dead-code elimination: drops equations none of whose results reach an
-//! output. All primitives are pure (random numbers are counter-based), so
-//! this never changes results. Values are renumbered densely.
+//! output, except those with an effect (`debug_print`, or a loop or call
+//! holding one: `Prim::has_effect`), which stay whatever reads them. Every
+//! other primitive is pure (random numbers are counter-based), so this never
+//! changes results. Values are renumbered densely.
 
 use crate::ir::{Eqn, Func, Value};
 
-/// Removes equations whose results are unused.
+/// Removes equations whose results are unused and that have no effect.
 pub fn dce(f: &Func) -> Func {
     let mut live = vec![false; f.n_values()];
     for &v in &f.outputs {
@@ -12,7 +14,7 @@ pub fn dce(f: &Func) -> Func {
     }
     let mut keep = vec![false; f.eqns.len()];
     for (i, eqn) in f.eqns.iter().enumerate().rev() {
-        if eqn.outputs.iter().any(|v| live[v.index()]) {
+        if eqn.outputs.iter().any(|v| live[v.index()]) || eqn.prim.has_effect() {
             keep[i] = true;
             for v in &eqn.inputs {
                 live[v.index()] = true;

@@ -74,7 +74,9 @@ fn foldable(f: &Func) -> (Vec<bool>, Vec<bool>, Vec<Value>) {
     for (i, eqn) in f.eqns.iter().enumerate() {
         let free = eqn.inputs.iter().all(|v| constant[v.index()]);
         let small = eqn.inputs.iter().chain(&eqn.outputs).all(|&v| f.ty(v).numel() <= FOLD_MAX_ELEMS);
-        if !(free && (matches!(eqn.prim, Prim::Constant(_)) || (small && bounded(&eqn.prim)))) {
+        // An effect happens when the function runs, not when it is planned.
+        let pure = !eqn.prim.has_effect();
+        if !(free && pure && (matches!(eqn.prim, Prim::Constant(_)) || (small && bounded(&eqn.prim)))) {
             continue;
         }
         eval[i] = true;

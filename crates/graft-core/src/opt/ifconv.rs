@@ -12,7 +12,8 @@
 //! Sound because primitives are total and pure: a branch not taken may
 //! compute a NaN or an infinity, but never traps, loops or has an effect
 //! (integer division by zero is 0, gathers clamp), and `select` returns the
-//! taken branch's values bit for bit. Branches that hold loops or other
+//! taken branch's values bit for bit. A branch holding a `debug_print`
+//! (the one effect) is never converted. Branches that hold loops or other
 //! sub-functions (other than convertible `cond`s) are left alone.
 
 use crate::dtype::DType;
@@ -32,7 +33,8 @@ pub fn if_convert(f: &Func) -> Option<Func> {
 /// A `cond` whose branches hold no sub-functions but convertible `cond`s.
 fn convertible(eqn: &Eqn) -> bool {
     let Prim::Cond(c) = &eqn.prim else { return false };
-    c.branches.iter().all(|b| b.eqns.iter().all(|e| e.prim.subfuncs().is_empty() || convertible(e)))
+    // A branch that prints must run only when taken.
+    c.branches.iter().all(|b| !b.has_effects() && b.eqns.iter().all(|e| e.prim.subfuncs().is_empty() || convertible(e)))
 }
 
 fn convert(f: &Func) -> Result<Func, IrError> {

@@ -228,9 +228,13 @@ pub fn split_loop(jf: &Func, n_primal: usize, n_const: usize, n_out: usize) -> R
 fn cut(jf: &Func, n_primal: usize, n_const: Option<usize>, n_out: usize) -> Result<LoopStages, IrError> {
     let np = jf.params.len();
     let late = depends(jf, &(0..np).map(|i| i >= n_primal).collect::<Vec<_>>());
-    let is_late = |e: &Eqn| e.outputs.iter().any(|o| late[o.index()]);
+    // An effect (a print, which has no results) goes to the stage that has
+    // its operands, once: never hoisted, never copied into a later stage.
+    let effect = |e: &Eqn| e.prim.has_effect();
+    let is_late =
+        |e: &Eqn| e.outputs.iter().any(|o| late[o.index()]) || (effect(e) && e.inputs.iter().any(|v| late[v.index()]));
     let splat = splats(jf);
-    let is_splat = |e: &Eqn| e.outputs.iter().all(|o| splat[o.index()]);
+    let is_splat = |e: &Eqn| !effect(e) && !e.outputs.is_empty() && e.outputs.iter().all(|o| splat[o.index()]);
     // Residuals: primal values the late part reads or returns, except
     // splats of scalar constants, which the late part builds itself.
     let mut res: Vec<Value> = Vec::new();
@@ -282,7 +286,10 @@ fn cut(jf: &Func, n_primal: usize, n_const: Option<usize>, n_out: usize) -> Resu
         stage(
             format!("{}_hoist", jf.name),
             &mut jf.params[..nc].iter().copied(),
-            &mut jf.eqns.iter().filter(|e| e.outputs.iter().all(|o| !late[o.index()] && !varying[o.index()])),
+            &mut jf
+                .eqns
+                .iter()
+                .filter(|e| !effect(e) && e.outputs.iter().all(|o| !late[o.index()] && !varying[o.index()])),
             &inv,
         )?
     };

@@ -139,6 +139,8 @@ pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("RandomBits", "integer key operand: zero tangent"),
     ("RandomSplit", "integer key operand: zero tangent"),
     ("RandomUniform", "integer key operand: zero tangent"),
+    ("RandomFoldIn", "integer operands: zero tangent"),
+    ("DebugPrint", "no results: debug_print.rs (prints under grad, jvp and vjp; results unchanged)"),
     ("Call", "checked through its callers: checkpoint.rs, cond.rs, scan.rs, custom_rules.rs"),
     ("Cond", "cond.rs (gradients through every branch, second order)"),
     ("Scan", "scan.rs"),

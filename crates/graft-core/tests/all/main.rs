@@ -28,6 +28,7 @@ mod conv;
 mod create;
 mod cumulative;
 mod custom_rules;
+mod debug_print;
 mod eager;
 mod exec;
 mod fold;

@@ -66,6 +66,8 @@ pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("RandomBits", "no kernel: interpreter only"),
     ("RandomSplit", "no kernel: interpreter only"),
     ("RandomUniform", "no kernel: interpreter only"),
+    ("RandomFoldIn", "no kernel: interpreter only"),
+    ("DebugPrint", "an effect, no kernel form: loops holding one stay interpreted (debug_print.rs)"),
     ("Iota", "no kernel: interpreter only"),
     ("Constant", "no kernel: a value, read in place"),
     ("DotGeneral", "no kernel: the interpreter's GEMM"),

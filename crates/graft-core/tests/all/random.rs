@@ -295,3 +295,88 @@ fn key_batched_keys_give_each_key_its_own_stream() {
         }
     }
 }
+
+/// `fold_in(key, data)` against `jax.random.fold_in` (JAX 0.10.2, recorded
+/// with `jax.random.key_data(jax.random.fold_in(jax.random.PRNGKey(seed), d))`
+/// viewed as int32).
+#[test]
+fn fold_in_matches_jax() {
+    let jax: [(u32, i32, [i32; 2]); 7] = [
+        (0, 0, [1797259609, -1715843330]),
+        (0, 1, [928981903, -841280227]),
+        (42, 7, [-1747954385, 1371500959]),
+        (42, 123456, [793847391, 18989694]),
+        (1, -1, [1173147676, -268657475]),        // data 4294967295
+        (7, i32::MIN, [-1450435635, -698391940]), // data 2^31
+        (42, -1, [-1896430451, -403990582]),      // jnp.int32(-1)
+    ];
+    for (seed, d, want) in jax {
+        let mut b = Builder::new("f");
+        let k = b.param(key_type());
+        let dv = b.param(TensorType::new(DType::I32, vec![]));
+        let y = graft_core::composite::random::fold_in(&mut b, k, dv).unwrap();
+        let f = b.finish(&[y]).unwrap();
+        let out = graft_core::exec::run_func(f, &[&key(0, seed), &Tensor::scalar(d)]).unwrap();
+        assert_eq!(out[0].to_vec::<i32>().unwrap(), want, "seed {seed}, data {d}");
+    }
+}
+
+/// `fold_in(k, d)` is child `d` of `split(k, n)`: both hash the counter `(0, d)`.
+#[test]
+fn fold_in_is_the_split_child() {
+    let k = key(0, 42);
+    let children = split(&k, 5);
+    for d in 0..5i32 {
+        let got = run1(&k, |b, k| {
+            let dv = b.constant(Tensor::scalar(d))?;
+            b.random_fold_in(k, dv)
+        });
+        let got: Vec<u32> = got.to_vec::<i32>().unwrap().into_iter().map(|x| x as u32).collect();
+        assert_eq!(got, children[2 * d as usize..2 * d as usize + 2], "child {d}");
+    }
+}
+
+#[test]
+fn fold_in_i64_data_uses_the_low_word_and_errors_are_structured() {
+    let mut b = Builder::new("f");
+    let k = b.param(key_type());
+    let d = b.param(TensorType::new(DType::I64, vec![]));
+    let y = graft_core::composite::random::fold_in(&mut b, k, d).unwrap();
+    let f = b.finish(&[y]).unwrap();
+    let out = graft_core::exec::run_func(f, &[&key(0, 42), &Tensor::scalar((5i64 << 32) + 7)]).unwrap();
+    assert_eq!(out[0].to_vec::<i32>().unwrap(), [-1747954385, 1371500959]);
+
+    let mut b = Builder::new("g");
+    let k = b.param(key_type());
+    let fd = b.param(TensorType::new(DType::F32, vec![]));
+    let vd = b.param(TensorType::new(DType::I32, vec![3]));
+    let msg = expect_type_error(b.random_fold_in(k, fd).unwrap_err(), "random_fold_in");
+    assert!(msg.contains("i32 data of shape ()"), "{msg}");
+    expect_type_error(b.random_fold_in(k, vd).unwrap_err(), "random_fold_in");
+    expect_type_error(b.random_fold_in(vd, vd).unwrap_err(), "random_fold_in");
+    let e = graft_core::composite::random::fold_in(&mut b, k, fd).unwrap_err();
+    assert!(e.to_string().contains("rank-0 i32 or i64"), "{e}");
+}
+
+/// Under vmap, batched data (and/or keys) give one key per example, each
+/// what the unbatched primitive gives (JAX's `vmap(fold_in)` values).
+#[test]
+fn fold_in_under_vmap_matches_jax() {
+    let mut b = Builder::new("f");
+    let k = b.param(key_type());
+    let d = b.param(TensorType::new(DType::I32, vec![]));
+    let y = b.random_fold_in(k, d).unwrap();
+    let f = b.finish(&[y]).unwrap();
+    let v = graft_core::batch::vmap_func(&f, &[None, Some(0)], &[Some(0)], 3).unwrap();
+    let data = Tensor::vec1(&[0i32, 1, 2]);
+    let out = graft_core::exec::run_func(v, &[&key(0, 0), &data]).unwrap();
+    assert_eq!(
+        out[0].to_vec::<i32>().unwrap(),
+        [1797259609, -1715843330, 928981903, -841280227, -148943191, -1576124287]
+    );
+    // Both batched: key i with data i.
+    let v2 = graft_core::batch::vmap_func(&f, &[Some(0), Some(0)], &[Some(0)], 2).unwrap();
+    let keys = Tensor::from_vec(vec![2usize, 2], vec![0i32, 42, 0, 42]).unwrap();
+    let out = graft_core::exec::run_func(v2, &[&keys, &Tensor::vec1(&[7i32, 123456])]).unwrap();
+    assert_eq!(out[0].to_vec::<i32>().unwrap(), [-1747954385, 1371500959, 793847391, 18989694]);
+}

@@ -129,8 +129,11 @@ impl Lower<'_> {
                                 return Ok(v);
                             }
                         }
-                        let a = self.expr(then, env)?;
-                        let b = self.expr(otherwise, env)?;
+                        self.both_branches += 1;
+                        let a = self.expr(then, env);
+                        let b = self.expr(otherwise, env);
+                        self.both_branches -= 1;
+                        let (a, b) = (a?, b?);
                         self.set_span(span);
                         self.select_vals(c, &a, &b, span)
                     }
@@ -145,20 +148,28 @@ impl Lower<'_> {
                 let v = self.expr(scrutinee, env)?;
                 let mut dyn_arms: Vec<(Value, Val, Span)> = Vec::new();
                 let mut default: Option<Val> = None;
-                for arm in arms {
-                    let mut benv = env.clone();
-                    match self.test(&arm.pat, &v, &mut benv, &scrutinee.span)? {
-                        Test::Static(false) => continue,
-                        Test::Static(true) => {
-                            default = Some(self.expr(&arm.body, &benv)?);
-                            break;
-                        }
-                        Test::Dyn(c) => {
-                            let r = self.expr(&arm.body, &benv)?;
-                            dyn_arms.push((c, r, arm.span.clone()));
+                // From the first run-time test on, every arm is computed and selected.
+                let before = self.both_branches;
+                let arms_done = (|| {
+                    for arm in arms {
+                        let mut benv = env.clone();
+                        match self.test(&arm.pat, &v, &mut benv, &scrutinee.span)? {
+                            Test::Static(false) => continue,
+                            Test::Static(true) => {
+                                default = Some(self.expr(&arm.body, &benv)?);
+                                break;
+                            }
+                            Test::Dyn(c) => {
+                                self.both_branches = before + 1;
+                                let r = self.expr(&arm.body, &benv)?;
+                                dyn_arms.push((c, r, arm.span.clone()));
+                            }
                         }
                     }
-                }
+                    Ok::<(), Diagnostic>(())
+                })();
+                self.both_branches = before;
+                arms_done?;
                 let Some(mut acc) = default else {
                     return Err(self
                         .err(Stage::Type, span, "this `match` does not cover every value")

@@ -171,6 +171,10 @@ pub struct Lower<'p> {
     /// How many such fallbacks happened; an instance lowered with one is
     /// not cached (it is not what those sizes run).
     pub branch_fallbacks: usize,
+    /// Depth of branches lowered to be computed together and selected
+    /// (an `if` on a tensor condition, a `match` on a run-time value):
+    /// `debug_print` is an error there, since it would print for every branch.
+    pub both_branches: usize,
     loc: Option<Arc<SrcLoc>>,
 }
 
@@ -193,6 +197,7 @@ impl<'p> Lower<'p> {
             peak: 0,
             placeholder_sizes: false,
             branch_fallbacks: 0,
+            both_branches: 0,
             loc: None,
         }
     }

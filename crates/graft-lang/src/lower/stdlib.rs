@@ -160,6 +160,7 @@ const BUILTINS: &[(&str, &[&str])] = &[
     // random numbers from explicit keys
     ("key", &["seed"]),
     ("split", &["key", "n"]),
+    ("fold_in", &["key", "data"]),
     ("uniform", &["key", "shape", "lo", "hi", "dtype"]),
     ("normal", &["key", "shape", "dtype"]),
     ("bernoulli", &["key", "p", "shape"]),
@@ -175,6 +176,8 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("tree_map", &["f", "*trees"]),
     ("tree_reduce", &["f", "tree", "init"]),
     ("tree_leaves", &["tree"]),
+    // debugging
+    ("debug_print", &["fmt", "*args"]),
 ];
 
 /// Named constants: numbers known while compiling, typed by their context
@@ -1719,6 +1722,37 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 }
             }
         }
+        "fold_in" => {
+            let k = a.t(l, "key", false)?;
+            let d = a.req(l, "data")?.clone();
+            match static_int(&d.val) {
+                Some(n) => {
+                    // JAX takes a Python int data as a uint32.
+                    let Ok(n) = u32::try_from(n) else {
+                        return Err(l.err(
+                            Stage::Type,
+                            &d.span,
+                            format!("`data` must be in 0 ..= 4294967295 (a u32), found {n}"),
+                        ));
+                    };
+                    let t = ir!(l.b().constant(graft_core::Tensor::scalar(n as i32)));
+                    ir!(c::random::fold_in(l.b(), k, t))
+                }
+                None => {
+                    let t = l.tensor(&d.val, &d.span)?;
+                    let ty = l.ty(t);
+                    if ty.rank() != 0 || !ty.dtype.is_int() {
+                        return Err(l.err(
+                            Stage::Type,
+                            &d.span,
+                            format!("`data` must be an integer scalar (i32 or i64), found {ty}"),
+                        ));
+                    }
+                    ir!(c::random::fold_in(l.b(), k, t))
+                }
+            }
+        }
+        "debug_print" => return debug_print(l, &a, span),
         "uniform" | "normal" => {
             let k = a.t(l, "key", false)?;
             let s = a.ushape(l, "shape")?;
@@ -1828,4 +1862,65 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
         other => return Err(l.err(Stage::Resolve, span, format!("internal error: builtin `{other}` has no lowering"))),
     };
     Ok(out(l, v))
+}
+
+/// `debug_print(fmt, args...)`: a `debug_print` equation (see
+/// `graft_core::ops::debug`); its value is the empty tuple. The format is
+/// checked here, so a bad one is an error at the string and a count
+/// mismatch one at the call, naming both counts.
+fn debug_print(l: &mut Lower<'_>, a: &A, span: &Span) -> Result<Val, Diagnostic> {
+    let f = a.req(l, "fmt")?.clone();
+    let Val::Str(fmt) = &f.val else {
+        return Err(l
+            .err(
+                Stage::Type,
+                &f.span,
+                format!("the first argument must be a format string, found {}", f.val.describe()),
+            )
+            .with_note("help: e.g. `debug_print(\"loss {} at step {}\", loss, i)`"));
+    };
+    let pieces = graft_core::ops::debug::parse_format(fmt)
+        .map_err(|m| l.err(Stage::Type, &f.span, format!("bad format string: {m}")))?;
+    let holes = pieces.len() - 1;
+    if holes != a.rest.len() {
+        let s = |n: usize| if n == 1 { "" } else { "s" };
+        let at = a.rest.get(holes).map_or(span, |extra| &extra.span);
+        return Err(l
+            .err(
+                Stage::Type,
+                at,
+                format!(
+                    "the format string has {holes} placeholder{} `{{}}` but {} value{} {} given",
+                    s(holes),
+                    a.rest.len(),
+                    s(a.rest.len()),
+                    if a.rest.len() == 1 { "is" } else { "are" }
+                ),
+            )
+            .with_note("help: write one `{}` per value (`{{` and `}}` print braces)"));
+    }
+    if l.both_branches > 0 {
+        return Err(l
+            .err(Stage::Type, span, "`debug_print` in a branch chosen per element would print for both branches")
+            .with_note(
+                "help: an `if` whose condition is a tensor (not a scalar) or whose branches differ in type computes both branches and selects; print after it, or make the condition a scalar",
+            ));
+    }
+    let mut vals = Vec::with_capacity(a.rest.len());
+    for arg in &a.rest {
+        vals.push(match &arg.val {
+            Val::T(_) | Val::Const(_) | Val::Array { .. } | Val::Dim(..) => l.tensor(&arg.val, &arg.span)?,
+            other => {
+                return Err(l.err(
+                    Stage::Type,
+                    &arg.span,
+                    format!("`debug_print` prints tensors and numbers, found {}", other.describe()),
+                ))
+            }
+        });
+    }
+    l.set_span(span);
+    let r = l.b().debug_print(fmt, &vals);
+    l.ir_named(r, "debug_print", span)?;
+    Ok(Val::tuple(Vec::new()))
 }

@@ -518,7 +518,15 @@ impl Parser<'_> {
                     .with_secondary(result.span.clone(), format!("to bind {text}, write `let` before it"))
                     .with_note("help: e.g. `let (dw, db) = grad(loss, wrt=(w, b))(w, b)`"));
             }
+            let semi = self.eat(&Tok::Semi).is_some();
             while self.eat(&Tok::Semi).is_some() {}
+            // A `debug_print(...)` call not on the last line is a statement:
+            // `let _ = debug_print(...)` (its value is the empty tuple).
+            if is_debug_print(&result) && !self.at(&Tok::RBrace) && (semi || self.peek().nl_before) {
+                let pat = Pattern { kind: PatternKind::Wildcard, span: result.span.clone() };
+                stmts.push(Stmt::Let { span: result.span.clone(), pat, ty: None, value: result });
+                continue;
+            }
             let Some(close) = self.eat(&Tok::RBrace) else {
                 let mut d = self.unclosed(&open, &Tok::RBrace, "block");
                 if self.peek().nl_before && !self.at(&Tok::Eof) {
@@ -655,4 +663,9 @@ impl Parser<'_> {
 /// observable: it is overwritten immediately).
 fn placeholder() -> Expr {
     Expr { kind: ExprKind::Int(0), span: 0..0 }
+}
+
+/// Whether `e` is a call of `debug_print` (which may stand as a statement).
+fn is_debug_print(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Call { func, .. } if matches!(&func.kind, ExprKind::Var(id) if id.name == "debug_print"))
 }

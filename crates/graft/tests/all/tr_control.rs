@@ -2,7 +2,7 @@
 //! against host loops, gradients against central differences, and errors
 //! from bodies surfacing as trace errors.
 
-use graft::ops::{cond, fori, scan, switch, Remat, ScanOpts};
+use graft::ops::{capture_prints, cond, debug_print, fori, scan, switch, Remat, ScanOpts};
 use graft::{jit_n, Tensor, Tr, Wrt};
 
 fn vec64(xs: &[f64]) -> Tensor {
@@ -87,4 +87,29 @@ fn failing_branch_poisons_the_trace() {
         cond(&pos, &v[..1], |o| vec![o[0].reshape(&[7])], |o| vec![o[0].clone()]).remove(0)
     });
     assert!(bad.call(&[&Tensor::scalar(1.0f64)]).is_err());
+}
+
+#[test]
+fn traced_debug_print_prints_each_trip_once_under_grad() {
+    let f = jit_n("f", |v| {
+        let out = fori(3, &v[1..2], &v[..1], Remat::Off, |c, i, x| {
+            debug_print(i, "i={} x={}", &[i, &x[0]]);
+            vec![&x[0] * &c[0]]
+        });
+        out[0].clone()
+    });
+    let args = [Tensor::scalar(2.0f64), Tensor::scalar(1.5f64)];
+    let refs: Vec<&Tensor> = args.iter().collect();
+    let (y, lines) = capture_prints(|| f.call(&refs).unwrap());
+    assert_eq!(lines, ["i=0 x=2.", "i=1 x=3.", "i=2 x=4.5"]);
+    assert_eq!(y[0].to_scalar_f64().unwrap(), 6.75);
+    let (g, glines) = capture_prints(|| f.grad(Wrt::Positions(vec![1])).call(&refs).unwrap());
+    assert_eq!(glines, lines);
+    assert!((g[0].to_scalar_f64().unwrap() - 3.0 * 2.0 * 1.5f64.powi(2)).abs() < 1e-12);
+    // A format that does not fit the values is an error, not a panic.
+    let bad = jit_n("bad", |v| {
+        debug_print(&v[0], "{} {}", &[&v[0]]);
+        v[0].clone()
+    });
+    assert!(bad.call(&refs[..1]).is_err());
 }

@@ -534,7 +534,8 @@ impl Builder<'_> {
     fn try_static(&mut self, eqn: &crate::ir::Eqn, params: &HashMap<Value, Loc>) -> bool {
         let func = self.func;
         let bytes: usize = eqn.outputs.iter().map(|&v| func.ty(v).size_bytes()).sum();
-        if bytes > STATIC_MAX_BYTES || !eqn.prim.subfuncs().is_empty() {
+        // A print of constants must print on every trip, not once here.
+        if bytes > STATIC_MAX_BYTES || !eqn.prim.subfuncs().is_empty() || eqn.prim.has_effect() {
             return false;
         }
         let mut ins: Vec<&Tensor> = Vec::with_capacity(eqn.inputs.len());

@@ -376,7 +376,8 @@ impl Op for WhileJvp {
         Ok(self.lp.float_carry_types())
     }
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let fin = kernel::jvp(&self.lp, &self.aug, ins)?;
+        // The primal `while` printed already (see `ops::debug`).
+        let fin = crate::ops::debug::muted(|| kernel::jvp(&self.lp, &self.aug, ins))?;
         kernel::write_outs(self.name(), outs, fin)
     }
     fn subfuncs(&self) -> Vec<Arc<Func>> {
@@ -399,7 +400,8 @@ impl Op for WhileVjp {
     }
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
         let (x, u) = ins.split_at(self.lp.n_x());
-        let fin = kernel::vjp(&self.lp, &self.back, x, u.iter().map(|t| (*t).clone()).collect())?;
+        let u = u.iter().map(|t| (*t).clone()).collect();
+        let fin = crate::ops::debug::muted(|| kernel::vjp(&self.lp, &self.back, x, u))?;
         kernel::write_outs(self.name(), outs, fin)
     }
     fn subfuncs(&self) -> Vec<Arc<Func>> {
@@ -421,7 +423,7 @@ impl Op for WhileHvp {
         Ok(self.lp.float_x_types())
     }
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        let fin = kernel::hvp(&self.lp, &self.aug, &self.aug_back, ins)?;
+        let fin = crate::ops::debug::muted(|| kernel::hvp(&self.lp, &self.aug, &self.aug_back, ins))?;
         kernel::write_outs(self.name(), outs, fin)
     }
     fn subfuncs(&self) -> Vec<Arc<Func>> {
