@@ -797,7 +797,8 @@ impl Trainer {
         let t = Tensor::full(&TensorType::scalar(dtype), self.count as f64);
         let (n_params, n_state) = (self.params.len(), self.state.len());
         let owned = self.params.iter().chain(&self.state).chain(&self.buffers);
-        let types: Vec<TensorType> = owned.map(Tensor::ty).chain([t.ty()]).chain(batch.iter().map(|x| x.ty())).collect();
+        let types: Vec<TensorType> =
+            owned.map(Tensor::ty).chain([t.ty()]).chain(batch.iter().map(|x| x.ty())).collect();
         let compiled = match &self.compiled {
             Some((ty, c)) if *ty == types => c.clone(),
             _ => {

@@ -578,7 +578,11 @@ impl Executable {
     ) -> Result<Vec<Tensor>, ExecError> {
         let f = &*self.func;
         let group = &self.plan.groups[g];
-        let native = group.native.as_ref().and_then(|s| s.get()).ok_or_else(|| internal("in-place group without code".into()))?;
+        let native = group
+            .native
+            .as_ref()
+            .and_then(|s| s.get())
+            .ok_or_else(|| internal("in-place group without code".into()))?;
         let dying = &self.release_after[i];
         let mut donor: Vec<Option<usize>> = vec![None; group.inputs.len()]; // input -> output
         let mut outs = Vec::with_capacity(group.outputs.len());

@@ -127,7 +127,9 @@ pub(crate) fn in_place_candidates(k: &Kernel, n_inputs: usize) -> Vec<Vec<usize>
         })
     };
     let last_load = |a: usize| {
-        k.body.iter().rposition(|i| matches!(i, Inst::Load { arg, .. } | Inst::Window { arg, .. } if *arg as usize == a))
+        k.body
+            .iter()
+            .rposition(|i| matches!(i, Inst::Load { arg, .. } | Inst::Window { arg, .. } if *arg as usize == a))
     };
     let store_at = |a: usize| {
         k.body.iter().position(|i| matches!(i, Inst::Store { arg, index: Index::Point, .. } if *arg as usize == a))

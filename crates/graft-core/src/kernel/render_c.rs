@@ -261,8 +261,7 @@ fn blocked_run(s: &mut String, p: &LoopProgram, run: &blocks::Run, ptr: &dyn Fn(
         let _ = writeln!(
             s,
             "        {{ int64_t h = e + {}; if (h > {n}) h = {n}; if (h > d{j}) {{ {}(d{j}, h, a{j}); d{j} = h; }} }}",
-            run.leads[j],
-            p.kernels[k].name
+            run.leads[j], p.kernels[k].name
         );
     }
     let _ = writeln!(s, "        if (e >= {n}) break;\n      }}\n    }}");

@@ -151,7 +151,8 @@ fn a_native_group_writes_its_output_over_an_input_that_dies_there() {
     let f = product_then_tail(n);
     let (x, w) = (grid(&t64(&[n, n]), 1), grid(&t64(&[n, n]), 2));
     let opts = |compile| ExecOptions { compile, ..ExecOptions::default() };
-    let (want, off) = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run_with_stats(&[&x, &w]).unwrap();
+    let (want, off) =
+        Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run_with_stats(&[&x, &w]).unwrap();
     let (got, on) = Executable::with_options(f, opts(CompileMode::Sync)).unwrap().run_with_stats(&[&x, &w]).unwrap();
     crate::common::native::assert_bitwise_eq(&got, &want);
     let bytes = n * n * 8;

@@ -62,10 +62,13 @@ pub struct Run {
 /// it is a fixed offset. A scalar load (element 0) counts as offset 0: it
 /// never reads ahead.
 fn read_offset(inst: &Inst, n: usize) -> Option<isize> {
-    let row_major = |dims: &[usize], strides: &[isize]| dims.iter().product::<usize>() == n && strides == row_strides(dims);
+    let row_major =
+        |dims: &[usize], strides: &[isize]| dims.iter().product::<usize>() == n && strides == row_strides(dims);
     match inst {
         Inst::Load { index: Index::Point | Index::Scalar, .. } => Some(0),
-        Inst::Load { index: Index::Strided { dims, strides, offset }, .. } => row_major(dims, strides).then_some(*offset),
+        Inst::Load { index: Index::Strided { dims, strides, offset }, .. } => {
+            row_major(dims, strides).then_some(*offset)
+        }
         Inst::Window { window: Window { dims, lo, strides, offset, .. }, .. } => {
             if !row_major(dims, strides) {
                 return None;

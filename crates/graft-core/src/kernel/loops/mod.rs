@@ -958,13 +958,7 @@ impl std::fmt::Display for LoopProgram {
         }
         for r in blocks::runs(self) {
             let leads = r.leads.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
-            writeln!(
-                f,
-                "  calls {}..{} in blocks of {} points (leads {leads})",
-                r.calls.start,
-                r.calls.end,
-                r.block
-            )?;
+            writeln!(f, "  calls {}..{} in blocks of {} points (leads {leads})", r.calls.start, r.calls.end, r.block)?;
         }
         let outs: Vec<Loc> = (0..self.carry_outs).map(Loc::CarryOut).chain((0..self.n_ys).map(Loc::Ys)).collect();
         for (o, l) in outs.iter().zip(&self.out_loc) {
