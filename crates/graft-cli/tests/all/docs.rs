@@ -16,6 +16,24 @@ fn page() -> String {
 type Example = (String, Option<String>, Option<String>);
 
 /// Every ```graft block of the page.
+/// The text of the fenced block that opens with `fence` if it is the next
+/// line (that line and the block consumed), else `None` (nothing consumed).
+fn fenced_block(lines: &mut std::iter::Peekable<std::str::Lines<'_>>, fence: &str) -> Option<String> {
+    if !lines.peek().is_some_and(|l| l.trim_end() == fence) {
+        return None;
+    }
+    lines.next();
+    let mut s = String::new();
+    for l in lines.by_ref() {
+        if l.trim_end() == "```" {
+            break;
+        }
+        s.push_str(l);
+        s.push('\n');
+    }
+    Some(s)
+}
+
 fn examples(page: &str) -> Vec<Example> {
     let mut out = Vec::new();
     let mut lines = page.lines().peekable();
@@ -31,34 +49,8 @@ fn examples(page: &str) -> Vec<Example> {
             prog.push_str(l);
             prog.push('\n');
         }
-        let printed = if lines.peek().is_some_and(|l| l.trim_end() == "```") {
-            lines.next();
-            let mut s = String::new();
-            for l in lines.by_ref() {
-                if l.trim_end() == "```" {
-                    break;
-                }
-                s.push_str(l);
-                s.push('\n');
-            }
-            Some(s)
-        } else {
-            None
-        };
-        let stderr = if printed.is_some() && lines.peek().is_some_and(|l| l.trim_end() == "```stderr") {
-            lines.next();
-            let mut s = String::new();
-            for l in lines.by_ref() {
-                if l.trim_end() == "```" {
-                    break;
-                }
-                s.push_str(l);
-                s.push('\n');
-            }
-            Some(s)
-        } else {
-            None
-        };
+        let printed = fenced_block(&mut lines, "```");
+        let stderr = if printed.is_some() { fenced_block(&mut lines, "```stderr") } else { None };
         out.push((prog, printed, stderr));
     }
     out

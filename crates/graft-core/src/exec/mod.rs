@@ -510,14 +510,7 @@ impl Executable {
                         group.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect::<Result<_, _>>()?;
                     let ins: Vec<&Tensor> =
                         group.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
-                    let scalars: Vec<&Tensor> = group
-                        .scalars
-                        .iter()
-                        .map(|s| match s {
-                            Scalar::Value(v) => env[v.index()].get(),
-                            Scalar::Folded(t) => Ok(t),
-                        })
-                        .collect::<Result<_, _>>()?;
+                    let scalars = group_scalars(group, &env)?;
                     group.run(&ins, &scalars, &mut outs)?;
                     (&group.outputs, outs)
                 }
@@ -619,14 +612,7 @@ impl Executable {
                 None => env[v.index()].get().map(Ok),
             })
             .collect::<Result<_, _>>()?;
-        let scalars: Vec<&Tensor> = group
-            .scalars
-            .iter()
-            .map(|s| match s {
-                Scalar::Value(v) => env[v.index()].get(),
-                Scalar::Folded(t) => Ok(t),
-            })
-            .collect::<Result<_, _>>()?;
+        let scalars = group_scalars(group, env)?;
         group.run_in_place(native, &ins, &scalars, &mut outs)?;
         Ok(outs)
     }
@@ -640,6 +626,19 @@ impl Executable {
             }
         }
     }
+}
+
+/// A group's one-element operands: run-time values from `env`, folded
+/// ones as they are.
+fn group_scalars<'e>(group: &'e crate::exec::fuse::Group, env: &'e [Slot<'_>]) -> Result<Vec<&'e Tensor>, ExecError> {
+    group
+        .scalars
+        .iter()
+        .map(|s| match s {
+            Scalar::Value(v) => env[v.index()].get(),
+            Scalar::Folded(t) => Ok(t),
+        })
+        .collect()
 }
 
 /// Runs a region's row kernel: `ins` and `outs` follow the kernel's read
