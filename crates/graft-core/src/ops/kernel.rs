@@ -71,15 +71,19 @@ pub fn worth_parallel(n: usize) -> bool {
 }
 
 /// Below this much estimated work (simple-operation units, see
-/// `kernel::ir::inst_units`; one unit is about 30-50 ps of one core on
-/// vector code) a kernel call stays on the calling thread: about 50 µs,
-/// where waking the pool's threads and joining them (5-10 µs on a loaded
-/// two-core machine) stops mattering.
-pub const PAR_MIN_UNITS: usize = 1 << 20;
+/// `kernel::ir::inst_units`) a kernel call stays on the calling thread.
+/// Calibrated on this project's benchmark machine (Zen 4): softmax over
+/// [4096, 1024] f32 is about 180 M units and takes 2.4 ms on one core, so
+/// a unit is about 13 ps of vector code (f64 about twice that), and 2^22
+/// units is about 50-100 µs, where waking the pool's threads and joining
+/// them (5-10 µs on a loaded two-core machine) stops mattering. A
+/// threshold of 2^20 split GradBench gmm's small row regions and doubled
+/// its time at two threads.
+pub const PAR_MIN_UNITS: usize = 1 << 22;
 
 /// Work per parallel task: fewer, larger tasks for mid-size calls (each at
-/// least about 25 µs), at most four per thread for large ones.
-pub const TASK_UNITS: usize = 1 << 19;
+/// least about 25-50 µs), at most four per thread for large ones.
+pub const TASK_UNITS: usize = 1 << 21;
 
 /// How many tasks a kernel call of `units` estimated work is split into: 1
 /// below [`PAR_MIN_UNITS`] or on one thread, else one per [`TASK_UNITS`],

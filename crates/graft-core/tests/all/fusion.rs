@@ -474,9 +474,9 @@ fn the_parallel_split_follows_estimated_work() {
     assert_eq!(k(Unary::Exp, 1000).units(), 18 * 1000);
     let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    // 60 000 negations stay on one thread; 60 000 exponentials are split in
+    // 240 000 negations stay on one thread; 240 000 exponentials are split in
     // two; large work in up to four tasks per thread.
-    let n = 60_000;
+    let n = 240_000;
     assert_eq!(two.install(|| parallel_tasks(k(Unary::Neg, n).units())), 1);
     assert_eq!(two.install(|| parallel_tasks(k(Unary::Exp, n).units())), 2);
     assert_eq!(two.install(|| parallel_tasks(PAR_MIN_UNITS - 1)), 1);
