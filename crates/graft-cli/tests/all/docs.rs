@@ -19,7 +19,7 @@ type Example = (String, Option<String>, Option<String>);
 /// The text of the fenced block that opens with `fence` if it is the next
 /// line (that line and the block consumed), else `None` (nothing consumed).
 fn fenced_block(lines: &mut std::iter::Peekable<std::str::Lines<'_>>, fence: &str) -> Option<String> {
-    if !lines.peek().is_some_and(|l| l.trim_end() == fence) {
+    if lines.peek().is_none_or(|l| l.trim_end() != fence) {
         return None;
     }
     lines.next();
