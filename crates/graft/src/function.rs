@@ -50,6 +50,18 @@ impl Compiled {
     pub fn func(&self) -> &Func {
         self.exe.func()
     }
+
+    /// How many of its fused kernels have native code ready, of how many
+    /// (see [`Executable::native_status`]); the rest run on the interpreter.
+    pub fn native_status(&self) -> (usize, usize) {
+        self.exe.native_status()
+    }
+
+    /// Waits (up to `timeout`) until every compile this function started
+    /// has finished; true if they did in time. Calls never need it.
+    pub fn wait_native(&self, timeout: std::time::Duration) -> bool {
+        self.exe.wait_all_native(timeout)
+    }
 }
 
 /// A transform layer of a [`Jit`]: a [`Transform`] value, or a custom rule
@@ -86,6 +98,8 @@ pub struct Jit<F> {
     /// Compiled forms per input types: `[0]` planned op by op (while
     /// compilation is disabled, see [`graft_core::disable_compile`]), `[1]` compiled.
     cache: Mutex<[HashMap<Vec<TensorType>, Compiled>; 2]>,
+    /// Compiled once per dtypes and ranks ([`Jit::shapeless`]).
+    shapeless: bool,
 }
 
 /// Wraps a closure over traced tensors. The closure receives one [`Tr`] per
@@ -111,18 +125,43 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
             layers: Vec::new(),
             arity: None,
             cache: Mutex::new([HashMap::new(), HashMap::new()]),
+            shapeless: false,
         }
+    }
+
+    /// The same function compiled once per input dtypes and ranks instead
+    /// of once per shape (MLX's `compile(f, shapeless=True)`): its native
+    /// kernels read their sizes at run time (see `ExecOptions::shapeless`),
+    /// so a call at new sizes only traces and plans again (cheap) and runs
+    /// the library compiled for the first sizes from its first call.
+    /// [`Jit::cache_size`] then counts (dtypes, ranks) signatures.
+    ///
+    /// Sizes still reach the graph when it is traced, so a call whose
+    /// sizes break a rule of the function (two dimensions that must be
+    /// equal, a reshape to a fixed shape) is rejected by that rule's
+    /// error, which names both sizes. A plan whose structure changes with
+    /// the sizes (a dimension becoming 1, a row too long for a kernel's
+    /// scratch) compiles a second library; results never depend on it.
+    pub fn shapeless(&self) -> Self {
+        let mut j = self.with_layers(self.layers.clone());
+        j.shapeless = true;
+        j
     }
 
     fn with(&self, layer: Layer) -> Self {
         let mut layers = self.layers.clone();
         layers.push(layer);
+        self.with_layers(layers)
+    }
+
+    fn with_layers(&self, layers: Vec<Layer>) -> Self {
         Jit {
             name: self.name.clone(),
             f: self.f.clone(),
             layers,
             arity: self.arity,
             cache: Mutex::new([HashMap::new(), HashMap::new()]),
+            shapeless: self.shapeless,
         }
     }
 
@@ -435,16 +474,37 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         if let Some(c) = cache[mode].get(types) {
             return Ok(c.clone());
         }
-        let c = compile(self.trace(types)?)?;
+        let func = self.trace(types)?;
+        let c = if self.shapeless {
+            let options = graft_core::ExecOptions { shapeless: true, ..graft_core::ExecOptions::from_env() };
+            Compiled { exe: Arc::new(Executable::with_options(func, options)?) }
+        } else {
+            compile(func)?
+        };
+        if self.shapeless {
+            // Plans at earlier sizes are dropped once many sizes were seen
+            // (say, one per sequence length): each is cheap to make again.
+            let same = |t: &Vec<TensorType>| signature(t) == signature(types);
+            if cache[mode].keys().filter(|t| same(t)).count() >= SHAPELESS_PLANS {
+                cache[mode].retain(|t, _| !same(t));
+            }
+        }
         cache[mode].insert(types.to_vec(), c.clone());
         Ok(c)
     }
 
     /// How many compilations the function holds (`jax`'s `_cache_size()`):
     /// one per distinct input-type signature it was called with (per compile
-    /// mode). Tests and users can see when a call recompiled.
+    /// mode); for a [`Jit::shapeless`] function, one per distinct dtypes and
+    /// ranks, however many sizes it was called at. Tests and users can see
+    /// when a call recompiled.
     pub fn cache_size(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).iter().map(HashMap::len).sum()
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if self.shapeless {
+            cache.iter().map(|m| m.keys().map(|t| signature(t)).collect::<std::collections::HashSet<_>>().len()).sum()
+        } else {
+            cache.iter().map(HashMap::len).sum()
+        }
     }
 
     /// Forgets every compilation, so the next call traces again (for a
@@ -461,6 +521,14 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         let types: Vec<TensorType> = inputs.iter().map(|t| t.ty()).collect();
         self.compiled(&types)?.call(inputs)
     }
+}
+
+/// Plans kept per (dtypes, ranks) signature of a shapeless function.
+const SHAPELESS_PLANS: usize = 32;
+
+/// What a shapeless function compiles once for: each input's dtype and rank.
+fn signature(types: &[TensorType]) -> Vec<(graft_core::DType, usize)> {
+    types.iter().map(|t| (t.dtype, t.shape.len())).collect()
 }
 
 fn fmt_types(types: &[TensorType]) -> String {

@@ -65,18 +65,26 @@ pub struct ExecOptions {
     /// Whether and when fused groups are compiled to native code (see
     /// [`crate::kernel`]); results do not depend on it.
     pub compile: CompileMode,
+    /// Render fused kernels size-generic (see `kernel::render_c`, Note
+    /// [Size-generic kernels]): their sizes, strides and literals are read
+    /// from a table at run time, so plans of the same function at other
+    /// sizes share one compiled library (shapeless compilation). Off by
+    /// default: constant sizes let the C compiler strength-reduce index
+    /// arithmetic. Results do not depend on it.
+    pub shapeless: bool,
 }
 
 impl Default for ExecOptions {
     fn default() -> Self {
-        ExecOptions { fuse: true, block_elems: None, compile: CompileMode::Async }
+        ExecOptions { fuse: true, block_elems: None, compile: CompileMode::Async, shapeless: false }
     }
 }
 
 impl ExecOptions {
     /// The defaults, with fusion off when the environment variable
-    /// `GRAFT_NO_FUSION` is set to anything but empty or `0`, and the
-    /// compile mode from `GRAFT_COMPILE` ([`CompileMode::from_env`]).
+    /// `GRAFT_NO_FUSION` is set to anything but empty or `0`, size-generic
+    /// kernels when `GRAFT_SHAPELESS` is, and the compile mode from
+    /// `GRAFT_COMPILE` ([`CompileMode::from_env`]).
     /// While compilation is disabled ([`disable_compile`]) every function
     /// runs op by op: no fusion and no native code.
     pub fn from_env() -> Self {
@@ -84,7 +92,8 @@ impl ExecOptions {
             return ExecOptions { fuse: false, compile: CompileMode::Off, ..ExecOptions::default() };
         }
         let off = env_flag("GRAFT_NO_FUSION");
-        ExecOptions { fuse: !off, compile: CompileMode::from_env(), ..ExecOptions::default() }
+        let shapeless = env_flag("GRAFT_SHAPELESS");
+        ExecOptions { fuse: !off, compile: CompileMode::from_env(), shapeless, ..ExecOptions::default() }
     }
 }
 
@@ -201,7 +210,7 @@ impl Executable {
             None => func,
         };
         let mut plan = fuse::plan(&func, &options);
-        crate::kernel::prepare(&func, &mut plan, options.compile);
+        crate::kernel::prepare(&func, &mut plan, options.compile, options.shapeless);
         let release_after = plan_releases(&func, &plan);
         let mut kinds = KindMap::default();
         for ty in &func.types {

@@ -61,7 +61,11 @@ impl CompileMode {
 /// Lowers the plan's fused groups to kernels and starts compiling them
 /// (or compiles them now, for [`CompileMode::Sync`]). Groups whose
 /// members have no kernel form keep an empty slot and stay interpreted.
-pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode) {
+/// `shapeless` renders them size-generic (`render_c::render_unit_sized`).
+/// A unit this process has loaded before (the same function planned
+/// again, or a size-generic unit at new sizes) is used at once, even in
+/// async mode.
+pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode, shapeless: bool) {
     if plan.groups.is_empty() {
         return;
     }
@@ -97,8 +101,17 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode) {
     if kernels.is_empty() {
         return;
     }
-    let source = render_c::render_unit(&kernels, unit_lanes(&kernels));
-    let job = native::Job { source, kernels: slots };
+    let lanes = unit_lanes(&kernels);
+    let (source, tables) = if shapeless {
+        let (source, tables) = render_c::render_unit_sized(&kernels, lanes);
+        (source, tables.into_iter().map(Arc::from).collect())
+    } else {
+        (render_c::render_unit(&kernels, lanes), Vec::new())
+    };
+    let job = native::Job { source, kernels: slots, tables };
+    if job.fill_if_loaded() {
+        return;
+    }
     match mode {
         CompileMode::Sync => job.run(),
         CompileMode::Async => native::submit(job),

@@ -38,11 +38,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// argument order.
 pub type KernelFn = unsafe extern "C" fn(i64, i64, *const *mut u8);
 
-/// A loaded kernel: its entry point and the library that holds it.
+/// A loaded kernel: its entry point and the library that holds it, and for
+/// a size-generic kernel (`render_c::render_unit_sized`) the table of
+/// sizes this use of it passes after its buffers.
 #[derive(Clone)]
 pub struct NativeFn {
     f: KernelFn,
     _lib: Arc<libloading::Library>,
+    table: Option<Arc<[i64]>>,
 }
 
 impl std::fmt::Debug for NativeFn {
@@ -52,6 +55,11 @@ impl std::fmt::Debug for NativeFn {
 }
 
 impl NativeFn {
+    /// The same kernel with `table` as its size table.
+    fn with_table(&self, table: Option<Arc<[i64]>>) -> NativeFn {
+        NativeFn { table, ..self.clone() }
+    }
+
     /// Runs points `start..end`.
     ///
     /// # Safety
@@ -146,11 +154,13 @@ pub const FLAGS: &[&str] = &["-O2", "-shared", "-fPIC", "-ffp-contract=off", "-f
 /// calls only on a CPU without FMA instructions.
 pub const LIBS: &[&str] = &["-lm"];
 
+/// Compiler identities probed so far, by command.
+static COMPILER_IDS: Mutex<Option<HashMap<String, Result<String, NativeError>>>> = Mutex::new(None);
+
 /// The compiler's identity (first line of `--version`), probed once per
 /// compiler command.
 fn compiler_id(cc: &str) -> Result<String, NativeError> {
-    static IDS: Mutex<Option<HashMap<String, Result<String, NativeError>>>> = Mutex::new(None);
-    let mut ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ids = COMPILER_IDS.lock().unwrap_or_else(|e| e.into_inner());
     let ids = ids.get_or_insert_with(HashMap::new);
     if let Some(r) = ids.get(cc) {
         return r.clone();
@@ -240,9 +250,7 @@ impl Toolchain {
     /// looks up each named kernel.
     pub fn compile(&self, source: &str, names: &[String]) -> Result<Vec<NativeFn>, NativeError> {
         let id = compiler_id(&self.cc)?;
-        let flags = format!("{} {}", FLAGS.join(" "), LIBS.join(" "));
-        let key = hash_hex(&[source.as_bytes(), id.as_bytes(), flags.as_bytes(), features().as_bytes()]);
-        let loaded_key = format!("{key}@{}", self.cache.display());
+        let (key, loaded_key) = self.keys(source, &id);
         let cached =
             LOADED.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&loaded_key).cloned());
         let lib = match cached {
@@ -257,18 +265,44 @@ impl Toolchain {
                 lib
             }
         };
-        names
-            .iter()
-            .map(|n| {
-                // SAFETY: the symbol was emitted by render_c with the KernelFn
-                // signature; the Arc keeps the library loaded while the pointer lives.
-                let f = unsafe { lib.get::<KernelFn>(n.as_bytes()) }
-                    .map(|s| *s)
-                    .map_err(|e| NativeError::Load(format!("kernel {n}: {e}")))?;
-                Ok(NativeFn { f, _lib: lib.clone() })
-            })
-            .collect()
+        symbols(&lib, names)
     }
+
+    /// The cache key of a unit and its key among loaded libraries.
+    fn keys(&self, source: &str, compiler_id: &str) -> (String, String) {
+        let flags = format!("{} {}", FLAGS.join(" "), LIBS.join(" "));
+        let key = hash_hex(&[source.as_bytes(), compiler_id.as_bytes(), flags.as_bytes(), features().as_bytes()]);
+        let loaded_key = format!("{key}@{}", self.cache.display());
+        (key, loaded_key)
+    }
+
+    /// The unit's kernels if this process already loaded a library built
+    /// from the same source (a function planned again, or a size-generic
+    /// unit at new sizes), without starting a compiler: `None` otherwise.
+    pub fn loaded(&self, source: &str, names: &[String]) -> Option<Vec<NativeFn>> {
+        let id = {
+            let ids = COMPILER_IDS.lock().unwrap_or_else(|e| e.into_inner());
+            ids.as_ref()?.get(&self.cc)?.clone().ok()?
+        };
+        let (_, loaded_key) = self.keys(source, &id);
+        let lib = LOADED.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(&loaded_key)?.clone();
+        symbols(&lib, names).ok()
+    }
+}
+
+/// Looks up each named kernel of a loaded library.
+fn symbols(lib: &Arc<libloading::Library>, names: &[String]) -> Result<Vec<NativeFn>, NativeError> {
+    names
+        .iter()
+        .map(|n| {
+            // SAFETY: the symbol was emitted by render_c with the KernelFn
+            // signature; the Arc keeps the library loaded while the pointer lives.
+            let f = unsafe { lib.get::<KernelFn>(n.as_bytes()) }
+                .map(|s| *s)
+                .map_err(|e| NativeError::Load(format!("kernel {n}: {e}")))?;
+            Ok(NativeFn { f, _lib: lib.clone(), table: None })
+        })
+        .collect()
 }
 
 /// [`Toolchain::compile`] with the environment's toolchain.
@@ -371,10 +405,13 @@ impl Slot {
     }
 }
 
-/// A unit to compile: the source and, per kernel, its name and slot.
+/// A unit to compile: the source and, per kernel, its name and slot;
+/// for a size-generic unit also each kernel's size table (`tables`, in
+/// kernel order; empty otherwise).
 pub(crate) struct Job {
     pub(crate) source: String,
     pub(crate) kernels: Vec<(String, std::sync::Weak<Slot>)>,
+    pub(crate) tables: Vec<Arc<[i64]>>,
 }
 
 impl Job {
@@ -383,15 +420,8 @@ impl Job {
         if self.kernels.iter().all(|(_, s)| s.strong_count() == 0) {
             return; // nobody is waiting for it any more
         }
-        let names: Vec<String> = self.kernels.iter().map(|(n, _)| n.clone()).collect();
-        match compile(&self.source, &names) {
-            Ok(fns) => {
-                for ((_, slot), f) in self.kernels.iter().zip(fns) {
-                    if let Some(s) = slot.upgrade() {
-                        s.set(Some(f));
-                    }
-                }
-            }
+        match compile(&self.source, &self.names()) {
+            Ok(fns) => self.fill(fns),
             Err(e) => {
                 warn_once(e.kind(), &e.to_string());
                 for (_, slot) in &self.kernels {
@@ -400,6 +430,31 @@ impl Job {
                     }
                 }
             }
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.kernels.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Fills the slots with the unit's kernels (each with its table).
+    fn fill(&self, fns: Vec<NativeFn>) {
+        for (i, ((_, slot), f)) in self.kernels.iter().zip(fns).enumerate() {
+            if let Some(s) = slot.upgrade() {
+                s.set(Some(f.with_table(self.tables.get(i).cloned())));
+            }
+        }
+    }
+
+    /// Fills the slots now if this process already loaded the unit (see
+    /// [`Toolchain::loaded`]); true if it did.
+    pub(crate) fn fill_if_loaded(&self) -> bool {
+        match Toolchain::from_env().loaded(&self.source, &self.names()) {
+            Some(fns) => {
+                self.fill(fns);
+                true
+            }
+            None => false,
         }
     }
 }
@@ -514,6 +569,11 @@ pub(crate) fn run_group(
         })
         .collect();
     ptrs.extend(outs);
+    if let Some(t) = &f.table {
+        // A size-generic kernel reads its sizes from the argument after
+        // its buffers (render_c's Note [Size-generic kernels]).
+        ptrs.push(t.as_ptr() as *mut u8);
+    }
     let ptrs = Ptrs(ptrs);
     if tasks <= 1 || n < 2 {
         // SAFETY: see the function docs (buffers checked, aliasing only

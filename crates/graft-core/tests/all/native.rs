@@ -373,3 +373,48 @@ fn layout_operations_fuse_as_strided_loads_bitwise_equal() {
         assert_eq!(strided, 6, "{}", ks.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("\n"));
     }
 }
+
+#[test]
+fn size_generic_kernels_share_one_library_across_sizes() {
+    if skip() {
+        return;
+    }
+    let shapeless = |compile| ExecOptions { shapeless: true, ..opts(compile) };
+    let sizes = [(7, 16), (33, 100), (9, 40)];
+    let kernels_at =
+        |r, c, options| kernel::kernels_of(&Executable::with_options(layout_program(r, c), options).unwrap());
+    let generic: Vec<(String, Vec<Vec<i64>>)> = sizes
+        .iter()
+        .map(|&(r, c)| kernel::render_c::render_unit_sized(&kernels_at(r, c, shapeless(CompileMode::Off)), 16))
+        .collect();
+    // One text for every size; the tables hold the sizes.
+    assert_eq!(generic[0].0, generic[1].0);
+    assert_eq!(generic[0].0, generic[2].0);
+    assert_ne!(generic[0].1, generic[1].1);
+    assert!(generic[0].0.contains("S[0]"), "sizes are read from the table");
+    // With constant sizes, every size has its own text.
+    let constant = |(r, c)| kernel::render_c::render_unit(&kernels_at(r, c, opts(CompileMode::Off)), 16);
+    assert_ne!(constant(sizes[0]), constant(sizes[1]));
+    // Once the first size's library is loaded, a plan at another size finds
+    // it at once (ready before any run, even with background compilation)
+    // and gives the interpreter's bits.
+    let (r, c) = sizes[0];
+    check_native(
+        &layout_program(r, c),
+        &[data(&TensorType::new(DType::F32, vec![r, c]), 1), data(&TensorType::new(DType::F32, vec![c, r]), 2)],
+    );
+    for &(r, c) in &sizes[1..] {
+        let f = layout_program(r, c);
+        let exe = Executable::with_options(f.clone(), shapeless(CompileMode::Async)).unwrap();
+        let (ready, total) = exe.native_status();
+        assert!(total > 0 && ready == total, "{ready} of {total} kernels ready at {r}x{c}");
+        let inputs =
+            [data(&TensorType::new(DType::F32, vec![r, c]), 3), data(&TensorType::new(DType::F32, vec![c, r]), 4)];
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let want = Executable::with_options(f, opts(CompileMode::Off)).unwrap().run(&refs).unwrap();
+        let got = exe.run(&refs).unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(bits(a), bits(b), "size-generic native vs interpreter at {r}x{c}");
+        }
+    }
+}

@@ -37,8 +37,11 @@ fn bits(t: &Tensor) -> Vec<u64> {
 /// Runs unfused on the calling thread (below the parallel threshold), both
 /// at the detected level and at the baseline level, and compares.
 fn same_at_both_levels(name: &str, f: graft_core::Func, ins: &[Tensor]) {
-    let exe =
-        Executable::with_options(f, ExecOptions { fuse: false, block_elems: None, compile: CompileMode::Off }).unwrap();
+    let exe = Executable::with_options(
+        f,
+        ExecOptions { fuse: false, block_elems: None, compile: CompileMode::Off, shapeless: false },
+    )
+    .unwrap();
     let refs: Vec<&Tensor> = ins.iter().collect();
     let fast = exe.run(&refs).unwrap();
     let base = baseline_simd(|| exe.run(&refs).unwrap());

@@ -719,7 +719,11 @@ impl NativeLoop {
     pub(crate) fn start(program: LoopProgram, mode: super::CompileMode) -> Arc<NativeLoop> {
         let nl = Arc::new(NativeLoop { program, slot: Arc::new(Slot::default()), spare: Mutex::new(Vec::new()) });
         let source = super::render_c::render_loop(&nl.program, super::unit_lanes(&nl.program.kernels));
-        let job = super::native::Job { source, kernels: vec![(nl.program.name.clone(), Arc::downgrade(&nl.slot))] };
+        let job = super::native::Job {
+            source,
+            kernels: vec![(nl.program.name.clone(), Arc::downgrade(&nl.slot))],
+            tables: Vec::new(),
+        };
         match mode {
             super::CompileMode::Sync => job.run(),
             super::CompileMode::Async => super::native::submit(job),

@@ -94,8 +94,11 @@ impl NativeWhile {
             slot: Arc::new(Slot::default()),
             spare: Mutex::new(Vec::new()),
         });
-        let job =
-            crate::kernel::native::Job { source, kernels: vec![(nw.program.name.clone(), Arc::downgrade(&nw.slot))] };
+        let job = crate::kernel::native::Job {
+            source,
+            kernels: vec![(nw.program.name.clone(), Arc::downgrade(&nw.slot))],
+            tables: Vec::new(),
+        };
         match mode {
             crate::kernel::CompileMode::Sync => job.run(),
             crate::kernel::CompileMode::Async => crate::kernel::native::submit(job),

@@ -58,25 +58,32 @@ pub fn data(ty: &TensorType, seed: u64) -> Tensor {
 }
 
 /// Runs `f` on the interpreter and natively (compiled before the first
-/// call) and checks every output bit for bit; returns the native executable.
+/// call), with constant sizes and size-generic (`ExecOptions::shapeless`),
+/// and checks every output bit for bit; returns the native executable
+/// with constant sizes.
 pub fn check_native(f: &Func, inputs: &[Tensor]) -> Executable {
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let want = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run(&refs).unwrap();
-    let exe = Executable::with_options(f.clone(), opts(CompileMode::Sync)).unwrap();
-    let (ready, total) = exe.native_status();
-    assert!(total > 0, "no fused group was handed to the compiler");
-    assert_eq!(ready, total, "some kernels did not compile (see the warning above)");
-    let got = exe.run(&refs).unwrap();
-    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(a.ty(), b.ty());
-        let (x, y) = (bits(a), bits(b));
-        if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
-            panic!(
-                "output {k} differs at {i}: native {:?} vs interpreter {:?}",
-                a.storage().get_f64(i),
-                b.storage().get_f64(i)
-            );
+    let shapeless = ExecOptions { shapeless: true, ..opts(CompileMode::Sync) };
+    let mut first = None;
+    for (options, how) in [(opts(CompileMode::Sync), "native"), (shapeless, "size-generic native")] {
+        let exe = Executable::with_options(f.clone(), options).unwrap();
+        let (ready, total) = exe.native_status();
+        assert!(total > 0, "no fused group was handed to the compiler");
+        assert_eq!(ready, total, "some kernels did not compile (see the warning above)");
+        let got = exe.run(&refs).unwrap();
+        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(a.ty(), b.ty());
+            let (x, y) = (bits(a), bits(b));
+            if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+                panic!(
+                    "output {k} differs at {i}: {how} {:?} vs interpreter {:?}",
+                    a.storage().get_f64(i),
+                    b.storage().get_f64(i)
+                );
+            }
         }
+        first.get_or_insert(exe);
     }
-    exe
+    first.expect("the loop ran at least once")
 }
