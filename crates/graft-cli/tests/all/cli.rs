@@ -990,3 +990,28 @@ fn run_prints_debug_lines_on_stderr_in_every_compile_mode() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("2 placeholders `{}` but 1 value is given") && err.contains("p.graft:2:3"), "{err}");
 }
+
+/// `GRAFT_SHAPELESS=1` (size-generic kernels for the whole process) changes
+/// no result: a dimension-generic def at two sizes, with a row reduction,
+/// a broadcast and a slice, prints what the interpreter prints.
+#[test]
+fn shapeless_kernels_print_the_interpreters_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.graft");
+    std::fs::write(
+        &file,
+        "def f(x: tensor[r, c, f32], w: tensor[c, f32]) -> tensor[r, f32] {\n  \
+         let y = softmax(x, axis=1) * w + x * 0.5\n  sum(y[:, 1:], axis=1)\n}\n\
+         def main() {\n  let a = reshape(arange(15.0), (3, 5)) / 7.0\n  let b = reshape(arange(36.0), (4, 9)) / 11.0\n  \
+         (f(a, arange(5.0)), f(b, arange(9.0) - 2.0))\n}\n",
+    )
+    .unwrap();
+    let run = |envs: &[(&str, &str)]| {
+        let out = graft().arg("run").arg(&file).envs(envs.iter().copied()).output().expect("runs");
+        assert!(out.status.success(), "{envs:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let want = run(&[("GRAFT_COMPILE", "off")]);
+    assert_eq!(run(&[("GRAFT_COMPILE", "sync"), ("GRAFT_SHAPELESS", "1")]), want);
+    assert_eq!(want.lines().count(), 2, "{want}");
+}
