@@ -200,6 +200,12 @@ impl Executable {
             Some(f) => Arc::new(f),
             None => func,
         };
+        // A `while` and its JVP on the same operands run as one loop
+        // (`opt::merge_while_jvp`).
+        let func = match crate::opt::merge_while_jvp(&func) {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
         // Per-step sums of products leave their loops (`opt::hoist_accumulations`).
         let func = match crate::opt::hoist_accumulations(&func) {
             Some(f) => Arc::new(f),

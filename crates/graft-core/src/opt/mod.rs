@@ -10,6 +10,7 @@ mod flatten;
 mod fold;
 mod hoist;
 mod ifconv;
+mod merge_jvp;
 mod noop;
 
 pub use algebra::fold_identities;
@@ -19,6 +20,7 @@ pub use flatten::flatten;
 pub use fold::{fold_constants, FOLD_MAX_BYTES, FOLD_MAX_ELEMS};
 pub use hoist::{hoist_accumulations, HOIST_MAX_BYTES};
 pub use ifconv::if_convert;
+pub use merge_jvp::merge_while_jvp;
 pub use noop::remove_noops;
 
 use crate::error::IrError;

@@ -580,3 +580,29 @@ fn vmap_of_vmap_and_f32_loops() {
         assert_eq!(run(&g, &[Tensor::scalar(x0)])[0].to_vec::<f32>().unwrap()[0], 0.5f32.powi(trips));
     }
 }
+
+/// Forward mode through a loop makes a `while` for the primal results and a
+/// `while_jvp` for the tangents; the executor runs them as one loop (the
+/// augmented loop computes the primal carries anyway), with the same bits.
+#[test]
+fn forward_mode_runs_the_primal_loop_once() {
+    use graft_core::ops::Op;
+    let count = |g: &Func, name: &str| g.eqns.iter().filter(|e| e.prim.name() == name).count();
+    let f = newton(Remat::Off);
+    let j = jvp_func(&f).unwrap();
+    assert_eq!((count(&j, "while"), count(&j, "while_jvp")), (1, 1), "{j}");
+    let exe = Executable::new(j.clone()).unwrap();
+    let planned = exe.func();
+    assert_eq!((count(planned, "while"), count(planned, "while_jvp")), (0, 1), "{planned}");
+    assert!(planned.to_string().contains("with_primal"), "{planned}");
+    for a in [0.5, 2.0, 9.0, 1e4] {
+        let out = exe.run(&[&f64s(a), &f64s(1.0)]).unwrap();
+        assert_eq!(val(&out[0]).to_bits(), val(&run(&f, &[f64s(a)])[0]).to_bits(), "sqrt({a})");
+        let want = 1.0 / (2.0 * a.sqrt());
+        assert!((val(&out[1]) - want).abs() <= 1e-10 * want.max(1.0), "d/da sqrt({a}): {}", val(&out[1]));
+    }
+    // The merged form is the executor's own: no transform takes it.
+    let merged = planned.eqns.iter().find(|e| e.prim.name() == "while_jvp").unwrap();
+    let Prim::WhileJvp(wj) = &merged.prim else { unreachable!("found by name") };
+    assert!(wj.primal);
+}

@@ -108,6 +108,7 @@ impl Batch for While {
 
 impl Batch for WhileJvp {
     fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
+        self.untransformable("batch")?;
         let args = all_to_front(b, cx)?;
         Ok(at0(b.emit(WhileJvp::new(all_batched(&self.lp, cx.size)?)?, &args)?))
     }

@@ -89,8 +89,9 @@ pub(super) fn run_loop(lp: &Loop, consts: &[&Tensor], init: Vec<Tensor>) -> Resu
 }
 
 /// `while_jvp`: operands `(k, c0, v_k, v_c)`; runs the augmented loop on
-/// consts `(k, v_k)` and carry `(c0, v_c)` and returns the tangent half.
-pub(super) fn jvp(lp: &Loop, aug: &Loop, ins: &[&Tensor]) -> Result<Vec<Tensor>, ExecError> {
+/// consts `(k, v_k)` and carry `(c0, v_c)` and returns the tangent half
+/// (both halves, primal first, with `primal`).
+pub(super) fn jvp(lp: &Loop, aug: &Loop, ins: &[&Tensor], primal: bool) -> Result<Vec<Tensor>, ExecError> {
     let (nk, nx) = (lp.n_consts, lp.n_x());
     let (nfk, _) = lp.n_float();
     let (x, v) = ins.split_at(nx);
@@ -98,7 +99,7 @@ pub(super) fn jvp(lp: &Loop, aug: &Loop, ins: &[&Tensor]) -> Result<Vec<Tensor>,
     consts.extend_from_slice(&v[..nfk]);
     let init: Vec<Tensor> = x[nk..].iter().chain(&v[nfk..]).map(|t| (*t).clone()).collect();
     let mut fin = run_loop(aug, &consts, init)?;
-    Ok(fin.split_off(nx - nk))
+    Ok(if primal { fin } else { fin.split_off(nx - nk) })
 }
 
 /// `while_hvp`: operands `(k, c0, u, w)`; the `x` half of the augmented

@@ -151,7 +151,7 @@ impl Loop {
         self.body.output_types()
     }
 
-    fn n_x(&self) -> usize {
+    pub(crate) fn n_x(&self) -> usize {
         self.body.params.len()
     }
 
@@ -273,6 +273,11 @@ pub struct WhileJvp {
     pub lp: Loop,
     /// `lp.aug()`, kept so the kernel plans it once.
     pub aug: Loop,
+    /// Also returns the primal carries, first: the augmented loop computes
+    /// them anyway. Only the executor's `opt::merge_while_jvp` sets it,
+    /// after every transform, when the graph runs the same `while` on the
+    /// same operands for its primal results; this form has no rules.
+    pub primal: bool,
 }
 
 /// `J(x)^T u`, linear in `u` (one entry per float carry); results: one
@@ -300,7 +305,7 @@ pub struct WhileHvp {
 impl WhileJvp {
     /// Derives the augmented loop.
     pub fn new(lp: Loop) -> Result<Self, IrError> {
-        Ok(WhileJvp { aug: lp.aug()?, lp })
+        Ok(WhileJvp { aug: lp.aug()?, lp, primal: false })
     }
 }
 
@@ -369,15 +374,23 @@ impl Op for WhileJvp {
         "while_jvp"
     }
     fn params(&self) -> String {
-        format!("{}, jvp=@{}", self.lp.params(), self.aug.body.name)
+        let primal = if self.primal { ", with_primal" } else { "" };
+        format!("{}, jvp=@{}{primal}", self.lp.params(), self.aug.body.name)
     }
     fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
         check_ins(self, &self.lp, ins, &[self.lp.float_x_types()])?;
-        Ok(self.lp.float_carry_types())
+        let mut outs = if self.primal { self.lp.carry_types() } else { Vec::new() };
+        outs.extend(self.lp.float_carry_types());
+        Ok(outs)
     }
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
-        // The primal `while` printed already (see `ops::debug`).
-        let fin = crate::ops::debug::muted(|| kernel::jvp(&self.lp, &self.aug, ins))?;
+        // The primal `while` printed already (see `ops::debug`); merged with
+        // it, this is the only run (and merged only without prints).
+        let fin = if self.primal {
+            kernel::jvp(&self.lp, &self.aug, ins, true)?
+        } else {
+            crate::ops::debug::muted(|| kernel::jvp(&self.lp, &self.aug, ins, false))?
+        };
         kernel::write_outs(self.name(), outs, fin)
     }
     fn subfuncs(&self) -> Vec<Arc<Func>> {

@@ -114,8 +114,25 @@ impl Diff for While {
     }
 }
 
+impl WhileJvp {
+    /// The merged form (`primal`) exists only in plans, after every transform.
+    pub(super) fn untransformable(&self, rule: &'static str) -> Result<(), IrError> {
+        if !self.primal {
+            return Ok(());
+        }
+        Err(IrError::NoRule {
+            prim: "while_jvp".into(),
+            rule,
+            msg: "internal error: a `while_jvp` with primal results is made by the executor \
+                  (opt::merge_while_jvp) after every transform and is never transformed"
+                .into(),
+        })
+    }
+}
+
 impl Diff for WhileJvp {
     fn jvp(&self, b: &mut Builder, cx: &JvpCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        self.untransformable("jvp")?;
         let lp = &self.lp;
         let nx = lp.n_x();
         let (x, v) = cx.primals.split_at(nx);
@@ -133,6 +150,7 @@ impl Diff for WhileJvp {
     }
 
     fn transpose(&self, b: &mut Builder, cx: &TransposeCx<'_>) -> Result<Vec<Option<Value>>, IrError> {
+        self.untransformable("transpose")?;
         let nx = self.lp.n_x();
         let x = primal_x(self.name(), cx, nx)?;
         let u = cts(b, cx)?;
