@@ -80,6 +80,17 @@ enum Cmd {
         /// longer than this many seconds.
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<f64>,
+        /// Where to run: `cpu`, `gpu` (WebGPU through wgpu; an error without
+        /// an adapter or for a program with f64/i64 values) or `auto` (the
+        /// GPU when possible, else the CPU with a note saying why).
+        /// Default: GRAFT_DEVICE, else cpu.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
+        /// With a GPU run: print the adapter, the device plan (which steps
+        /// run on the GPU, which on the host and why) and the run's
+        /// transfers on stderr.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Parse and type-check only.
     Check { file: PathBuf },
@@ -220,7 +231,12 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Ok(out)
         }
-        Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout } => {
+        Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout, device, verbose } => {
+            let device = match device {
+                Some(d) => graft_gpu::Device::parse(&d),
+                None => graft_gpu::Device::from_env().map(|d| d.unwrap_or(graft_gpu::Device::Cpu)),
+            }
+            .map_err(|e| Fail::usage(format!("error: --device: {e}")))?;
             let limit = match max_memory {
                 Some(s) => graft_core::memory::parse_bytes(&s).ok_or_else(|| {
                     Fail::usage(format!(
@@ -248,7 +264,11 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             if let Some(p) = &phase {
                 p.set(watchdog::RUNNING);
             }
-            let res = m.run_compiled(&entry, &c, &args.leaves).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            let res = if device == graft_gpu::Device::Cpu {
+                m.run_compiled(&entry, &c, &args.leaves).map_err(|d| render_all(&[d], m.file(), m.source()))?
+            } else {
+                run_on_device(&c, &args.leaves, device, verbose)?
+            };
             if let Some(p) = &phase {
                 p.set(watchdog::WRITING);
             }
@@ -332,4 +352,40 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
         }
     }
     Ok(s)
+}
+
+/// `graft run --device gpu|auto`: plans `c` for the device (auto may fall
+/// back to the CPU, with a note on stderr) and runs it.
+fn run_on_device(
+    c: &graft_lang::Compiled,
+    inputs: &[graft_core::Tensor],
+    device: graft_gpu::Device,
+    verbose: bool,
+) -> Result<graft_lang::Output, Fail> {
+    let (runner, note) =
+        graft_gpu::Runner::new(c.func.clone(), device).map_err(|e| Fail::new(format!("error: {e}")))?;
+    if let Some(n) = note {
+        eprintln!("{n}");
+    }
+    let refs: Vec<&graft_core::Tensor> = inputs.iter().collect();
+    let outs = match &runner {
+        graft_gpu::Runner::Gpu(g) => {
+            if verbose {
+                eprint!("{}", g.describe());
+            }
+            let (outs, stats) = g.run_with_stats(&refs).map_err(|e| Fail::new(format!("error: {e}")))?;
+            if verbose {
+                let (dev, host) = g.step_counts();
+                eprintln!(
+                    "gpu run: {} kernel launches, {} equations on the host ({host} host steps of {} planned kernels), \
+                     {} uploads ({} bytes), {} downloads ({} bytes), {} waits",
+                    stats.launches, stats.host_eqns, dev, stats.uploads, stats.bytes_up, stats.downloads,
+                    stats.bytes_down, stats.syncs
+                );
+            }
+            outs
+        }
+        graft_gpu::Runner::Cpu(_) => runner.run(&refs).map_err(|e| Fail::new(format!("error: {e}")))?,
+    };
+    Ok(c.output(outs))
 }

@@ -1,0 +1,297 @@
+//! GPU tests: every program runs on the GPU and on the CPU interpreter and
+//! the results are compared numerically.
+//!
+//! Without an adapter each test prints "skipped: no GPU adapter" and
+//! passes; with `GRAFT_REQUIRE_GPU=1` the absence of an adapter fails it
+//! (CI installs Mesa's lavapipe and sets it).
+//!
+//! Tolerances: `|gpu - cpu| <= ATOL + RTOL * |cpu|` elementwise with
+//! `RTOL = 1e-4`, `ATOL = 1e-5` for f32 (the device's transcendental
+//! functions may differ from the CPU's by a few ulp, reductions and the
+//! GEMM sum in another order, `erf` is a rational approximation of
+//! absolute error below 2e-7); integers and bools exactly; NaN matches NaN.
+
+use graft_core::kernel::render_wgsl::render_wgsl;
+use graft_core::kernel::{Access, Arg, Index, Inst, Kernel};
+use graft_core::ops::unary::Unary;
+use graft_core::{DType, Executable, Tensor, TensorType};
+use graft_gpu::{Device, GpuError, GpuExecutable, Runner};
+use std::sync::Arc;
+
+const RTOL: f64 = 1e-4;
+const ATOL: f64 = 1e-5;
+
+/// The process's GPU, or `None` after printing why the test is skipped.
+/// With `GRAFT_REQUIRE_GPU=1`, no adapter is a failure.
+fn gpu() -> Option<Arc<graft_gpu::Gpu>> {
+    match graft_gpu::global() {
+        Ok(g) => Some(g),
+        Err(e) => {
+            let require = std::env::var("GRAFT_REQUIRE_GPU").is_ok_and(|v| v == "1");
+            assert!(!require, "GRAFT_REQUIRE_GPU=1 but there is no GPU adapter: {e}");
+            eprintln!("skipped: no GPU adapter ({e})");
+            None
+        }
+    }
+}
+
+fn func(src: &str, entry: &str, types: &[TensorType]) -> Arc<graft_core::Func> {
+    let m = graft_lang::Module::from_source("test.graft", src).unwrap_or_else(|d| panic!("{d:?}"));
+    m.instantiate(entry, types).unwrap_or_else(|d| panic!("{d:?}")).func
+}
+
+fn f32s(shape: &[usize], seed: u64) -> Tensor {
+    // A small deterministic generator: values in [-2, 2).
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f64 / (1u64 << 24) as f64 * 4.0 - 2.0) as f32
+        })
+        .collect();
+    Tensor::from_vec(shape.to_vec(), v).expect("shape matches")
+}
+
+fn ty(shape: &[usize]) -> TensorType {
+    TensorType::new(DType::F32, shape.to_vec())
+}
+
+/// Asserts `gpu` agrees with `cpu` within the tolerances above.
+fn assert_close(what: &str, gpu: &[Tensor], cpu: &[Tensor]) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: result count");
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        assert_eq!(g.dtype(), c.dtype(), "{what}: result {i} dtype");
+        assert_eq!(g.shape(), c.shape(), "{what}: result {i} shape");
+        let (gv, cv) = (g.to_f64_vec(), c.to_f64_vec());
+        for (j, (&a, &b)) in gv.iter().zip(&cv).enumerate() {
+            let ok = if c.dtype() == DType::F32 {
+                (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs()
+            } else {
+                a == b
+            };
+            assert!(ok, "{what}: result {i} element {j}: gpu {a} vs cpu {b}");
+        }
+    }
+}
+
+/// Runs `entry` of `src` on both devices and compares. Returns the GPU
+/// executable for further checks.
+fn both(src: &str, entry: &str, inputs: &[Tensor]) -> Option<GpuExecutable> {
+    let g = gpu()?;
+    let types: Vec<TensorType> = inputs.iter().map(|t| t.ty()).collect();
+    let f = func(src, entry, &types);
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    let out = exe.run(&refs).expect("gpu runs");
+    assert_close(entry, &out, &cpu);
+    Some(exe)
+}
+
+const ELEMENTWISE: &str = "
+def f(x: tensor[n, m, f32], y: tensor[n, m, f32]) -> tensor[n, m, f32] =
+  exp(x) * sin(y) + tanh(x - y) / (1.0 + abs(y)) - sqrt(abs(x)) + log(1.0 + x * x)
+def g(x: tensor[n, f32]) -> tensor[n, f32] =
+  expm1(x * 0.001) + log1p(x * 0.001) + erf(x) + logistic(x) + floor(x) + ceil(x) + round(x * 3.0) + cos(x)
+    + maximum(x, 0.5) + minimum(x, -0.5) + rsqrt(abs(x) + 1.0) + tan(x * 0.5) + sign(x) - x * 0.75
+def h(x: tensor[n, f32]) -> tensor[n, f32] = where(x > 0.0, x, 0.1 * x)
+def i(x: tensor[n, f32]) -> tensor[n, i32] = cast(x * 10.0, i32) // 3 + cast(x > 0.0, i32)
+def gradf(x: tensor[n, m, f32], y: tensor[n, m, f32]) -> tensor[n, m, f32] =
+  grad(fn (a) -> sum(f(a, y)))(x)
+def vmapg(x: tensor[b, n, f32]) -> tensor[b, n, f32] = vmap(g)(x)
+";
+
+#[test]
+fn elementwise_forward() {
+    both(ELEMENTWISE, "f", &[f32s(&[37, 53], 1), f32s(&[37, 53], 2)]);
+    both(ELEMENTWISE, "g", &[f32s(&[1000], 3)]);
+    both(ELEMENTWISE, "h", &[f32s(&[777], 4)]);
+    both(ELEMENTWISE, "i", &[f32s(&[300], 5)]);
+}
+
+#[test]
+fn elementwise_grad_and_vmap() {
+    both(ELEMENTWISE, "gradf", &[f32s(&[37, 53], 6), f32s(&[37, 53], 7)]);
+    both(ELEMENTWISE, "vmapg", &[f32s(&[5, 200], 8)]);
+}
+
+const LAYOUT: &str = "
+def t(x: tensor[n, m, f32]) -> tensor[m, n, f32] = transpose(x) * 2.0
+def b(x: tensor[n, f32], y: tensor[m, n, f32]) -> tensor[m, n, f32] = x + y
+def s(x: tensor[n, m, f32]) -> tensor[n, m, f32] = concat([x[:, 1:], x[:, :1]], 1) - x
+def p(x: tensor[n, f32]) -> tensor[n, f32] = flip(x, 0) * x
+";
+
+#[test]
+fn layout_forward() {
+    both(LAYOUT, "t", &[f32s(&[30, 70], 9)]);
+    both(LAYOUT, "b", &[f32s(&[70], 10), f32s(&[30, 70], 11)]);
+    both(LAYOUT, "s", &[f32s(&[30, 70], 12)]);
+    both(LAYOUT, "p", &[f32s(&[513], 13)]);
+}
+
+const REDUCE: &str = "
+def s(x: tensor[n, m, f32]) -> (tensor[n, f32], tensor[m, f32], f32, tensor[n, f32]) =
+  (sum(x, 1), max(x, 0), sum(x * x), min(x, 1))
+def sm(x: tensor[n, m, f32]) -> tensor[n, m, f32] = softmax(x, 1)
+def ln(x: tensor[n, m, f32]) -> tensor[n, m, f32] {
+  let mu = mean(x, 1, keepdims=true)
+  let v = mean((x - mu) * (x - mu), 1, keepdims=true)
+  (x - mu) / sqrt(v + 1e-5)
+}
+def gsm(x: tensor[n, m, f32]) -> tensor[n, m, f32] = grad(fn (a) -> sum(softmax(a, 1) * a))(x)
+def vsm(x: tensor[b, n, m, f32]) -> tensor[b, n, m, f32] = vmap(fn (a) -> softmax(a, 1))(x)
+";
+
+#[test]
+fn reductions_forward() {
+    both(REDUCE, "s", &[f32s(&[33, 300], 14)]);
+    both(REDUCE, "sm", &[f32s(&[64, 1000], 15)]);
+    both(REDUCE, "ln", &[f32s(&[17, 129], 16)]);
+}
+
+#[test]
+fn reductions_grad_and_vmap() {
+    both(REDUCE, "gsm", &[f32s(&[20, 50], 17)]);
+    both(REDUCE, "vsm", &[f32s(&[3, 20, 50], 18)]);
+}
+
+const MATMUL: &str = "
+def mm(a: tensor[m, k, f32], b: tensor[k, n, f32]) -> tensor[m, n, f32] = a @ b
+def mlp(w1: tensor[d, h, f32], w2: tensor[h, c, f32], x: tensor[b, d, f32]) -> f32 =
+  sum(tanh(x @ w1) @ w2)
+def gmlp(w1: tensor[d, h, f32], w2: tensor[h, c, f32], x: tensor[b, d, f32]) -> (tensor[d, h, f32], tensor[h, c, f32]) =
+  grad(mlp, wrt=(w1, w2))(w1, w2, x)
+def vmm(a: tensor[b, m, k, f32], v: tensor[b, k, f32]) -> tensor[b, m, f32] = vmap(fn (x, y) -> x @ y)(a, v)
+";
+
+#[test]
+fn matmul_forward() {
+    let exe = both(MATMUL, "mm", &[f32s(&[65, 33], 19), f32s(&[33, 130], 20)]);
+    if let Some(exe) = exe {
+        assert_eq!(exe.step_counts().1, 0, "a matmul runs wholly on the device:\n{}", exe.describe());
+    }
+}
+
+#[test]
+fn matmul_grad_and_vmap() {
+    both(MATMUL, "gmlp", &[f32s(&[20, 40], 21), f32s(&[40, 10], 22), f32s(&[50, 20], 23)]);
+    both(MATMUL, "vmm", &[f32s(&[4, 30, 20], 24), f32s(&[4, 20], 25)]);
+}
+
+#[test]
+fn host_fallback_is_listed_and_correct() {
+    // argmax has no GPU kernel yet: it runs on the host between device steps.
+    let src = "def f(x: tensor[n, m, f32]) -> tensor[n, f32] = cast(argmax(exp(x), 1), f32) * sum(x, 1)";
+    if let Some(exe) = both(src, "f", &[f32s(&[10, 20], 26)]) {
+        let host = exe.host_steps();
+        assert!(host.iter().any(|(p, _)| p.contains("argmax")), "argmax is listed as a host step: {host:?}");
+        let g = graft_gpu::global().expect("adapter");
+        let x = f32s(&[10, 20], 26);
+        let (_, stats) = exe.run_with_stats(&[&x]).expect("runs");
+        assert!(stats.downloads >= 2 && stats.host_eqns >= 1, "transfers counted: {stats:?} on {}", g.describe());
+    }
+}
+
+#[test]
+fn f64_is_rejected_with_its_name_and_line() {
+    let Some(g) = gpu() else { return };
+    let src = "def f(x: tensor[n, f32]) -> tensor[n, f64] =\n  cast(x, f64) * 2.0";
+    let f = func(src, "f", &[ty(&[4])]);
+    let err = GpuExecutable::with_gpu(g, f.clone()).expect_err("f64 has no GPU form");
+    let msg = err.to_string();
+    assert!(matches!(err, GpuError::Wide(_)), "{msg}");
+    assert!(msg.contains("f64") && msg.contains("convert") && msg.contains("test.graft:2"), "{msg}");
+    // auto runs it on the CPU and says why.
+    let (runner, note) = Runner::new(f, Device::Auto).expect("plans");
+    assert_eq!(runner.device_name(), "cpu");
+    let note = note.expect("a note says why");
+    assert!(note.contains("f64"), "{note}");
+    let out = runner.run(&[&f32s(&[4], 27)]).expect("runs on the CPU");
+    assert_eq!(out[0].dtype(), DType::F64);
+}
+
+#[test]
+fn device_choice() {
+    assert_eq!(Device::parse("gpu").ok(), Some(Device::Gpu));
+    assert_eq!(Device::parse(" cpu ").ok(), Some(Device::Cpu));
+    assert!(matches!(Device::parse("tpu"), Err(GpuError::UnknownDevice(_))));
+    let f = func(ELEMENTWISE, "h", &[ty(&[8])]);
+    let (runner, note) = Runner::new(f, Device::Auto).expect("plans");
+    match graft_gpu::global() {
+        Ok(_) => assert_eq!((runner.device_name(), note), ("gpu", None)),
+        Err(_) => {
+            eprintln!("skipped (GPU half): no GPU adapter");
+            assert_eq!(runner.device_name(), "cpu");
+            assert!(note.is_some_and(|n| n.contains("no GPU adapter")));
+        }
+    }
+}
+
+#[test]
+fn wgsl_golden() {
+    // One elementwise kernel with a strided (transposing) load: its WGSL
+    // is stable text (a change here is a change of the renderer's output).
+    let k = Kernel {
+        name: "k0".into(),
+        args: vec![
+            Arg { dtype: DType::F32, len: 6, access: Access::Read },
+            Arg { dtype: DType::F32, len: 6, access: Access::Write },
+        ],
+        extent: 6,
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Strided { dims: vec![3, 2], strides: vec![1, 3], offset: 0 } },
+            Inst::Unary(Unary::Exp, 0),
+            Inst::Store { arg: 1, value: 1, index: Index::Point },
+        ],
+    };
+    let w = render_wgsl(&k).expect("renders");
+    let body = w.source.split("@group(0) @binding(0)").nth(1).expect("bindings follow the prelude");
+    let expected = " var<storage, read> a0: array<f32>;
+@group(0) @binding(1) var<storage, read_write> a1: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let i = gid.x + gid.y * 256u;
+  if (i >= 6u) { return; }
+  let ii = i32(i);
+  var er0: i32 = 0; { var p: i32 = ii; er0 = er0 + (p % 2) * 3; p = p / 2; er0 = er0 + p * 1; }
+  let r0 = a0[er0];
+  let r1 = exp(r0);
+  a1[i] = r1;
+}
+";
+    assert_eq!(body, expected);
+    assert_eq!(w.workgroups, [1, 1, 1]);
+    // 64-bit kernels have no WGSL form.
+    let mut k64 = k.clone();
+    k64.args[0].dtype = DType::F64;
+    k64.args[1].dtype = DType::F64;
+    assert!(render_wgsl(&k64).is_err());
+}
+
+#[test]
+fn gemm_throughput() {
+    // Not a benchmark gate: reports GFLOP/s of a 512^3 product (the first
+    // run compiles the pipeline and is not timed) and checks the result.
+    let Some(g) = gpu() else { return };
+    let n = 512;
+    let (a, b) = (f32s(&[n, n], 28), f32s(&[n, n], 29));
+    let f = func(MATMUL, "mm", &[a.ty(), b.ty()]);
+    let cpu = Executable::new(f.clone()).expect("plans").run(&[&a, &b]).expect("runs");
+    let exe = GpuExecutable::with_gpu(g.clone(), f).expect("plans");
+    let out = exe.run(&[&a, &b]).expect("runs");
+    assert_close("gemm 512", &out, &cpu);
+    let runs = 3;
+    let t = std::time::Instant::now();
+    for _ in 0..runs {
+        exe.run(&[&a, &b]).expect("runs");
+    }
+    let s = t.elapsed().as_secs_f64() / runs as f64;
+    eprintln!(
+        "gemm {n}x{n}x{n} on {}: {:.2} GFLOP/s ({:.1} ms per call, uploads and download included)",
+        g.describe(),
+        2.0 * (n * n * n) as f64 / s / 1e9,
+        s * 1e3
+    );
+}
