@@ -57,6 +57,12 @@ pub struct DevBuf {
     pool: Arc<Mutex<Pool>>,
 }
 
+impl std::fmt::Debug for DevBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DevBuf({} bytes)", self.size)
+    }
+}
+
 impl DevBuf {
     /// The wgpu buffer.
     pub fn buffer(&self) -> &wgpu::Buffer {

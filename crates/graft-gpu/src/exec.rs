@@ -68,6 +68,10 @@ enum Prepared {
         out: Value,
     },
     Alias { src: Value, dst: Value },
+    /// A parameter-free equation (`constant`, `iota`, `full`...) with no
+    /// kernel: evaluated once at plan time and kept on the device, so
+    /// repeated calls upload nothing for it.
+    Const { value: Value, buf: Arc<DevBuf> },
     /// Equations run on the host, in order.
     Host { eqns: Vec<usize>, reason: String },
 }
@@ -211,7 +215,7 @@ impl GpuExecutable {
                     dev += 1 + lhs_copy.is_some() as usize + rhs_copy.is_some() as usize
                 }
                 Prepared::Host { .. } => host += 1,
-                Prepared::Alias { .. } => {}
+                Prepared::Alias { .. } | Prepared::Const { .. } => {}
             }
         }
         (dev, host)
@@ -241,6 +245,9 @@ impl GpuExecutable {
                 }
                 Prepared::Alias { .. } => {
                     let _ = writeln!(s, "  step {i}: --   alias (reshape/stop_gradient)");
+                }
+                Prepared::Const { value, .. } => {
+                    let _ = writeln!(s, "  step {i}: gpu  constant {value}: {} (resident, uploaded at plan time)", f.ty(*value));
                 }
                 Prepared::Host { eqns, reason } => {
                     let names: Vec<&str> = eqns.iter().map(|&e| f.eqns[e].prim.name()).collect();
@@ -279,30 +286,81 @@ impl GpuExecutable {
     /// [`GpuExecutable::run`], with the run's transfer and launch counts.
     pub fn run_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, GpuStats), GpuError> {
         let f = self.exe.func().clone();
+        let slots = inputs.iter().map(|t| Slot { host: Some(Arc::new((*t).clone())), dev: None }).collect();
+        let mut run = self.run_slots(slots)?;
+        let outs = run.fetch(&f.outputs)?;
+        Ok((outs, run.stats))
+    }
+
+    /// Runs on device tensors and leaves the results on the device: how
+    /// parameters and optimizer state stay resident across the calls of a
+    /// training loop (inputs a host step produced are uploaded when read).
+    /// Nothing is downloaded unless a host step needs it.
+    pub fn run_resident(&self, inputs: &[&DeviceTensor]) -> Result<(Vec<DeviceTensor>, GpuStats), GpuError> {
+        let f = self.exe.func().clone();
+        for (j, (&p, t)) in f.params.iter().zip(inputs).enumerate() {
+            if t.ty != *f.ty(p) {
+                return Err(GpuError::Inputs(format!("input {j} of {} is {}, expected {}", f.name, t.ty, f.ty(p))));
+            }
+        }
+        let mut run = self.run_slots(inputs.iter().map(|t| t.slot.clone()).collect())?;
+        for &v in &f.outputs {
+            run.ensure(v)?;
+        }
+        if let Some(enc) = run.enc.take() {
+            self.gpu.submit(enc);
+        }
+        let outs = f.outputs.iter().map(|&v| DeviceTensor { ty: f.ty(v).clone(), slot: run.env[v.index()].clone() }).collect();
+        Ok((outs, run.stats))
+    }
+
+    /// Uploads a host tensor for [`GpuExecutable::run_resident`].
+    pub fn to_device(&self, t: &Tensor) -> Result<DeviceTensor, GpuError> {
+        Ok(DeviceTensor { ty: t.ty(), slot: Slot { host: None, dev: Some(self.gpu.upload(t)?) } })
+    }
+
+    /// Downloads device tensors (one submission and one wait for all).
+    pub fn to_host(&self, ts: &[&DeviceTensor]) -> Result<Vec<Tensor>, GpuError> {
+        let mut out: Vec<Option<Tensor>> = ts.iter().map(|t| t.slot.host.as_ref().map(|h| (**h).clone())).collect();
+        let need: Vec<usize> = (0..ts.len()).filter(|&i| out[i].is_none()).collect();
+        let bufs: Vec<Arc<DevBuf>> = need
+            .iter()
+            .map(|&i| ts[i].slot.dev.clone().ok_or_else(|| GpuError::Internal("a device tensor without a value".into())))
+            .collect::<Result<_, _>>()?;
+        let items: Vec<(&DevBuf, &graft_core::TensorType)> = bufs.iter().zip(&need).map(|(b, &i)| (&**b, &ts[i].ty)).collect();
+        let got = self.gpu.download(self.gpu.encoder(), &items)?;
+        for (i, t) in need.into_iter().zip(got) {
+            out[i] = Some(t);
+        }
+        out.into_iter().map(|t| t.ok_or_else(|| GpuError::Internal("a download went missing".into()))).collect()
+    }
+
+    /// Checks the inputs' types and runs every step; the results are in the
+    /// returned run's environment.
+    fn run_slots(&self, inputs: Vec<Slot>) -> Result<Run<'_>, GpuError> {
+        let f = self.exe.func();
         if inputs.len() != f.params.len() {
             return Err(GpuError::Inputs(format!("{} takes {} inputs, got {}", f.name, f.params.len(), inputs.len())));
         }
-        for (j, (&p, t)) in f.params.iter().zip(inputs).enumerate() {
+        for (j, (&p, s)) in f.params.iter().zip(&inputs).enumerate() {
             let ty = f.ty(p);
-            if t.dtype() != ty.dtype || t.shape() != &ty.shape[..] {
-                return Err(GpuError::Inputs(format!(
-                    "input {j} of {} is {}{:?}, expected {ty}",
-                    f.name,
-                    t.dtype(),
-                    t.shape()
-                )));
+            if let Some(t) = &s.host {
+                if t.dtype() != ty.dtype || t.shape() != &ty.shape[..] {
+                    let got = format!("{}{:?}", t.dtype(), t.shape());
+                    return Err(GpuError::Inputs(format!("input {j} of {} is {got}, expected {ty}", f.name)));
+                }
             }
         }
         let mut run = Run {
             gpu: &self.gpu,
-            func: &f,
+            func: f,
             env: vec![Slot::default(); f.types.len()],
             enc: Some(self.gpu.encoder()),
             stats: GpuStats::default(),
             def: &self.def,
         };
-        for (&p, t) in f.params.iter().zip(inputs) {
-            run.env[p.index()].host = Some(Arc::new((*t).clone()));
+        for (&p, s) in f.params.iter().zip(inputs) {
+            run.env[p.index()] = s;
         }
         for (i, step) in self.steps.iter().enumerate() {
             run.step(step)?;
@@ -310,8 +368,28 @@ impl GpuExecutable {
                 run.env[v.index()] = Slot::default();
             }
         }
-        let outs = run.fetch(&f.outputs)?;
-        Ok((outs, run.stats))
+        Ok(run)
+    }
+}
+
+/// A value for [`GpuExecutable::run_resident`]: on the device (or, for a
+/// result a host step produced, on the host until a device step reads it).
+#[derive(Clone)]
+pub struct DeviceTensor {
+    ty: graft_core::TensorType,
+    slot: Slot,
+}
+
+impl DeviceTensor {
+    /// Its type.
+    pub fn ty(&self) -> &graft_core::TensorType {
+        &self.ty
+    }
+}
+
+impl std::fmt::Debug for DeviceTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceTensor({})", self.ty)
     }
 }
 
@@ -327,6 +405,7 @@ fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
                 .collect(),
             Prepared::Gemm { lhs, rhs, .. } => vec![*lhs, *rhs],
             Prepared::Alias { src, .. } => vec![*src],
+            Prepared::Const { .. } => vec![],
             Prepared::Host { eqns, .. } => eqns.iter().flat_map(|&e| f.eqns[e].inputs.iter().copied()).collect(),
         };
         for v in reads {
@@ -362,6 +441,15 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
         }
         DeviceStep::Eqn(e) => {
             let eqn = &f.eqns[e];
+            if eqn.inputs.is_empty() && eqn.outputs.len() == 1 {
+                let ty = f.ty(eqn.outputs[0]);
+                if matches!(ty.dtype, DType::F32 | DType::I32 | DType::Bool) {
+                    let mut outs = vec![Tensor::zeros(ty)];
+                    eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;
+                    let buf = gpu.upload(&outs[0])?;
+                    return Ok(Prepared::Const { value: eqn.outputs[0], buf });
+                }
+            }
             match &eqn.prim {
                 Prim::DotGeneral(p) if eqn.inputs.len() == 2 && eqn.outputs.len() == 1 => {
                     let (lhs, rhs, out) = (eqn.inputs[0], eqn.inputs[1], eqn.outputs[0]);
@@ -582,6 +670,9 @@ impl Run<'_> {
                     None => None,
                 };
                 self.env[dst.index()] = Slot { host, dev: s.dev };
+            }
+            Prepared::Const { value, buf } => {
+                self.env[value.index()] = Slot { host: None, dev: Some(buf.clone()) };
             }
             Prepared::Device { launches, what } => {
                 for l in launches {

@@ -19,7 +19,7 @@ pub mod exec;
 pub mod gemm;
 
 pub use device::{global, Gpu};
-pub use exec::{first_wide_value, GpuExecutable, GpuStats};
+pub use exec::{first_wide_value, DeviceTensor, GpuExecutable, GpuStats};
 
 use graft_core::ir::Func;
 use graft_core::{DType, ExecError, Executable, Tensor};

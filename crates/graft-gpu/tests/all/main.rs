@@ -235,6 +235,65 @@ fn device_choice() {
     }
 }
 
+const TRAIN: &str = "
+def loss(w: tensor[d, c, f32], b: tensor[c, f32], x: tensor[n, d, f32], y: tensor[n, c, f32]) -> f32 {
+  let e = tanh(x @ w + b) - y
+  mean(e * e)
+}
+def step(w: tensor[d, c, f32], b: tensor[c, f32], x: tensor[n, d, f32], y: tensor[n, c, f32])
+    -> (tensor[d, c, f32], tensor[c, f32], f32) {
+  let (l, (gw, gb)) = value_and_grad(loss, wrt=(w, b))(w, b, x, y)
+  (w - 0.5 * gw, b - 0.5 * gb, l)
+}
+";
+
+#[test]
+fn resident_training_loop() {
+    // Parameters stay on the device across calls: each step's results are
+    // the next step's inputs without a round trip through the host.
+    let Some(g) = gpu() else { return };
+    let (w, b, x, y) = (f32s(&[16, 4], 31), f32s(&[4], 32), f32s(&[64, 16], 33), f32s(&[64, 4], 34));
+    let f = func(TRAIN, "step", &[w.ty(), b.ty(), x.ty(), y.ty()]);
+    let cpu_exe = Executable::new(f.clone()).expect("plans");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    let (mut cw, mut cb) = (w.clone(), b.clone());
+    let mut closs = Vec::new();
+    for _ in 0..5 {
+        let out = cpu_exe.run(&[&cw, &cb, &x, &y]).expect("cpu runs");
+        closs.push(out[2].clone());
+        (cw, cb) = (out[0].clone(), out[1].clone());
+    }
+    let (mut gw, mut gb) = (exe.to_device(&w).expect("uploads"), exe.to_device(&b).expect("uploads"));
+    let (gx, gy) = (exe.to_device(&x).expect("uploads"), exe.to_device(&y).expect("uploads"));
+    let mut gloss = Vec::new();
+    for _ in 0..5 {
+        let (out, stats) = exe.run_resident(&[&gw, &gb, &gx, &gy]).expect("gpu runs");
+        assert_eq!((stats.uploads, stats.downloads), (0, 0), "a step moves nothing: {stats:?}\n{}", exe.describe());
+        gloss.push(out[2].clone());
+        (gw, gb) = (out[0].clone(), out[1].clone());
+    }
+    let host = exe.to_host(&[&gw, &gb]).expect("downloads");
+    assert_close("trained parameters", &host, &[cw, cb]);
+    let gl: Vec<&graft_gpu::DeviceTensor> = gloss.iter().collect();
+    assert_close("losses", &exe.to_host(&gl).expect("downloads"), &closs);
+}
+
+#[test]
+fn rust_api_traced_grad() {
+    // The Rust front end: a traced closure, its gradient taken by the
+    // transform, the compiled function run on the GPU through `Runner`.
+    let Some(_) = gpu() else { return };
+    let f = graft::jit("f", |x| (x.sin() * x).sum(()));
+    let df = f.grad(graft::Wrt::All);
+    let x = f32s(&[1000], 30);
+    let c = df.compiled(&[x.ty()]).expect("compiles");
+    let cpu = c.call(&[&x]).expect("cpu runs");
+    let (runner, note) = Runner::new(c.func().clone(), Device::Gpu).expect("plans for the GPU");
+    assert_eq!((runner.device_name(), note), ("gpu", None));
+    let out = runner.run(&[&x]).expect("gpu runs");
+    assert_close("grad of a traced closure", &out, &cpu);
+}
+
 #[test]
 fn wgsl_golden() {
     // One elementwise kernel with a strided (transposing) load: its WGSL
