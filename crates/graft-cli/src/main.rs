@@ -368,24 +368,25 @@ fn run_on_device(
         eprintln!("{n}");
     }
     let refs: Vec<&graft_core::Tensor> = inputs.iter().collect();
-    let outs = match &runner {
-        graft_gpu::Runner::Gpu(g) => {
-            if verbose {
-                eprint!("{}", g.describe());
-            }
-            let (outs, stats) = g.run_with_stats(&refs).map_err(|e| Fail::new(format!("error: {e}")))?;
-            if verbose {
-                let (dev, host) = g.step_counts();
-                eprintln!(
+    let outs =
+        match &runner {
+            graft_gpu::Runner::Gpu(g) => {
+                if verbose {
+                    eprint!("{}", g.describe());
+                }
+                let (outs, stats) = g.run_with_stats(&refs).map_err(|e| Fail::new(format!("error: {e}")))?;
+                if verbose {
+                    let (dev, host) = g.step_counts();
+                    eprintln!(
                     "gpu run: {} kernel launches, {} equations on the host ({host} host steps of {} planned kernels), \
                      {} uploads ({} bytes), {} downloads ({} bytes), {} waits",
                     stats.launches, stats.host_eqns, dev, stats.uploads, stats.bytes_up, stats.downloads,
                     stats.bytes_down, stats.syncs
                 );
+                }
+                outs
             }
-            outs
-        }
-        graft_gpu::Runner::Cpu(_) => runner.run(&refs).map_err(|e| Fail::new(format!("error: {e}")))?,
-    };
+            graft_gpu::Runner::Cpu(_) => runner.run(&refs).map_err(|e| Fail::new(format!("error: {e}")))?,
+        };
     Ok(c.output(outs))
 }

@@ -97,7 +97,15 @@ static GLOBAL: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
 /// for compute (high performance preferred; a software adapter such as
 /// Mesa's lavapipe counts). `Err` says why there is none.
 pub fn global() -> Result<Arc<Gpu>, GpuError> {
-    GLOBAL.get_or_init(|| Gpu::open().map(Arc::new).map_err(|e| e.to_string())).clone().map_err(GpuError::NoAdapter)
+    GLOBAL
+        .get_or_init(|| {
+            Gpu::open().map(Arc::new).map_err(|e| match e {
+                GpuError::NoAdapter(m) => m,
+                other => other.to_string(),
+            })
+        })
+        .clone()
+        .map_err(GpuError::NoAdapter)
 }
 
 impl Gpu {

@@ -87,8 +87,13 @@ impl Executable {
                                 Scalar::Value(v) => Some(*v),
                                 Scalar::Folded(_) => None,
                             });
-                            let binds =
-                                group.inputs.iter().copied().chain(scalars).chain(group.outputs.iter().copied()).collect();
+                            let binds = group
+                                .inputs
+                                .iter()
+                                .copied()
+                                .chain(scalars)
+                                .chain(group.outputs.iter().copied())
+                                .collect();
                             steps.push(DeviceStep::Kernels {
                                 kernels: vec![(k, binds)],
                                 eqns: group.eqns().to_vec(),

@@ -203,12 +203,17 @@ pub fn render_wgsl(k: &Kernel) -> Result<WgslKernel, WgslError> {
             Access::Read => "read",
             Access::Write => "read_write",
         };
-        let _ = writeln!(r.out, "@group(0) @binding({b}) var<storage, {access}> a{b}: array<{}>;", storage_type(a.dtype));
+        let _ =
+            writeln!(r.out, "@group(0) @binding({b}) var<storage, {access}> a{b}: array<{}>;", storage_type(a.dtype));
     }
     let nargs = k.args.len();
     for (s, d) in r.slots.clone().iter().enumerate() {
-        let _ =
-            writeln!(r.out, "@group(0) @binding({}) var<storage, read_write> s{s}: array<{}>;", nargs + s, storage_type(*d));
+        let _ = writeln!(
+            r.out,
+            "@group(0) @binding({}) var<storage, read_write> s{s}: array<{}>;",
+            nargs + s,
+            storage_type(*d)
+        );
     }
     let units = if row { k.extent } else { k.extent.div_ceil(WG as usize) };
     let gx = (units.min(MAX_GROUPS_X as usize)).max(1) as u32;
@@ -487,7 +492,8 @@ fn window_parts(var: &str, p: &str, w: &Window) -> (String, String) {
         let (d, lo, size, st) = (w.dims[k], w.lo[k], w.size[k], w.strides[k]);
         let hi = lo + size as isize;
         let c = if k == 0 { "p".to_string() } else { format!("(p % {d})") };
-        let _ = write!(test, " {{ let c = {c}; {var} = {var} && c >= {lo} && c < {hi}; {e} = {e} + (c - {lo}) * {st}; }}");
+        let _ =
+            write!(test, " {{ let c = {c}; {var} = {var} && c >= {lo} && c < {hi}; {e} = {e} + (c - {lo}) * {st}; }}");
         if k > 0 {
             let _ = write!(test, " p = p / {d};");
         }
