@@ -101,7 +101,9 @@ fn main() {
     let (d, h, c, n) = (64, 256, 10, 256);
     let ins = [data(&[d, h], 3), data(&[h], 4), data(&[h, c], 5), data(&[n, d], 6), data(&[n, c], 7)];
     match time(MLP, "step", &ins, 10) {
-        Ok((g, cpu)) => println!("mlp step (d {d}, h {h}, c {c}, batch {n}): gpu {:.2} ms, cpu {:.2} ms", g * 1e3, cpu * 1e3),
+        Ok((g, cpu)) => {
+            println!("mlp step (d {d}, h {h}, c {c}, batch {n}): gpu {:.2} ms, cpu {:.2} ms", g * 1e3, cpu * 1e3)
+        }
         Err(e) => println!("mlp step: {e}"),
     }
 }

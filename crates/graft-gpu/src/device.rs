@@ -144,16 +144,7 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, msg| {
             *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
-        Ok(Gpu {
-            info,
-            limits,
-            device,
-            queue,
-            pipelines: Mutex::default(),
-            pool: Arc::default(),
-            errors,
-            lost,
-        })
+        Ok(Gpu { info, limits, device, queue, pipelines: Mutex::default(), pool: Arc::default(), errors, lost })
     }
 
     /// One line naming the adapter: name, backend, driver.
@@ -294,7 +285,11 @@ impl Gpu {
             .enumerate()
             .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
             .collect();
-        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &[]);
@@ -341,7 +336,10 @@ impl Gpu {
         let mut out = Vec::with_capacity(items.len());
         for ((s, (_, ty)), ok) in staging.iter().zip(items).zip(ok) {
             if ok != Some(true) {
-                return Err(GpuError::Device { what: "a download".into(), msg: "mapping the staging buffer failed".into() });
+                return Err(GpuError::Device {
+                    what: "a download".into(),
+                    msg: "mapping the staging buffer failed".into(),
+                });
             }
             let view = s
                 .slice(..)

@@ -30,8 +30,8 @@ use crate::GpuError;
 use graft_core::exec::device::{DevicePlan, DeviceStep};
 use graft_core::ir::Func;
 use graft_core::kernel::render_wgsl::{render_wgsl, WgslKernel};
-use graft_core::kernel::{Access, Arg, Index, Inner, Inst, Kernel, Reduction};
 use graft_core::kernel::CompileMode;
+use graft_core::kernel::{Access, Arg, Index, Inner, Inst, Kernel, Reduction};
 use graft_core::ops::Op;
 use graft_core::{DType, ExecOptions, Executable, Prim, Tensor, Value};
 use std::collections::HashMap;
@@ -55,7 +55,10 @@ struct Launch {
 #[derive(Debug)]
 enum Prepared {
     /// Kernel launches in order.
-    Device { launches: Vec<Launch>, what: String },
+    Device {
+        launches: Vec<Launch>,
+        what: String,
+    },
     /// A matrix product: optional operand copies (launches binding the
     /// operand and a temporary), then the GEMM.
     Gemm {
@@ -67,13 +70,22 @@ enum Prepared {
         rhs: Value,
         out: Value,
     },
-    Alias { src: Value, dst: Value },
+    Alias {
+        src: Value,
+        dst: Value,
+    },
     /// A parameter-free equation (`constant`, `iota`, `full`...) with no
     /// kernel: evaluated once at plan time and kept on the device, so
     /// repeated calls upload nothing for it.
-    Const { value: Value, buf: Arc<DevBuf> },
+    Const {
+        value: Value,
+        buf: Arc<DevBuf>,
+    },
     /// Equations run on the host, in order.
-    Host { eqns: Vec<usize>, reason: String },
+    Host {
+        eqns: Vec<usize>,
+        reason: String,
+    },
 }
 
 /// Transfers and launches of one run.
@@ -247,7 +259,11 @@ impl GpuExecutable {
                     let _ = writeln!(s, "  step {i}: --   alias (reshape/stop_gradient)");
                 }
                 Prepared::Const { value, .. } => {
-                    let _ = writeln!(s, "  step {i}: gpu  constant {value}: {} (resident, uploaded at plan time)", f.ty(*value));
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gpu  constant {value}: {} (resident, uploaded at plan time)",
+                        f.ty(*value)
+                    );
                 }
                 Prepared::Host { eqns, reason } => {
                     let names: Vec<&str> = eqns.iter().map(|&e| f.eqns[e].prim.name()).collect();
@@ -310,7 +326,8 @@ impl GpuExecutable {
         if let Some(enc) = run.enc.take() {
             self.gpu.submit(enc);
         }
-        let outs = f.outputs.iter().map(|&v| DeviceTensor { ty: f.ty(v).clone(), slot: run.env[v.index()].clone() }).collect();
+        let outs =
+            f.outputs.iter().map(|&v| DeviceTensor { ty: f.ty(v).clone(), slot: run.env[v.index()].clone() }).collect();
         Ok((outs, run.stats))
     }
 
@@ -325,9 +342,12 @@ impl GpuExecutable {
         let need: Vec<usize> = (0..ts.len()).filter(|&i| out[i].is_none()).collect();
         let bufs: Vec<Arc<DevBuf>> = need
             .iter()
-            .map(|&i| ts[i].slot.dev.clone().ok_or_else(|| GpuError::Internal("a device tensor without a value".into())))
+            .map(|&i| {
+                ts[i].slot.dev.clone().ok_or_else(|| GpuError::Internal("a device tensor without a value".into()))
+            })
             .collect::<Result<_, _>>()?;
-        let items: Vec<(&DevBuf, &graft_core::TensorType)> = bufs.iter().zip(&need).map(|(b, &i)| (&**b, &ts[i].ty)).collect();
+        let items: Vec<(&DevBuf, &graft_core::TensorType)> =
+            bufs.iter().zip(&need).map(|(b, &i)| (&**b, &ts[i].ty)).collect();
         let got = self.gpu.download(self.gpu.encoder(), &items)?;
         for (i, t) in need.into_iter().zip(got) {
             out[i] = Some(t);
@@ -456,7 +476,9 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                     let Some(plan) = gemm::plan(f, p, lhs, rhs, out) else {
                         return host(vec![e], "dot_general of non-f32 operands or an unsupported size".into());
                     };
-                    let fits = [lhs, rhs, out].iter().all(|&v| device_bytes(f.ty(v)) <= gpu.limits.max_storage_buffer_binding_size);
+                    let fits = [lhs, rhs, out]
+                        .iter()
+                        .all(|&v| device_bytes(f.ty(v)) <= gpu.limits.max_storage_buffer_binding_size);
                     if !fits {
                         return host(vec![e], "operands beyond the adapter's storage-buffer binding size".into());
                     }
@@ -481,7 +503,10 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                 Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
                     match reduce_kernel(f, r, eqn.inputs[0], eqn.outputs[0], &format!("rk{e}")) {
                         Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
-                            Ok(l) => Ok(Prepared::Device { launches: vec![l], what: format!("reduction ({})", eqn.prim.name()) }),
+                            Ok(l) => Ok(Prepared::Device {
+                                launches: vec![l],
+                                what: format!("reduction ({})", eqn.prim.name()),
+                            }),
                             Err(why) => host(vec![e], why),
                         },
                         None => host(vec![e], "reduction of a non-float dtype or over nothing".into()),

@@ -142,7 +142,8 @@ impl Gemm {
     pub fn wgsl(&self) -> String {
         let Gemm { m, n, k, ta, tb, .. } = *self;
         let mut s = String::with_capacity(4096);
-        let _ = writeln!(s, "// gemm [{}x{m}x{k}] x [{k}x{n}] (ta={ta}, tb={tb}), tiles {TILE}x{TILE}x{BK}", self.batch);
+        let _ =
+            writeln!(s, "// gemm [{}x{m}x{k}] x [{k}x{n}] (ta={ta}, tb={tb}), tiles {TILE}x{TILE}x{BK}", self.batch);
         s.push_str("@group(0) @binding(0) var<storage, read> a: array<f32>;\n");
         s.push_str("@group(0) @binding(1) var<storage, read> b: array<f32>;\n");
         s.push_str("@group(0) @binding(2) var<storage, read_write> c: array<f32>;\n");

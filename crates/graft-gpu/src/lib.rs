@@ -32,7 +32,9 @@ pub enum GpuError {
     #[error("no GPU adapter: {0}")]
     NoAdapter(String),
     /// The program has a 64-bit value; WGSL has no 64-bit types.
-    #[error("the GPU has no f64 or i64 (WGSL has no 64-bit types): {0}; run it with --device cpu, or convert to f32/i32")]
+    #[error(
+        "the GPU has no f64 or i64 (WGSL has no 64-bit types): {0}; run it with --device cpu, or convert to f32/i32"
+    )]
     Wide(String),
     /// A dtype with no device form reached a transfer.
     #[error("{0} has no GPU form (the GPU runs f32, i32 and bool)")]

@@ -207,6 +207,35 @@ fn host_fallback_is_listed_and_correct() {
     }
 }
 
+const FAMILIES: &str = "
+def net(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[2, 2, 8, 8, f32], idx: tensor[5, i32]) -> f32 {
+  let h = max_pool2d(relu(conv2d(x, w, padding=1)), 2)
+  let t = take(e, idx)
+  let c = cumsum(t, axis=1)
+  sum(h * h) + sum(sort(c, axis=1) * t) + sum(pow(abs(t) + 1.0, 1.5))
+}
+def gnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[2, 2, 8, 8, f32], idx: tensor[5, i32])
+    -> (tensor[4, 2, 3, 3, f32], tensor[10, 6, f32]) =
+  grad(net, wrt=(w, e))(w, e, x, idx)
+def vnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[3, 2, 2, 8, 8, f32], idx: tensor[5, i32])
+    -> tensor[3, f32] =
+  vmap(fn (xi) -> net(w, e, xi, idx))(x)
+";
+
+#[test]
+fn host_families_forward_grad_vmap() {
+    // Convolution, pooling, gather (take) and its scatter-add gradient,
+    // cumsum, sort and pow have no GPU kernels yet: they run on the host
+    // between device steps, and the results still agree.
+    let idx = Tensor::from_vec(vec![5], vec![3i32, 0, 9, 3, 7]).expect("shape matches");
+    let (w, e) = (f32s(&[4, 2, 3, 3], 35), f32s(&[10, 6], 36));
+    both(FAMILIES, "net", &[w.clone(), e.clone(), f32s(&[2, 2, 8, 8], 37), idx.clone()]);
+    if let Some(exe) = both(FAMILIES, "gnet", &[w.clone(), e.clone(), f32s(&[2, 2, 8, 8], 38), idx.clone()]) {
+        assert!(!exe.host_steps().is_empty() && exe.step_counts().0 > 0, "{}", exe.describe());
+    }
+    both(FAMILIES, "vnet", &[w, e, f32s(&[3, 2, 2, 8, 8], 39), idx]);
+}
+
 #[test]
 fn f64_is_rejected_with_its_name_and_line() {
     let Some(g) = gpu() else { return };
