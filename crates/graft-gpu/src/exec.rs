@@ -59,17 +59,8 @@ enum Prepared {
         launches: Vec<Launch>,
         what: String,
     },
-    /// A matrix product: optional operand copies (launches binding the
-    /// operand and a temporary), then the GEMM.
-    Gemm {
-        lhs_copy: Option<Launch>,
-        rhs_copy: Option<Launch>,
-        pipeline: Arc<wgpu::ComputePipeline>,
-        plan: GemmPlan,
-        lhs: Value,
-        rhs: Value,
-        out: Value,
-    },
+    /// A matrix product.
+    Gemm(Box<GemmStep>),
     Alias {
         src: Value,
         dst: Value,
@@ -86,6 +77,19 @@ enum Prepared {
         eqns: Vec<usize>,
         reason: String,
     },
+}
+
+/// A matrix product: optional operand copies (launches binding the
+/// operand and a temporary), then the GEMM.
+#[derive(Debug)]
+struct GemmStep {
+    lhs_copy: Option<Launch>,
+    rhs_copy: Option<Launch>,
+    pipeline: Arc<wgpu::ComputePipeline>,
+    plan: GemmPlan,
+    lhs: Value,
+    rhs: Value,
+    out: Value,
 }
 
 /// Transfers and launches of one run.
@@ -223,9 +227,7 @@ impl GpuExecutable {
         for s in &self.steps {
             match s {
                 Prepared::Device { launches, .. } => dev += launches.len(),
-                Prepared::Gemm { lhs_copy, rhs_copy, .. } => {
-                    dev += 1 + lhs_copy.is_some() as usize + rhs_copy.is_some() as usize
-                }
+                Prepared::Gemm(g) => dev += 1 + g.lhs_copy.is_some() as usize + g.rhs_copy.is_some() as usize,
                 Prepared::Host { .. } => host += 1,
                 Prepared::Alias { .. } | Prepared::Const { .. } => {}
             }
@@ -246,8 +248,8 @@ impl GpuExecutable {
                     let names: Vec<&str> = launches.iter().map(|l| l.name.as_str()).collect();
                     let _ = writeln!(s, "  step {i}: gpu  {what}: {}", names.join(", "));
                 }
-                Prepared::Gemm { plan, .. } => {
-                    let g = &plan.gemm;
+                Prepared::Gemm(step) => {
+                    let (plan, g) = (&step.plan, &step.plan.gemm);
                     let copies = plan.lhs_copy.is_some() as usize + plan.rhs_copy.is_some() as usize;
                     let _ = writeln!(
                         s,
@@ -282,11 +284,11 @@ impl GpuExecutable {
                 Prepared::Device { launches, .. } => {
                     out.extend(launches.iter().map(|l| (l.name.clone(), l.rendered.source.clone())));
                 }
-                Prepared::Gemm { lhs_copy, rhs_copy, plan, .. } => {
-                    for l in lhs_copy.iter().chain(rhs_copy) {
+                Prepared::Gemm(g) => {
+                    for l in g.lhs_copy.iter().chain(&g.rhs_copy) {
                         out.push((l.name.clone(), l.rendered.source.clone()));
                     }
-                    out.push(("gemm".into(), plan.gemm.wgsl()));
+                    out.push(("gemm".into(), g.plan.gemm.wgsl()));
                 }
                 _ => {}
             }
@@ -423,7 +425,7 @@ fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
                 .iter()
                 .flat_map(|l| l.binds.iter().zip(&l.writes).filter(|(_, w)| !**w).map(|(v, _)| *v))
                 .collect(),
-            Prepared::Gemm { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Prepared::Gemm(g) => vec![g.lhs, g.rhs],
             Prepared::Alias { src, .. } => vec![*src],
             Prepared::Const { .. } => vec![],
             Prepared::Host { eqns, .. } => eqns.iter().flat_map(|&e| f.eqns[e].inputs.iter().copied()).collect(),
@@ -498,7 +500,7 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                         return host(vec![e], "dot_general operand layout copy has no device form".into());
                     }
                     let pipeline = gpu.pipeline(&plan.gemm.wgsl(), "dot_general (gemm)")?;
-                    Ok(Prepared::Gemm { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out })
+                    Ok(Prepared::Gemm(Box::new(GemmStep { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out })))
                 }
                 Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
                     match reduce_kernel(f, r, eqn.inputs[0], eqn.outputs[0], &format!("rk{e}")) {
@@ -704,7 +706,8 @@ impl Run<'_> {
                     self.run_launch(l, None, what)?;
                 }
             }
-            Prepared::Gemm { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out } => {
+            Prepared::Gemm(g) => {
+                let GemmStep { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out } = &**g;
                 let a = match lhs_copy {
                     Some(l) => self.run_launch(l, Some(*lhs), "dot_general")?,
                     None => self.dev(*lhs)?,
