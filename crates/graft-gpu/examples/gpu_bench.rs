@@ -98,6 +98,16 @@ fn main() {
             Err(e) => println!("gemm {n}: {e}"),
         }
     }
+    // Fixed cost of a call: one fused kernel over few or many elements.
+    let ew = "def f(x: tensor[n, f32]) -> tensor[n, f32] = tanh(x) * 2.0 + 1.0";
+    for n in [16usize, 1 << 20] {
+        match time(ew, "f", &[data(&[n], 8)], 10) {
+            Ok((g, c)) => {
+                println!("elementwise tanh(x) * 2 + 1 over {n}: gpu {:.3} ms, cpu {:.3} ms", g * 1e3, c * 1e3)
+            }
+            Err(e) => println!("elementwise: {e}"),
+        }
+    }
     let (d, h, c, n) = (64, 256, 10, 256);
     let ins = [data(&[d, h], 3), data(&[h], 4), data(&[h, c], 5), data(&[n, d], 6), data(&[n, c], 7)];
     match time(MLP, "step", &ins, 10) {

@@ -288,7 +288,7 @@ impl GpuExecutable {
                     for l in g.lhs_copy.iter().chain(&g.rhs_copy) {
                         out.push((l.name.clone(), l.rendered.source.clone()));
                     }
-                    out.push(("gemm".into(), g.plan.gemm.wgsl()));
+                    out.push(("gemm".into(), gemm_source(&self.gpu, &g.plan.gemm)));
                 }
                 _ => {}
             }
@@ -499,7 +499,7 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                     if lhs_copy.is_none() != plan.lhs_copy.is_none() || rhs_copy.is_none() != plan.rhs_copy.is_none() {
                         return host(vec![e], "dot_general operand layout copy has no device form".into());
                     }
-                    let pipeline = gpu.pipeline(&plan.gemm.wgsl(), "dot_general (gemm)")?;
+                    let pipeline = gpu.pipeline(&gemm_source(gpu, &plan.gemm), "dot_general (gemm)")?;
                     Ok(Prepared::Gemm(Box::new(GemmStep { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out })))
                 }
                 Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
@@ -517,6 +517,22 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                 p => host(vec![e], format!("no GPU kernel for {} yet", p.name())),
             }
         }
+    }
+}
+
+/// The GEMM kernel for this adapter: without workgroup memory on a CPU
+/// adapter (lavapipe), tiled in workgroup memory otherwise;
+/// `GRAFT_GPU_GEMM=tiled|direct` overrides (for measurements).
+fn gemm_source(gpu: &Gpu, g: &gemm::Gemm) -> String {
+    let direct = match std::env::var("GRAFT_GPU_GEMM").ok().as_deref() {
+        Some("direct") => true,
+        Some("tiled") => false,
+        _ => gpu.info.device_type == wgpu::DeviceType::Cpu,
+    };
+    if direct {
+        g.wgsl_direct()
+    } else {
+        g.wgsl()
     }
 }
 

@@ -138,6 +138,61 @@ impl Gemm {
         2.0 * self.batch as f64 * self.m as f64 * self.n as f64 * self.k as f64
     }
 
+    /// The WGSL source (bindings: A, B, C) of the kernel without
+    /// workgroup memory: each invocation reads its 4 rows of `A` and 4
+    /// columns of `B` straight from the buffers (same grid and outputs per
+    /// invocation as [`Gemm::wgsl`], same `k` order). For CPU adapters
+    /// (lavapipe), where workgroup barriers are costly and the CPU's caches
+    /// do the staging.
+    pub fn wgsl_direct(&self) -> String {
+        let Gemm { m, n, k, ta, tb, .. } = *self;
+        let mut s = String::with_capacity(4096);
+        let _ = writeln!(s, "// gemm (direct) [{}x{m}x{k}] x [{k}x{n}] (ta={ta}, tb={tb})", self.batch);
+        s.push_str("@group(0) @binding(0) var<storage, read> a: array<f32>;\n");
+        s.push_str("@group(0) @binding(1) var<storage, read> b: array<f32>;\n");
+        s.push_str("@group(0) @binding(2) var<storage, read_write> c: array<f32>;\n");
+        s.push_str("@compute @workgroup_size(16, 16)\n");
+        s.push_str("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n");
+        let _ = writeln!(s, "  let m0 = wid.y * {TILE}u; let n0 = wid.x * {TILE}u;");
+        let _ = writeln!(s, "  let ab = wid.z * {}u; let bb = wid.z * {}u; let cb = wid.z * {}u;", m * k, k * n, m * n);
+        s.push_str("  let tx = lid.x; let ty = lid.y;\n");
+        for r in 0..4 {
+            // Rows and columns past the edge read row/column 0 (in range) and are not stored.
+            let _ = writeln!(s, "  let gm{r} = select(0u, m0 + ty + {}u, m0 + ty + {}u < {m}u);", 16 * r, 16 * r);
+            let _ = writeln!(s, "  let gn{r} = select(0u, n0 + tx + {}u, n0 + tx + {}u < {n}u);", 16 * r, 16 * r);
+        }
+        for r in 0..4 {
+            for q in 0..4 {
+                let _ = writeln!(s, "  var c{r}{q}: f32 = 0.0;");
+            }
+        }
+        let _ = writeln!(s, "  for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{");
+        for r in 0..4 {
+            let a_at = if ta { format!("kk * {m}u + gm{r}") } else { format!("gm{r} * {k}u + kk") };
+            let b_at = if tb { format!("gn{r} * {k}u + kk") } else { format!("kk * {n}u + gn{r}") };
+            let _ = writeln!(s, "    let x{r} = a[ab + {a_at}];");
+            let _ = writeln!(s, "    let y{r} = b[bb + {b_at}];");
+        }
+        for r in 0..4 {
+            for q in 0..4 {
+                let _ = writeln!(s, "    c{r}{q} = c{r}{q} + x{r} * y{q};");
+            }
+        }
+        s.push_str("  }\n");
+        for r in 0..4 {
+            for q in 0..4 {
+                let _ = writeln!(
+                    s,
+                    "  {{ let gm = m0 + ty + {}u; let gn = n0 + tx + {}u; if (gm < {m}u && gn < {n}u) {{ c[cb + gm * {n}u + gn] = c{r}{q}; }} }}",
+                    16 * r,
+                    16 * q
+                );
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+
     /// The WGSL source (bindings: A, B, C).
     pub fn wgsl(&self) -> String {
         let Gemm { m, n, k, ta, tb, .. } = *self;
