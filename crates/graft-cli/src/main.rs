@@ -118,6 +118,10 @@ enum Cmd {
         /// it (its fused groups in the kernel IR, its compiled loops).
         #[arg(long)]
         kernels: bool,
+        /// Also print the GPU plan (which steps run on the GPU, which on the
+        /// host and why) and every GPU kernel's WGSL. Needs a GPU adapter.
+        #[arg(long)]
+        wgsl: bool,
     },
     /// Time a function: compile once, then warm-up runs and timed runs.
     Bench {
@@ -302,13 +306,21 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Err(e) => Err(Fail::new(format!("error: graft gradbench: {e}"))),
         },
-        Cmd::Ir { file, entry, inputs, shapes, seed, kernels } => {
+        Cmd::Ir { file, entry, inputs, shapes, seed, kernels, wgsl } => {
             let m = load(&file)?;
             let types = inputs::gather_types(&m, &entry, &inputs, &shapes, seed)?;
             let c = m.instantiate_nested(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
             let mut out = graft_core::ir::print_func(&c.func);
             if kernels {
                 out.push_str(&kernel_listing(&c.func)?);
+            }
+            if wgsl {
+                let g = graft_gpu::GpuExecutable::new(c.func.clone()).map_err(|e| Fail::new(format!("error: {e}")))?;
+                out.push_str("\n# GPU plan\n");
+                out.push_str(&g.describe());
+                for (name, src) in g.wgsl_sources() {
+                    out.push_str(&format!("\n# WGSL of {name}\n{src}"));
+                }
             }
             Ok(out)
         }
