@@ -412,6 +412,51 @@ fn gemm_kernels_both_forms() {
 }
 
 #[test]
+fn window_and_inside_kernel() {
+    // A pad read in place (a window load with a fill) and an inside test,
+    // straight from the kernel IR (the language's pads reach the GPU only
+    // through convolutions today, which run on the host).
+    let Some(g) = gpu() else { return };
+    use graft_core::kernel::{Lit, Window};
+    let w = Window { dims: vec![4, 5], lo: vec![1, 1], size: vec![2, 3], strides: vec![3, 1], offset: 0 };
+    let k = Kernel {
+        name: "pad".into(),
+        args: vec![
+            Arg { dtype: DType::F32, len: 6, access: Access::Read },
+            Arg { dtype: DType::F32, len: 20, access: Access::Write },
+            Arg { dtype: DType::Bool, len: 20, access: Access::Write },
+        ],
+        extent: 20,
+        body: vec![
+            Inst::Lit(Lit { dtype: DType::F32, bits: (-1.0f32).to_bits() as u64 }),
+            Inst::Window { arg: 0, window: w.clone(), fill: 0 },
+            Inst::Store { arg: 1, value: 1, index: Index::Point },
+            Inst::Inside(w),
+            Inst::Store { arg: 2, value: 3, index: Index::Point },
+        ],
+    };
+    let r = render_wgsl(&k).expect("renders");
+    let p = g.pipeline(&r.source, "window test").expect("compiles");
+    let x = Tensor::from_vec(vec![6], vec![1f32, 2., 3., 4., 5., 6.]).expect("shape matches");
+    let dx = g.upload(&x).expect("uploads");
+    let (o1, o2) = (g.alloc(80).expect("allocates"), g.alloc(80).expect("allocates"));
+    let mut enc = g.encoder();
+    g.dispatch(&mut enc, &p, &[dx.buffer(), o1.buffer(), o2.buffer()], r.workgroups);
+    let (t1, t2) = (TensorType::new(DType::F32, vec![20]), TensorType::new(DType::Bool, vec![20]));
+    let got = g.download(enc, &[(&o1, &t1), (&o2, &t2)]).expect("downloads");
+    let mut want = vec![-1f32; 20];
+    let mut inside = vec![false; 20];
+    for r in 1..3 {
+        for c in 1..4 {
+            want[r * 5 + c] = x.to_vec::<f32>().expect("f32")[(r - 1) * 3 + (c - 1)];
+            inside[r * 5 + c] = true;
+        }
+    }
+    assert_eq!(got[0].to_vec::<f32>().expect("f32"), want);
+    assert_eq!(got[1].to_vec::<bool>().expect("bool"), inside);
+}
+
+#[test]
 fn gemm_throughput() {
     // Not a benchmark gate: reports GFLOP/s of a 512^3 product (the first
     // run compiles the pipeline and is not timed) and checks the result.
