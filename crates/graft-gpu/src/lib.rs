@@ -148,6 +148,12 @@ impl Runner {
         }
     }
 
+    /// Plans `func` for the device `GRAFT_DEVICE` names (`cpu` when it is
+    /// unset): the Rust API's counterpart of `graft run`'s default.
+    pub fn from_env(func: impl Into<Arc<Func>>) -> Result<(Runner, Option<String>), GpuError> {
+        Runner::new(func, Device::from_env()?.unwrap_or(Device::Cpu))
+    }
+
     /// Runs on host inputs.
     pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, GpuError> {
         match self {
