@@ -80,6 +80,17 @@ enum Cmd {
         /// longer than this many seconds.
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<f64>,
+        /// Where to run: `cpu`, `gpu` (WebGPU through wgpu; an error without
+        /// an adapter or for a program with f64/i64 values) or `auto` (the
+        /// GPU when possible, else the CPU with a note saying why).
+        /// Default: GRAFT_DEVICE, else cpu.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
+        /// With a GPU run: print the adapter, the device plan (which steps
+        /// run on the GPU, which on the host and why) and the run's
+        /// transfers on stderr.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Parse and type-check only.
     Check { file: PathBuf },
@@ -107,6 +118,10 @@ enum Cmd {
         /// it (its fused groups in the kernel IR, its compiled loops).
         #[arg(long)]
         kernels: bool,
+        /// Also print the GPU plan (which steps run on the GPU, which on the
+        /// host and why) and every GPU kernel's WGSL. Needs a GPU adapter.
+        #[arg(long)]
+        wgsl: bool,
     },
     /// Time a function: compile once, then warm-up runs and timed runs.
     Bench {
@@ -220,7 +235,12 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Ok(out)
         }
-        Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout } => {
+        Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout, device, verbose } => {
+            let device = match device {
+                Some(d) => graft_gpu::Device::parse(&d),
+                None => graft_gpu::Device::from_env().map(|d| d.unwrap_or(graft_gpu::Device::Cpu)),
+            }
+            .map_err(|e| Fail::usage(format!("error: --device: {e}")))?;
             let limit = match max_memory {
                 Some(s) => graft_core::memory::parse_bytes(&s).ok_or_else(|| {
                     Fail::usage(format!(
@@ -248,7 +268,11 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             if let Some(p) = &phase {
                 p.set(watchdog::RUNNING);
             }
-            let res = m.run_compiled(&entry, &c, &args.leaves).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            let res = if device == graft_gpu::Device::Cpu {
+                m.run_compiled(&entry, &c, &args.leaves).map_err(|d| render_all(&[d], m.file(), m.source()))?
+            } else {
+                run_on_device(&c, &args.leaves, device, verbose)?
+            };
             if let Some(p) = &phase {
                 p.set(watchdog::WRITING);
             }
@@ -282,13 +306,21 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Err(e) => Err(Fail::new(format!("error: graft gradbench: {e}"))),
         },
-        Cmd::Ir { file, entry, inputs, shapes, seed, kernels } => {
+        Cmd::Ir { file, entry, inputs, shapes, seed, kernels, wgsl } => {
             let m = load(&file)?;
             let types = inputs::gather_types(&m, &entry, &inputs, &shapes, seed)?;
             let c = m.instantiate_nested(&entry, &types).map_err(|d| render_all(&[d], m.file(), m.source()))?;
             let mut out = graft_core::ir::print_func(&c.func);
             if kernels {
                 out.push_str(&kernel_listing(&c.func)?);
+            }
+            if wgsl {
+                let g = graft_gpu::GpuExecutable::new(c.func.clone()).map_err(|e| Fail::new(format!("error: {e}")))?;
+                out.push_str("\n# GPU plan\n");
+                out.push_str(&g.describe());
+                for (name, src) in g.wgsl_sources() {
+                    out.push_str(&format!("\n# WGSL of {name}\n{src}"));
+                }
             }
             Ok(out)
         }
@@ -332,4 +364,41 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
         }
     }
     Ok(s)
+}
+
+/// `graft run --device gpu|auto`: plans `c` for the device (auto may fall
+/// back to the CPU, with a note on stderr) and runs it.
+fn run_on_device(
+    c: &graft_lang::Compiled,
+    inputs: &[graft_core::Tensor],
+    device: graft_gpu::Device,
+    verbose: bool,
+) -> Result<graft_lang::Output, Fail> {
+    let (runner, note) =
+        graft_gpu::Runner::new(c.func.clone(), device).map_err(|e| Fail::new(format!("error: {e}")))?;
+    if let Some(n) = note {
+        eprintln!("{n}");
+    }
+    let refs: Vec<&graft_core::Tensor> = inputs.iter().collect();
+    let outs =
+        match &runner {
+            graft_gpu::Runner::Gpu(g) => {
+                if verbose {
+                    eprint!("{}", g.describe());
+                }
+                let (outs, stats) = g.run_with_stats(&refs).map_err(|e| Fail::new(format!("error: {e}")))?;
+                if verbose {
+                    let (dev, host) = g.step_counts();
+                    eprintln!(
+                    "gpu run: {} kernel launches, {} equations on the host ({host} host steps of {} planned kernels), \
+                     {} uploads ({} bytes), {} downloads ({} bytes), {} waits",
+                    stats.launches, stats.host_eqns, dev, stats.uploads, stats.bytes_up, stats.downloads,
+                    stats.bytes_down, stats.syncs
+                );
+                }
+                outs
+            }
+            graft_gpu::Runner::Cpu(_) => runner.run(&refs).map_err(|e| Fail::new(format!("error: {e}")))?,
+        };
+    Ok(c.output(outs))
 }

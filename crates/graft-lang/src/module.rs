@@ -311,6 +311,14 @@ fn generic_entry(def: &ast::Def) -> Diagnostic {
         .with_note(format!("help: call `{}` from a def with concrete parameter types, and run that def", def.name.name))
 }
 
+impl Compiled {
+    /// The result, structured as the entry returns it, from the
+    /// function's flat outputs (another backend's run of `func`).
+    pub fn output(&self, outs: Vec<Tensor>) -> Output {
+        rebuild(&self.out, &mut outs.into_iter())
+    }
+}
+
 fn rebuild(t: &Tree, it: &mut impl Iterator<Item = Tensor>) -> Output {
     match t {
         Tree::Leaf(ty) => Output::Tensor(it.next().unwrap_or_else(|| Tensor::zeros(ty))),

@@ -4,5 +4,6 @@
 
 mod cli;
 mod docs;
+mod gpu;
 mod ir_kernels;
 mod train;

@@ -19,6 +19,7 @@
 //! are not counted; outputs are counted until they are returned. Fused
 //! groups' per-task block scratch is not counted (see [`fuse`]).
 
+pub mod device;
 pub mod fuse;
 
 use crate::error::ExecError;

@@ -20,6 +20,7 @@ pub mod loops;
 pub(crate) mod lower;
 pub mod native;
 pub mod render_c;
+pub mod render_wgsl;
 pub(crate) mod rows;
 
 pub use ir::{verify, Access, Arg, Index, Inner, Inst, Kernel, KernelError, Lit, Reduction, Reg, Window};

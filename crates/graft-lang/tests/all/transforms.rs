@@ -561,3 +561,31 @@ fn check_accepts_axis_splits_and_still_reports_mixed_up_sizes() {
     let text = diag::render(&ds[0], "t.graft", mixed);
     assert!(text.contains("placeholder sizes n=11, m=13"), "{text}");
 }
+
+/// Two `jvp`s of one lambda at the same primal share its primal work: the
+/// graph the executor runs computes `sin`, `cos` and `exp` of `x` once.
+#[test]
+fn two_jvps_of_one_function_share_their_primal_computations() {
+    use graft_core::ops::Op;
+    let src = "def f(x: tensor[n, f64]) -> tensor[n, f64] = sin(x) * exp(x)\n\
+               def main(x: tensor[n, f64]) -> (tensor[n, f64], tensor[n, f64]) {\n  \
+               let (y1, t1) = jvp(f, (x,), (x,))\n  let (y2, t2) = jvp(f, (x,), (x * 2.0,))\n  (t1 + y1, t2 + y2)\n}\n";
+    let m = module(src);
+    let ty = graft_core::TensorType::new(graft_core::DType::F64, vec![4]);
+    let c = m.instantiate("main", &[ty]).unwrap_or_else(|d| panic!("{}", d.message));
+    let exe = graft_core::Executable::new(c.func.clone()).unwrap();
+    for name in ["sin", "cos", "exp"] {
+        let n = exe.func().eqns.iter().filter(|e| e.prim.name() == name).count();
+        assert_eq!(n, 1, "`{name}` computed {n} times:\n{}", exe.func());
+    }
+    let x = Tensor::from_vec(vec![4], vec![0.5f64, -1.0, 2.0, 0.0]).unwrap();
+    let out = run(src, "main", &[x]);
+    for (k, scale) in [(0, 1.0), (1, 2.0)] {
+        let got = v64(part(&out, k));
+        for (i, &x) in [0.5f64, -1.0, 2.0, 0.0].iter().enumerate() {
+            let y = x.sin() * x.exp();
+            let t = scale * x * (x.cos() * x.exp() + x.sin() * x.exp());
+            assert!((got[i] - (t + y)).abs() < 1e-12, "{k} {i}: {} vs {}", got[i], t + y);
+        }
+    }
+}

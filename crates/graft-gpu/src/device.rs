@@ -1,0 +1,372 @@
+//! The device runtime: adapter selection, buffers (pooled), pipelines
+//! (cached by shader source), dispatch, explicit transfers.
+
+use crate::GpuError;
+use graft_core::kernel::render_wgsl::WgslKernel;
+use graft_core::{DType, Tensor, TensorType};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
+use wgpu::util::DeviceExt;
+
+/// Usage of every device buffer holding values.
+const VALUE_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
+
+/// An open device: adapter information, the wgpu device and queue, the
+/// pipeline cache and the buffer pool.
+pub struct Gpu {
+    /// The adapter's name, driver and backend, for messages and reports.
+    pub info: wgpu::AdapterInfo,
+    /// The limits the device was opened with (the adapter's own).
+    pub limits: wgpu::Limits,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    pipelines: Mutex<HashMap<u64, Arc<wgpu::ComputePipeline>>>,
+    pool: Arc<Mutex<Pool>>,
+    /// Errors wgpu reported outside an error scope (validation, out of
+    /// memory), oldest first; taken by [`Gpu::check`].
+    errors: Arc<Mutex<Vec<String>>>,
+    /// Set when the device is lost.
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({})", self.describe())
+    }
+}
+
+/// Free device buffers by size in bytes.
+#[derive(Default)]
+struct Pool {
+    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    /// Bytes held in `free`.
+    held: u64,
+}
+
+/// Most bytes the pool keeps; buffers beyond it are destroyed when released.
+const POOL_MAX_BYTES: u64 = 1 << 30;
+
+/// A device buffer holding one value; back to the pool when dropped.
+pub struct DevBuf {
+    buf: Option<wgpu::Buffer>,
+    /// Bytes (at least 4: WebGPU has no empty bindings).
+    pub size: u64,
+    pool: Arc<Mutex<Pool>>,
+}
+
+impl std::fmt::Debug for DevBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DevBuf({} bytes)", self.size)
+    }
+}
+
+impl DevBuf {
+    /// The wgpu buffer.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        // Present until drop.
+        self.buf.as_ref().unwrap_or_else(|| unreachable!("a DevBuf's buffer is taken only by its drop"))
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if p.held + self.size <= POOL_MAX_BYTES {
+                p.held += self.size;
+                p.free.entry(self.size).or_default().push(b);
+            } else {
+                b.destroy();
+            }
+        }
+    }
+}
+
+/// Bytes of a value of `ty` on the device (4 per element: bool is a u32).
+pub fn device_bytes(ty: &TensorType) -> u64 {
+    (ty.numel() as u64 * 4).max(4)
+}
+
+/// Why no adapter was found, once per process (the probe is not cheap).
+static GLOBAL: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+
+/// The process's GPU, opened on first use: the first adapter wgpu offers
+/// for compute (high performance preferred; a software adapter such as
+/// Mesa's lavapipe counts). `Err` says why there is none.
+pub fn global() -> Result<Arc<Gpu>, GpuError> {
+    GLOBAL
+        .get_or_init(|| {
+            Gpu::open().map(Arc::new).map_err(|e| match e {
+                GpuError::NoAdapter(m) => m,
+                other => other.to_string(),
+            })
+        })
+        .clone()
+        .map_err(GpuError::NoAdapter)
+}
+
+impl Gpu {
+    /// Opens the best adapter (see [`global`]); prefer [`global`], which opens one per process.
+    pub fn open() -> Result<Gpu, GpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let opts = wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            ..Default::default()
+        };
+        let adapter = pollster::block_on(instance.request_adapter(&opts)).map_err(|e| {
+            GpuError::NoAdapter(format!(
+                "wgpu found no adapter ({e}); on Linux install a Vulkan driver \
+                 (for a CPU-only machine: apt-get install mesa-vulkan-drivers libvulkan1)"
+            ))
+        })?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("graft"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| GpuError::NoAdapter(format!("adapter {} refused a device: {e}", info.name)))?;
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(e.to_string());
+        }));
+        let lost: Arc<Mutex<Option<String>>> = Arc::default();
+        let lost_sink = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
+        });
+        Ok(Gpu { info, limits, device, queue, pipelines: Mutex::default(), pool: Arc::default(), errors, lost })
+    }
+
+    /// One line naming the adapter: name, backend, driver.
+    pub fn describe(&self) -> String {
+        let i = &self.info;
+        format!("{} ({:?}, {:?}, driver {} {})", i.name, i.backend, i.device_type, i.driver, i.driver_info)
+    }
+
+    /// Fails with the first error wgpu reported since the last check, or
+    /// if the device was lost; `what` names the work (kernel and primitive).
+    pub fn check(&self, what: &str) -> Result<(), GpuError> {
+        if let Some(l) = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(GpuError::Lost(l));
+        }
+        let mut errs = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if errs.is_empty() {
+            return Ok(());
+        }
+        let first = errs.remove(0);
+        errs.clear();
+        Err(GpuError::Device { what: what.to_string(), msg: first })
+    }
+
+    /// The compute pipeline of a shader, compiled once per source text.
+    /// `what` names the kernel and its primitives for error messages.
+    pub fn pipeline(&self, source: &str, what: &str) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
+        let mut h = DefaultHasher::new();
+        source.hash(&mut h);
+        let key = h.finish();
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(what),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(what),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Shader { what: what.to_string(), msg: e.to_string() });
+        }
+        let p = Arc::new(pipeline);
+        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Number of pipelines compiled so far.
+    pub fn pipelines_cached(&self) -> usize {
+        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// A buffer of at least `size` bytes (rounded up to 4), from the pool
+    /// when one of that size is free. Its contents are undefined.
+    pub fn alloc(&self, size: u64) -> Result<Arc<DevBuf>, GpuError> {
+        let size = size.max(4).div_ceil(4) * 4;
+        if size > self.limits.max_storage_buffer_binding_size || size > self.limits.max_buffer_size {
+            return Err(GpuError::TooLarge { bytes: size, limit: self.limits.max_storage_buffer_binding_size });
+        }
+        let reused = {
+            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let b = p.free.get_mut(&size).and_then(Vec::pop);
+            if b.is_some() {
+                p.held -= size;
+            }
+            b
+        };
+        let buf = match reused {
+            Some(b) => b,
+            None => {
+                let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+                let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size,
+                    usage: VALUE_USAGE,
+                    mapped_at_creation: false,
+                });
+                if let Some(e) = pollster::block_on(scope.pop()) {
+                    return Err(GpuError::OutOfMemory(format!("{size} bytes: {e}")));
+                }
+                b
+            }
+        };
+        Ok(Arc::new(DevBuf { buf: Some(buf), size, pool: self.pool.clone() }))
+    }
+
+    /// Uploads a host tensor (f32, i32 or bool; bool becomes one u32 per
+    /// element) into a new device buffer.
+    pub fn upload(&self, t: &Tensor) -> Result<Arc<DevBuf>, GpuError> {
+        let bytes: Vec<u8> = match t.storage() {
+            graft_core::tensor::Storage::F32(v) => bytemuck::cast_slice(v).to_vec(),
+            graft_core::tensor::Storage::I32(v) => bytemuck::cast_slice(v).to_vec(),
+            graft_core::tensor::Storage::Bool(v) => {
+                let u: Vec<u32> = v.iter().map(|&b| b as u32).collect();
+                bytemuck::cast_slice(&u).to_vec()
+            }
+            _ => return Err(GpuError::Dtype(t.dtype())),
+        };
+        let size = (bytes.len() as u64).max(4).div_ceil(4) * 4;
+        if size > self.limits.max_storage_buffer_binding_size {
+            return Err(GpuError::TooLarge { bytes: size, limit: self.limits.max_storage_buffer_binding_size });
+        }
+        let mut padded = bytes;
+        padded.resize(size as usize, 0);
+        // A fresh buffer (not the pool's): writes into a pooled buffer would
+        // land before commands recorded earlier that still read it.
+        let buf = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: None,
+            contents: &padded,
+            usage: VALUE_USAGE,
+        });
+        Ok(Arc::new(DevBuf { buf: Some(buf), size, pool: self.pool.clone() }))
+    }
+
+    /// A new command encoder.
+    pub fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("graft") })
+    }
+
+    /// Records one dispatch of `pipeline` with `buffers` bound in order at
+    /// group 0 (bindings 0, 1, ...).
+    pub fn dispatch(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[&wgpu::Buffer],
+        workgroups: [u32; 3],
+    ) {
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .collect();
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+    }
+
+    /// Submits the encoder's commands (without waiting).
+    pub fn submit(&self, enc: wgpu::CommandEncoder) {
+        self.queue.submit(std::iter::once(enc.finish()));
+    }
+
+    /// Submits `enc`, then copies each buffer back into a host tensor of
+    /// the given type (one submission and one wait for all of them).
+    pub fn download(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        items: &[(&DevBuf, &TensorType)],
+    ) -> Result<Vec<Tensor>, GpuError> {
+        let mut staging = Vec::with_capacity(items.len());
+        for (b, ty) in items {
+            let size = device_bytes(ty);
+            let s = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("graft download"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            enc.copy_buffer_to_buffer(b.buffer(), 0, &s, 0, size);
+            staging.push(s);
+        }
+        self.submit(enc);
+        let status: Arc<Mutex<Vec<Option<bool>>>> = Arc::new(Mutex::new(vec![None; staging.len()]));
+        for (i, s) in staging.iter().enumerate() {
+            let st = status.clone();
+            s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                st.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r.is_ok());
+            });
+        }
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+            .map_err(|e| GpuError::Device { what: "waiting for the device".into(), msg: e.to_string() })?;
+        self.check("the commands before a download")?;
+        let ok = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut out = Vec::with_capacity(items.len());
+        for ((s, (_, ty)), ok) in staging.iter().zip(items).zip(ok) {
+            if ok != Some(true) {
+                return Err(GpuError::Device {
+                    what: "a download".into(),
+                    msg: "mapping the staging buffer failed".into(),
+                });
+            }
+            let view = s
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Device { what: "a download".into(), msg: e.to_string() })?;
+            let n = ty.numel();
+            let words: &[u8] = &view[..n * 4];
+            let t = match ty.dtype {
+                DType::F32 => Tensor::from_vec(ty.shape.clone(), bytemuck::pod_collect_to_vec::<u8, f32>(words)),
+                DType::I32 => Tensor::from_vec(ty.shape.clone(), bytemuck::pod_collect_to_vec::<u8, i32>(words)),
+                DType::Bool => {
+                    let u = bytemuck::pod_collect_to_vec::<u8, u32>(words);
+                    Tensor::from_vec(ty.shape.clone(), u.into_iter().map(|x| x != 0).collect::<Vec<bool>>())
+                }
+                d => return Err(GpuError::Dtype(d)),
+            }
+            .map_err(|e| GpuError::Device { what: "a download".into(), msg: e.to_string() })?;
+            drop(view);
+            s.unmap();
+            out.push(t);
+        }
+        Ok(out)
+    }
+}
+
+/// The buffers and dispatch of a rendered kernel, less its arguments:
+/// scratch buffers for saved reduction values.
+pub fn scratch_buffers(gpu: &Gpu, k: &WgslKernel) -> Result<Vec<Arc<DevBuf>>, GpuError> {
+    k.scratch.iter().map(|&(_, n)| gpu.alloc(n as u64 * 4)).collect()
+}

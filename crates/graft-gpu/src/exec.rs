@@ -1,0 +1,806 @@
+//! Running a planned function on the device.
+//!
+//! The function is planned by the CPU executor (fusion groups, row-kernel
+//! regions) with native compilation off, and its plan is taken in
+//! kernel-IR form ([`Executable::device_plan`]). Each step then becomes:
+//!
+//! - **kernels** (fused groups, row kernels, single elementwise and
+//!   layout equations): rendered to WGSL by `kernel::render_wgsl` and run
+//!   on the device;
+//! - **`dot_general`** on f32: the tiled GEMM of [`crate::gemm`], after
+//!   kernel-IR copies when an operand's layout needs one;
+//! - **float reductions** the planner left as equations: a row kernel of
+//!   the kernel IR built here (a strided load over the kept and reduced
+//!   dimensions, reduced per row), rendered like any other;
+//! - **aliases** (reshape, stop_gradient): the operand's buffer;
+//! - **everything else** (loops, gathers, scatters, sorts, random bits,
+//!   convolutions, integer reductions, `pow`/`atan2`...): on the host, by
+//!   the primitive's interpreter kernel, with explicit transfers: its
+//!   operands are downloaded (one wait for all of them) and its results
+//!   uploaded when a device step first reads them. [`GpuExecutable::host_steps`]
+//!   lists such steps and why, and [`GpuStats`] counts the transfers.
+//!
+//! Values stay on the device between device steps. Buffers come from a
+//! pool and go back to it after a value's last reader (liveness over the
+//! device plan), so a function called repeatedly stops allocating.
+
+use crate::device::{device_bytes, DevBuf, Gpu};
+use crate::gemm::{self, GemmPlan};
+use crate::GpuError;
+use graft_core::exec::device::{DevicePlan, DeviceStep};
+use graft_core::ir::Func;
+use graft_core::kernel::render_wgsl::{render_wgsl, WgslKernel};
+use graft_core::kernel::CompileMode;
+use graft_core::kernel::{Access, Arg, Index, Inner, Inst, Kernel, Reduction};
+use graft_core::ops::Op;
+use graft_core::{DType, ExecOptions, Executable, Prim, Tensor, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One kernel launch of a device step.
+#[derive(Debug)]
+struct Launch {
+    pipeline: Arc<wgpu::ComputePipeline>,
+    rendered: WgslKernel,
+    /// Values bound to the kernel's arguments, in order.
+    binds: Vec<Value>,
+    /// Which arguments are written.
+    writes: Vec<bool>,
+    /// Element count of each argument.
+    lens: Vec<usize>,
+    name: String,
+}
+
+/// A step as prepared for the device.
+#[derive(Debug)]
+enum Prepared {
+    /// Kernel launches in order.
+    Device {
+        launches: Vec<Launch>,
+        what: String,
+    },
+    /// A matrix product.
+    Gemm(Box<GemmStep>),
+    Alias {
+        src: Value,
+        dst: Value,
+    },
+    /// A parameter-free equation (`constant`, `iota`, `full`...) with no
+    /// kernel: evaluated once at plan time and kept on the device, so
+    /// repeated calls upload nothing for it.
+    Const {
+        value: Value,
+        buf: Arc<DevBuf>,
+    },
+    /// Equations run on the host, in order.
+    Host {
+        eqns: Vec<usize>,
+        reason: String,
+    },
+}
+
+/// A matrix product: optional operand copies (launches binding the
+/// operand and a temporary), then the GEMM.
+#[derive(Debug)]
+struct GemmStep {
+    lhs_copy: Option<Launch>,
+    rhs_copy: Option<Launch>,
+    pipeline: Arc<wgpu::ComputePipeline>,
+    plan: GemmPlan,
+    lhs: Value,
+    rhs: Value,
+    out: Value,
+}
+
+/// Transfers and launches of one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Kernel launches on the device.
+    pub launches: usize,
+    /// Equations run on the host.
+    pub host_eqns: usize,
+    /// Host-to-device copies (parameters and host results read by device steps).
+    pub uploads: usize,
+    /// Device-to-host copies (operands of host steps, and results).
+    pub downloads: usize,
+    /// Bytes uploaded.
+    pub bytes_up: usize,
+    /// Bytes downloaded.
+    pub bytes_down: usize,
+    /// Waits for the device (one per batch of downloads).
+    pub syncs: usize,
+}
+
+/// A function planned for the GPU.
+pub struct GpuExecutable {
+    gpu: Arc<Gpu>,
+    exe: Executable,
+    steps: Vec<Prepared>,
+    /// Values to drop after each step (their last reader).
+    release_after: Vec<Vec<Value>>,
+    /// The equation defining each value (for constants folded into groups).
+    def: HashMap<Value, usize>,
+}
+
+impl std::fmt::Debug for GpuExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuExecutable({}, {} steps)", self.exe.func().name, self.steps.len())
+    }
+}
+
+/// Where a value lives during a run.
+#[derive(Default, Clone)]
+struct Slot {
+    host: Option<Arc<Tensor>>,
+    dev: Option<Arc<DevBuf>>,
+}
+
+/// The first value of a 64-bit dtype in `func` (parameters first, then
+/// equation results), described with its name and source line, if any.
+pub fn first_wide_value(func: &Func) -> Option<String> {
+    let wide = |v: Value| matches!(func.ty(v).dtype, DType::F64 | DType::I64);
+    let name = |v: Value| match func.names.get(v) {
+        Some(n) => format!("`{n}` ({v})"),
+        None => format!("{v}"),
+    };
+    if let Some((j, &p)) = func.params.iter().enumerate().find(|(_, &p)| wide(p)) {
+        return Some(format!("parameter {j}, {}: {}", name(p), func.ty(p)));
+    }
+    for eqn in &func.eqns {
+        if let Some(&v) = eqn.outputs.iter().find(|&&v| wide(v)) {
+            let at = match &eqn.loc {
+                Some(l) => format!(" at {l}"),
+                None => String::new(),
+            };
+            return Some(format!("{}: {}, the result of {}{at}", name(v), func.ty(v), eqn.prim.name()));
+        }
+    }
+    None
+}
+
+impl GpuExecutable {
+    /// Plans `func` for the process's GPU ([`crate::device::global`]).
+    /// Fails without an adapter, and for a function with an `f64` or `i64`
+    /// value (WGSL has no 64-bit types), naming the first such value.
+    pub fn new(func: impl Into<Arc<Func>>) -> Result<GpuExecutable, GpuError> {
+        let gpu = crate::device::global()?;
+        GpuExecutable::with_gpu(gpu, func)
+    }
+
+    /// Plans `func` for `gpu`.
+    pub fn with_gpu(gpu: Arc<Gpu>, func: impl Into<Arc<Func>>) -> Result<GpuExecutable, GpuError> {
+        let func = func.into();
+        if let Some(v) = first_wide_value(&func) {
+            return Err(GpuError::Wide(format!("in {}: {v}", func.name)));
+        }
+        let options = ExecOptions { compile: CompileMode::Off, ..ExecOptions::default() };
+        let exe = Executable::with_options(func, options).map_err(GpuError::Exec)?;
+        let f = exe.func().clone();
+        // Planning may rewrite (constant folding); check the planned form too.
+        if let Some(v) = first_wide_value(&f) {
+            return Err(GpuError::Wide(format!("in {}: {v}", f.name)));
+        }
+        let plan: DevicePlan = exe.device_plan();
+        let mut steps = Vec::with_capacity(plan.steps.len());
+        for step in plan.steps {
+            steps.push(prepare(&gpu, &f, step)?);
+        }
+        let release_after = releases(&f, &steps);
+        let mut def = HashMap::new();
+        for (e, eqn) in f.eqns.iter().enumerate() {
+            for &v in &eqn.outputs {
+                def.insert(v, e);
+            }
+        }
+        Ok(GpuExecutable { gpu, exe, steps, release_after, def })
+    }
+
+    /// The adapter this runs on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// The function as planned.
+    pub fn func(&self) -> &Arc<Func> {
+        self.exe.func()
+    }
+
+    /// Steps that run on the host: the primitives and why.
+    pub fn host_steps(&self) -> Vec<(String, String)> {
+        let f = self.exe.func();
+        self.steps
+            .iter()
+            .filter_map(|s| match s {
+                Prepared::Host { eqns, reason } => {
+                    let names: Vec<&str> = eqns.iter().map(|&e| f.eqns[e].prim.name()).collect();
+                    Some((names.join(", "), reason.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Kernel launches per run on the device, and steps on the host.
+    pub fn step_counts(&self) -> (usize, usize) {
+        let mut dev = 0;
+        let mut host = 0;
+        for s in &self.steps {
+            match s {
+                Prepared::Device { launches, .. } => dev += launches.len(),
+                Prepared::Gemm(g) => dev += 1 + g.lhs_copy.is_some() as usize + g.rhs_copy.is_some() as usize,
+                Prepared::Host { .. } => host += 1,
+                Prepared::Alias { .. } | Prepared::Const { .. } => {}
+            }
+        }
+        (dev, host)
+    }
+
+    /// A description of the device plan, one line per step (for `graft ir
+    /// --device gpu` and `--verbose` runs).
+    pub fn describe(&self) -> String {
+        use std::fmt::Write;
+        let f = self.exe.func();
+        let mut s = String::new();
+        let _ = writeln!(s, "device: {}", self.gpu.describe());
+        for (i, step) in self.steps.iter().enumerate() {
+            match step {
+                Prepared::Device { launches, what } => {
+                    let names: Vec<&str> = launches.iter().map(|l| l.name.as_str()).collect();
+                    let _ = writeln!(s, "  step {i}: gpu  {what}: {}", names.join(", "));
+                }
+                Prepared::Gemm(step) => {
+                    let (plan, g) = (&step.plan, &step.plan.gemm);
+                    let copies = plan.lhs_copy.is_some() as usize + plan.rhs_copy.is_some() as usize;
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gpu  dot_general as gemm [{}x{}x{}] x [{}x{}] ({copies} layout copies)",
+                        g.batch, g.m, g.k, g.k, g.n
+                    );
+                }
+                Prepared::Alias { .. } => {
+                    let _ = writeln!(s, "  step {i}: --   alias (reshape/stop_gradient)");
+                }
+                Prepared::Const { value, .. } => {
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gpu  constant {value}: {} (resident, uploaded at plan time)",
+                        f.ty(*value)
+                    );
+                }
+                Prepared::Host { eqns, reason } => {
+                    let names: Vec<&str> = eqns.iter().map(|&e| f.eqns[e].prim.name()).collect();
+                    let _ = writeln!(s, "  step {i}: HOST {}: {reason}", names.join(", "));
+                }
+            }
+        }
+        s
+    }
+
+    /// The WGSL of every kernel of the plan (for `graft ir --wgsl`).
+    pub fn wgsl_sources(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for step in &self.steps {
+            match step {
+                Prepared::Device { launches, .. } => {
+                    out.extend(launches.iter().map(|l| (l.name.clone(), l.rendered.source.clone())));
+                }
+                Prepared::Gemm(g) => {
+                    for l in g.lhs_copy.iter().chain(&g.rhs_copy) {
+                        out.push((l.name.clone(), l.rendered.source.clone()));
+                    }
+                    out.push(("gemm".into(), gemm_source(&self.gpu, &g.plan.gemm)));
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Runs on host inputs and returns host results.
+    pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, GpuError> {
+        self.run_with_stats(inputs).map(|(r, _)| r)
+    }
+
+    /// [`GpuExecutable::run`], with the run's transfer and launch counts.
+    pub fn run_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, GpuStats), GpuError> {
+        let f = self.exe.func().clone();
+        let slots = inputs.iter().map(|t| Slot { host: Some(Arc::new((*t).clone())), dev: None }).collect();
+        let mut run = self.run_slots(slots)?;
+        let outs = run.fetch(&f.outputs)?;
+        Ok((outs, run.stats))
+    }
+
+    /// Runs on device tensors and leaves the results on the device: how
+    /// parameters and optimizer state stay resident across the calls of a
+    /// training loop (inputs a host step produced are uploaded when read).
+    /// Nothing is downloaded unless a host step needs it.
+    pub fn run_resident(&self, inputs: &[&DeviceTensor]) -> Result<(Vec<DeviceTensor>, GpuStats), GpuError> {
+        let f = self.exe.func().clone();
+        for (j, (&p, t)) in f.params.iter().zip(inputs).enumerate() {
+            if t.ty != *f.ty(p) {
+                return Err(GpuError::Inputs(format!("input {j} of {} is {}, expected {}", f.name, t.ty, f.ty(p))));
+            }
+        }
+        let mut run = self.run_slots(inputs.iter().map(|t| t.slot.clone()).collect())?;
+        for &v in &f.outputs {
+            run.ensure(v)?;
+        }
+        if let Some(enc) = run.enc.take() {
+            self.gpu.submit(enc);
+        }
+        let outs =
+            f.outputs.iter().map(|&v| DeviceTensor { ty: f.ty(v).clone(), slot: run.env[v.index()].clone() }).collect();
+        Ok((outs, run.stats))
+    }
+
+    /// Uploads a host tensor for [`GpuExecutable::run_resident`].
+    pub fn to_device(&self, t: &Tensor) -> Result<DeviceTensor, GpuError> {
+        Ok(DeviceTensor { ty: t.ty(), slot: Slot { host: None, dev: Some(self.gpu.upload(t)?) } })
+    }
+
+    /// Downloads device tensors (one submission and one wait for all).
+    pub fn to_host(&self, ts: &[&DeviceTensor]) -> Result<Vec<Tensor>, GpuError> {
+        let mut out: Vec<Option<Tensor>> = ts.iter().map(|t| t.slot.host.as_ref().map(|h| (**h).clone())).collect();
+        let need: Vec<usize> = (0..ts.len()).filter(|&i| out[i].is_none()).collect();
+        let bufs: Vec<Arc<DevBuf>> = need
+            .iter()
+            .map(|&i| {
+                ts[i].slot.dev.clone().ok_or_else(|| GpuError::Internal("a device tensor without a value".into()))
+            })
+            .collect::<Result<_, _>>()?;
+        let items: Vec<(&DevBuf, &graft_core::TensorType)> =
+            bufs.iter().zip(&need).map(|(b, &i)| (&**b, &ts[i].ty)).collect();
+        let got = self.gpu.download(self.gpu.encoder(), &items)?;
+        for (i, t) in need.into_iter().zip(got) {
+            out[i] = Some(t);
+        }
+        out.into_iter().map(|t| t.ok_or_else(|| GpuError::Internal("a download went missing".into()))).collect()
+    }
+
+    /// Checks the inputs' types and runs every step; the results are in the
+    /// returned run's environment.
+    fn run_slots(&self, inputs: Vec<Slot>) -> Result<Run<'_>, GpuError> {
+        let f = self.exe.func();
+        if inputs.len() != f.params.len() {
+            return Err(GpuError::Inputs(format!("{} takes {} inputs, got {}", f.name, f.params.len(), inputs.len())));
+        }
+        for (j, (&p, s)) in f.params.iter().zip(&inputs).enumerate() {
+            let ty = f.ty(p);
+            if let Some(t) = &s.host {
+                if t.dtype() != ty.dtype || t.shape() != &ty.shape[..] {
+                    let got = format!("{}{:?}", t.dtype(), t.shape());
+                    return Err(GpuError::Inputs(format!("input {j} of {} is {got}, expected {ty}", f.name)));
+                }
+            }
+        }
+        let mut run = Run {
+            gpu: &self.gpu,
+            func: f,
+            env: vec![Slot::default(); f.types.len()],
+            enc: Some(self.gpu.encoder()),
+            stats: GpuStats::default(),
+            def: &self.def,
+        };
+        for (&p, s) in f.params.iter().zip(inputs) {
+            run.env[p.index()] = s;
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            run.step(step)?;
+            for v in &self.release_after[i] {
+                run.env[v.index()] = Slot::default();
+            }
+        }
+        Ok(run)
+    }
+}
+
+/// A value for [`GpuExecutable::run_resident`]: on the device (or, for a
+/// result a host step produced, on the host until a device step reads it).
+#[derive(Clone)]
+pub struct DeviceTensor {
+    ty: graft_core::TensorType,
+    slot: Slot,
+}
+
+impl DeviceTensor {
+    /// Its type.
+    pub fn ty(&self) -> &graft_core::TensorType {
+        &self.ty
+    }
+}
+
+impl std::fmt::Debug for DeviceTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceTensor({})", self.ty)
+    }
+}
+
+/// Releases: for each step, the values whose last reader it is (never the
+/// function's outputs).
+fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
+    let mut last: HashMap<Value, usize> = HashMap::new();
+    for (i, s) in steps.iter().enumerate() {
+        let reads: Vec<Value> = match s {
+            Prepared::Device { launches, .. } => launches
+                .iter()
+                .flat_map(|l| l.binds.iter().zip(&l.writes).filter(|(_, w)| !**w).map(|(v, _)| *v))
+                .collect(),
+            Prepared::Gemm(g) => vec![g.lhs, g.rhs],
+            Prepared::Alias { src, .. } => vec![*src],
+            Prepared::Const { .. } => vec![],
+            Prepared::Host { eqns, .. } => eqns.iter().flat_map(|&e| f.eqns[e].inputs.iter().copied()).collect(),
+        };
+        for v in reads {
+            last.insert(v, i);
+        }
+    }
+    let mut out = vec![Vec::new(); steps.len()];
+    for (v, i) in last {
+        if !f.outputs.contains(&v) {
+            out[i].push(v);
+        }
+    }
+    out
+}
+
+/// Prepares one step: renders and compiles its kernels, or says why it
+/// runs on the host.
+fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> {
+    let host = |eqns: Vec<usize>, reason: String| Ok(Prepared::Host { eqns, reason });
+    match step {
+        DeviceStep::Alias { src, dst } => Ok(Prepared::Alias { src, dst }),
+        DeviceStep::Eqns(eqns) => host(eqns, "fused group without a kernel-IR form (pow or atan2)".into()),
+        DeviceStep::Kernels { kernels, eqns, what } => {
+            let prims = prim_names(f, &eqns);
+            let mut launches = Vec::with_capacity(kernels.len());
+            for (k, binds) in kernels {
+                match launch(gpu, &k, binds, &prims)? {
+                    Ok(l) => launches.push(l),
+                    Err(why) => return host(eqns, why),
+                }
+            }
+            Ok(Prepared::Device { launches, what: format!("{what} ({prims})") })
+        }
+        DeviceStep::Eqn(e) => {
+            let eqn = &f.eqns[e];
+            if eqn.inputs.is_empty() && eqn.outputs.len() == 1 {
+                let ty = f.ty(eqn.outputs[0]);
+                if matches!(ty.dtype, DType::F32 | DType::I32 | DType::Bool) {
+                    let mut outs = vec![Tensor::zeros(ty)];
+                    eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;
+                    let buf = gpu.upload(&outs[0])?;
+                    return Ok(Prepared::Const { value: eqn.outputs[0], buf });
+                }
+            }
+            match &eqn.prim {
+                Prim::DotGeneral(p) if eqn.inputs.len() == 2 && eqn.outputs.len() == 1 => {
+                    let (lhs, rhs, out) = (eqn.inputs[0], eqn.inputs[1], eqn.outputs[0]);
+                    let Some(plan) = gemm::plan(f, p, lhs, rhs, out) else {
+                        return host(vec![e], "dot_general of non-f32 operands or an unsupported size".into());
+                    };
+                    let fits = [lhs, rhs, out]
+                        .iter()
+                        .all(|&v| device_bytes(f.ty(v)) <= gpu.limits.max_storage_buffer_binding_size);
+                    if !fits {
+                        return host(vec![e], "operands beyond the adapter's storage-buffer binding size".into());
+                    }
+                    let copy = |k: &Option<Kernel>, v: Value| -> Result<Option<Launch>, GpuError> {
+                        match k {
+                            None => Ok(None),
+                            // The copy's output is bound to a placeholder value (the step fills it in).
+                            Some(k) => match launch(gpu, k, vec![v, v], "dot_general")? {
+                                Ok(l) => Ok(Some(l)),
+                                Err(_) => Ok(None),
+                            },
+                        }
+                    };
+                    let lhs_copy = copy(&plan.lhs_copy, lhs)?;
+                    let rhs_copy = copy(&plan.rhs_copy, rhs)?;
+                    if lhs_copy.is_none() != plan.lhs_copy.is_none() || rhs_copy.is_none() != plan.rhs_copy.is_none() {
+                        return host(vec![e], "dot_general operand layout copy has no device form".into());
+                    }
+                    let pipeline = gpu.pipeline(&gemm_source(gpu, &plan.gemm), "dot_general (gemm)")?;
+                    Ok(Prepared::Gemm(Box::new(GemmStep { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out })))
+                }
+                Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
+                    match reduce_kernel(f, r, eqn.inputs[0], eqn.outputs[0], &format!("rk{e}")) {
+                        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
+                            Ok(l) => Ok(Prepared::Device {
+                                launches: vec![l],
+                                what: format!("reduction ({})", eqn.prim.name()),
+                            }),
+                            Err(why) => host(vec![e], why),
+                        },
+                        None => host(vec![e], "reduction of a non-float dtype or over nothing".into()),
+                    }
+                }
+                p => host(vec![e], format!("no GPU kernel for {} yet", p.name())),
+            }
+        }
+    }
+}
+
+/// The GEMM kernel for this adapter: without workgroup memory on a CPU
+/// adapter (lavapipe), tiled in workgroup memory otherwise;
+/// `GRAFT_GPU_GEMM=tiled|direct` overrides (for measurements).
+fn gemm_source(gpu: &Gpu, g: &gemm::Gemm) -> String {
+    let direct = match std::env::var("GRAFT_GPU_GEMM").ok().as_deref() {
+        Some("direct") => true,
+        Some("tiled") => false,
+        _ => gpu.info.device_type == wgpu::DeviceType::Cpu,
+    };
+    if direct {
+        g.wgsl_direct()
+    } else {
+        g.wgsl()
+    }
+}
+
+fn prim_names(f: &Func, eqns: &[usize]) -> String {
+    let mut names: Vec<&str> = eqns.iter().map(|&e| f.eqns[e].prim.name()).collect();
+    names.dedup();
+    names.join(" ")
+}
+
+/// Renders and compiles a kernel. The inner `Err` is a reason to run the
+/// step on the host (a dtype WGSL lacks, a size the device cannot bind);
+/// the outer one a device failure.
+fn launch(gpu: &Gpu, k: &Kernel, binds: Vec<Value>, prims: &str) -> Result<Result<Launch, String>, GpuError> {
+    let rendered = match render_wgsl(k) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let limit = gpu.limits.max_storage_buffer_binding_size;
+    if let Some(a) = k.args.iter().find(|a| a.len as u64 * 4 > limit) {
+        return Ok(Err(format!("a buffer of {} elements exceeds the adapter's binding size ({limit} bytes)", a.len)));
+    }
+    let nbuf = k.args.len() + rendered.scratch.len();
+    if nbuf as u32 > gpu.limits.max_storage_buffers_per_shader_stage {
+        return Ok(Err(format!(
+            "{nbuf} buffers, more than the adapter binds per shader ({})",
+            gpu.limits.max_storage_buffers_per_shader_stage
+        )));
+    }
+    let what = format!("kernel {} ({prims})", k.name);
+    let pipeline = gpu.pipeline(&rendered.source, &what)?;
+    let writes = k.args.iter().map(|a| a.access == Access::Write).collect();
+    let lens = k.args.iter().map(|a| a.len).collect();
+    Ok(Ok(Launch { pipeline, rendered, binds, writes, lens, name: k.name.clone() }))
+}
+
+/// A float `reduce_*` equation as a row kernel of the kernel IR: one row
+/// per result element, its points the reduced elements, read through a
+/// strided index over (kept dims, reduced dims).
+fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: Value, name: &str) -> Option<Kernel> {
+    let xt = f.ty(x);
+    if xt.dtype != DType::F32 {
+        return None;
+    }
+    let shape = &xt.shape;
+    let mut row = vec![1isize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        row[d] = row[d + 1] * shape[d + 1] as isize;
+    }
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !r.axes.contains(d)).collect();
+    let order: Vec<usize> = kept.iter().chain(&r.axes).copied().collect();
+    let rows: usize = kept.iter().map(|&d| shape[d]).product();
+    let len: usize = r.axes.iter().map(|&d| shape[d]).product();
+    if rows == 0 || len == 0 {
+        return None;
+    }
+    let dims: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
+    let strides: Vec<isize> = order.iter().map(|&d| row[d]).collect();
+    let inner = Inner { len, body: vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }] };
+    let k = Kernel {
+        name: name.to_string(),
+        args: vec![
+            Arg { dtype: DType::F32, len: xt.numel(), access: Access::Read },
+            Arg { dtype: DType::F32, len: f.ty(out).numel(), access: Access::Write },
+        ],
+        extent: rows,
+        body: vec![
+            Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: 0 })),
+            Inst::Store { arg: 1, value: 0, index: Index::Point },
+        ],
+    };
+    graft_core::kernel::verify(&k).ok()?;
+    Some(k)
+}
+
+/// The state of one run.
+struct Run<'a> {
+    gpu: &'a Gpu,
+    func: &'a Func,
+    env: Vec<Slot>,
+    /// Commands recorded since the last submission.
+    enc: Option<wgpu::CommandEncoder>,
+    stats: GpuStats,
+    def: &'a HashMap<Value, usize>,
+}
+
+impl Run<'_> {
+    fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.enc.get_or_insert_with(|| self.gpu.encoder())
+    }
+
+    /// A value's device buffer, uploading its host copy on first use.
+    fn dev(&mut self, v: Value) -> Result<Arc<DevBuf>, GpuError> {
+        self.ensure(v)?;
+        let slot = &self.env[v.index()];
+        if let Some(d) = &slot.dev {
+            return Ok(d.clone());
+        }
+        let Some(h) = slot.host.clone() else {
+            return Err(GpuError::Internal(format!("{v} has no value")));
+        };
+        let d = self.gpu.upload(&h)?;
+        self.stats.uploads += 1;
+        self.stats.bytes_up += h.numel() * 4;
+        self.env[v.index()].dev = Some(d.clone());
+        Ok(d)
+    }
+
+    /// Makes sure `v` has a value: a constant folded into a fused group
+    /// at plan time has none until a host step needs it.
+    fn ensure(&mut self, v: Value) -> Result<(), GpuError> {
+        let slot = &self.env[v.index()];
+        if slot.dev.is_some() || slot.host.is_some() {
+            return Ok(());
+        }
+        let e = *self.def.get(&v).ok_or_else(|| GpuError::Internal(format!("{v} is read before it is defined")))?;
+        let eqn = &self.func.eqns[e];
+        if !eqn.inputs.is_empty() {
+            return Err(GpuError::Internal(format!("{v} ({}) is read before it is computed", eqn.prim.name())));
+        }
+        let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&o| Tensor::zeros(self.func.ty(o))).collect();
+        eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;
+        for (&o, t) in eqn.outputs.iter().zip(outs) {
+            self.env[o.index()].host = Some(Arc::new(t));
+        }
+        Ok(())
+    }
+
+    /// Host copies of `values`, downloading those that live only on the
+    /// device (one submission and one wait for all).
+    fn fetch(&mut self, values: &[Value]) -> Result<Vec<Tensor>, GpuError> {
+        for &v in values {
+            self.ensure(v)?;
+        }
+        let need: Vec<Value> = {
+            let mut n: Vec<Value> = values.iter().copied().filter(|v| self.env[v.index()].host.is_none()).collect();
+            n.dedup();
+            n
+        };
+        if !need.is_empty() {
+            let bufs: Vec<Arc<DevBuf>> = need
+                .iter()
+                .map(|v| self.env[v.index()].dev.clone().ok_or_else(|| GpuError::Internal(format!("{v} has no value"))))
+                .collect::<Result<_, _>>()?;
+            let items: Vec<(&DevBuf, &graft_core::TensorType)> =
+                bufs.iter().zip(&need).map(|(b, v)| (&**b, self.func.ty(*v))).collect();
+            let enc = self.enc.take().unwrap_or_else(|| self.gpu.encoder());
+            let ts = self.gpu.download(enc, &items)?;
+            self.stats.syncs += 1;
+            for (v, t) in need.iter().zip(ts) {
+                self.stats.downloads += 1;
+                self.stats.bytes_down += t.numel() * 4;
+                self.env[v.index()].host = Some(Arc::new(t));
+            }
+        }
+        values
+            .iter()
+            .map(|v| {
+                self.env[v.index()]
+                    .host
+                    .as_ref()
+                    .map(|t| (**t).clone())
+                    .ok_or_else(|| GpuError::Internal(format!("{v} has no host value")))
+            })
+            .collect()
+    }
+
+    fn step(&mut self, step: &Prepared) -> Result<(), GpuError> {
+        match step {
+            Prepared::Alias { src, dst } => {
+                self.ensure(*src)?;
+                let s = self.env[src.index()].clone();
+                let ty = self.func.ty(*dst);
+                // Same elements; a host copy takes the result's shape.
+                let host = match &s.host {
+                    Some(t) => Some(Arc::new(
+                        (**t).clone().reshape(ty.shape.clone()).map_err(|e| GpuError::Internal(e.to_string()))?,
+                    )),
+                    None => None,
+                };
+                self.env[dst.index()] = Slot { host, dev: s.dev };
+            }
+            Prepared::Const { value, buf } => {
+                self.env[value.index()] = Slot { host: None, dev: Some(buf.clone()) };
+            }
+            Prepared::Device { launches, what } => {
+                for l in launches {
+                    self.run_launch(l, None, what)?;
+                }
+            }
+            Prepared::Gemm(g) => {
+                let GemmStep { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out } = &**g;
+                let a = match lhs_copy {
+                    Some(l) => self.run_launch(l, Some(*lhs), "dot_general")?,
+                    None => self.dev(*lhs)?,
+                };
+                let b = match rhs_copy {
+                    Some(l) => self.run_launch(l, Some(*rhs), "dot_general")?,
+                    None => self.dev(*rhs)?,
+                };
+                let c = self.gpu.alloc(device_bytes(self.func.ty(*out)))?;
+                let wg = plan.gemm.workgroups();
+                let gpu = self.gpu;
+                gpu.dispatch(self.encoder(), pipeline, &[a.buffer(), b.buffer(), c.buffer()], wg);
+                self.stats.launches += 1;
+                self.env[out.index()] = Slot { host: None, dev: Some(c) };
+            }
+            Prepared::Host { eqns, .. } => {
+                for &e in eqns {
+                    let eqn = &self.func.eqns[e];
+                    let ins = self.fetch(&eqn.inputs)?;
+                    let ins_ref: Vec<&Tensor> = ins.iter().collect();
+                    let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&o| Tensor::zeros(self.func.ty(o))).collect();
+                    eqn.prim.kernel(&ins_ref, &mut outs).map_err(GpuError::Exec)?;
+                    self.stats.host_eqns += 1;
+                    for (&o, t) in eqn.outputs.iter().zip(outs) {
+                        self.env[o.index()] = Slot { host: Some(Arc::new(t)), dev: None };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records one launch. `copy_of`: a layout copy of that value, whose
+    /// result is returned instead of being bound to a value.
+    fn run_launch(&mut self, l: &Launch, copy_of: Option<Value>, what: &str) -> Result<Arc<DevBuf>, GpuError> {
+        let mut bufs: Vec<Arc<DevBuf>> = Vec::with_capacity(l.binds.len() + l.rendered.scratch.len());
+        let mut last = None;
+        for (j, (&v, &w)) in l.binds.iter().zip(&l.writes).enumerate() {
+            if !w {
+                bufs.push(self.dev(v)?);
+                continue;
+            }
+            let len = l.rendered_len(j);
+            let buf = match copy_of {
+                Some(_) => self.gpu.alloc(len * 4)?,
+                // Several kernels of one step may write parts of one result
+                // (a concatenation, a pad): the first allocates it.
+                None => match &self.env[v.index()].dev {
+                    Some(d) if self.env[v.index()].host.is_none() => d.clone(),
+                    _ => {
+                        let d = self.gpu.alloc(device_bytes(self.func.ty(v)))?;
+                        self.env[v.index()] = Slot { host: None, dev: Some(d.clone()) };
+                        d
+                    }
+                },
+            };
+            last = Some(buf.clone());
+            bufs.push(buf);
+        }
+        for &(_, n) in &l.rendered.scratch {
+            bufs.push(self.gpu.alloc(n as u64 * 4)?);
+        }
+        let raw: Vec<&wgpu::Buffer> = bufs.iter().map(|b| b.buffer()).collect();
+        let gpu = self.gpu;
+        let wg = l.rendered.workgroups;
+        if !(wg.contains(&0)) {
+            gpu.dispatch(self.encoder(), &l.pipeline, &raw, wg);
+            self.stats.launches += 1;
+        }
+        gpu.check(&format!("{} ({what})", l.name))?;
+        last.ok_or_else(|| GpuError::Internal(format!("kernel {} writes nothing", l.name)))
+    }
+}
+
+impl Launch {
+    /// Element count of argument `j`.
+    fn rendered_len(&self, j: usize) -> u64 {
+        self.lens.get(j).copied().unwrap_or(1) as u64
+    }
+}
