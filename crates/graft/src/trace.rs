@@ -300,6 +300,13 @@ impl Tr {
         self.lift_many(others, 1, |b, vals| Ok(vec![f(b, vals)?])).remove(0)
     }
 
+    /// The error that failed this handle's trace, if it failed (a front end
+    /// that must stop at the first error, such as the Python bindings,
+    /// reads it right after the operation that failed).
+    pub fn error(&self) -> Option<IrError> {
+        self.st.borrow().err.clone()
+    }
+
     /// The IR value, or `None` if the trace already failed.
     pub fn value(&self) -> Option<Value> {
         self.v

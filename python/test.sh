@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the Python package into a virtual environment and runs its pytest
+# suite (python/tests, including the checks against JAX). Installs maturin,
+# pytest, numpy and jax into the environment when they are missing.
+#   GRAFT_PY_VENV   where the environment lives (default target/pyvenv)
+#   PYTHON          the interpreter to build it from (default python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${GRAFT_PY_VENV:-target/pyvenv}"
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+need=()
+for mod in maturin pytest numpy jax; do
+  "$VENV/bin/python" -c "import $mod" >/dev/null 2>&1 || need+=("$mod")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  "$VENV/bin/python" -m pip install --quiet "${need[@]}"
+fi
+# The `test` profile (opt-level 1, dependencies at 2) shares graft's
+# compiled crates with `cargo test --workspace`, so this build only adds
+# the extension itself.
+start=$(date +%s)
+VIRTUAL_ENV="$(cd "$VENV" && pwd)" PATH="$VENV/bin:$PATH" \
+  "$VENV/bin/maturin" develop --quiet --manifest-path python/Cargo.toml --profile test
+echo "== graft Python package built in $(( $(date +%s) - start )) s"
+"$VENV/bin/python" -m pytest -q python/tests "$@"
