@@ -19,6 +19,7 @@ import numpy as np
 from . import _graft as _g
 from ._tracer import Tracer, lift, to_array
 from ._tree import TreeDef, tree_flatten, tree_unflatten
+from ._scope import Scope, run_in
 
 __all__ = [
     "jit",
@@ -108,7 +109,13 @@ class _Traced:
         self.transformed: Dict[Hashable, _g.Function] = {}
 
         def body(handles: List[_g.Handle]) -> List[_g.Handle]:
-            tracers = [Tracer(h) for h in handles]
+            # A vjp layer first traces at primals + cotangents to count the
+            # outputs (graft's convention: extra inputs are ignored).
+            scope = Scope(handles[0], f"the transformed function {name}", capture=False) if handles else None
+            return run_in(scope, lambda: inner(handles))
+
+        def inner(handles: List[_g.Handle]) -> List[_g.Handle]:
+            tracers = [Tracer(h) for h in handles[: in_tree.num_leaves]]
             args, kwargs = tree_unflatten(in_tree, tracers)
             out = f(*args, **kwargs)
             leaves, self.out_tree = tree_flatten(out)
@@ -548,6 +555,16 @@ class custom_jvp(_Wrapped):
     def __init__(self, fun: Callable):
         super().__init__(fun)
         self._jvp: Optional[Callable] = None
+        self._depth = 0
+
+    def _plain(self, f: Callable[[], Any]) -> Any:
+        """Runs ``f`` with calls of this function evaluating it plainly (a
+        rule calling the function must not trace the rule again)."""
+        self._depth += 1
+        try:
+            return f()
+        finally:
+            self._depth -= 1
 
     def defjvp(self, jvp: Callable) -> Callable:
         """Sets the rule ``jvp(primals, tangents) -> (out, tangent_out)``."""
@@ -558,10 +575,15 @@ class custom_jvp(_Wrapped):
     def __call__(self, *args: Any) -> Any:
         if self._jvp is None:
             raise TypeError(f"custom_jvp function {_name(self._f)} has no rule: decorate one with @{_name(self._f)}.defjvp")
+        if self._depth:
+            return self._f(*args)
         leaves, tree, t = self._flat(args, {})
         rule = self._jvp
 
         def rule_body(handles: List[_g.Handle]) -> List[_g.Handle]:
+            return run_in(Scope(handles[0], f"the custom_jvp rule of {_name(self._f)}", capture=False), lambda: self._plain(lambda: rule_inner(handles)))
+
+        def rule_inner(handles: List[_g.Handle]) -> List[_g.Handle]:
             n = tree.num_leaves
             prim = [Tracer(h) for h in handles[:n]]
             tans_f = iter(Tracer(h) for h in handles[n:])
@@ -603,6 +625,9 @@ class custom_vjp(_Wrapped):
         super().__init__(fun)
         self._fwd: Optional[Callable] = None
         self._bwd: Optional[Callable] = None
+        self._depth = 0
+
+    _plain = custom_jvp._plain
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         """Sets ``fwd(*args) -> (out, residuals)`` and ``bwd(residuals, g) -> cotangents``."""
@@ -612,11 +637,21 @@ class custom_vjp(_Wrapped):
     def __call__(self, *args: Any) -> Any:
         if self._fwd is None or self._bwd is None:
             raise TypeError(f"custom_vjp function {_name(self._f)} has no rule: call {_name(self._f)}.defvjp(fwd, bwd)")
+        if self._depth:
+            return self._f(*args)
         leaves, tree, t = self._flat(args, {})
         fwd, bwd = self._fwd, self._bwd
         state: Dict[str, Any] = {}
 
         def fwd_body(handles: List[_g.Handle]) -> List[_g.Handle]:
+            sc = Scope(handles[0], f"the custom_vjp fwd of {_name(self._f)}", capture=False)
+            return run_in(sc, lambda: self._plain(lambda: fwd_inner(handles)))
+
+        def bwd_body(handles: List[_g.Handle]) -> List[_g.Handle]:
+            sc = Scope(handles[0], f"the custom_vjp bwd of {_name(self._f)}", capture=False)
+            return run_in(sc, lambda: self._plain(lambda: bwd_inner(handles)))
+
+        def fwd_inner(handles: List[_g.Handle]) -> List[_g.Handle]:
             prim = [Tracer(h) for h in handles]
             p_args, _ = tree_unflatten(tree, prim)
             res = fwd(*p_args)
@@ -633,7 +668,7 @@ class custom_vjp(_Wrapped):
             state["primals"] = [(list(p.shape), p.dtype.name) for p in prim]
             return oh + rh
 
-        def bwd_body(handles: List[_g.Handle]) -> List[_g.Handle]:
+        def bwd_inner(handles: List[_g.Handle]) -> List[_g.Handle]:
             r_tree: TreeDef = state["res_tree"]
             n = r_tree.num_leaves
             res = tree_unflatten(r_tree, [Tracer(h) for h in handles[:n]])

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _graft as _g
+from . import _scope
 
 __all__ = ["Tracer", "is_tracer"]
 
@@ -75,28 +76,34 @@ def lift(x: Any, ctx: "Tracer", where: str, like: Optional["Tracer"] = None) -> 
 class Tracer:
     """A traced array: shape and dtype are known, values are not."""
 
-    __slots__ = ("_h",)
+    __slots__ = ("_raw",)
     __array_priority__ = 1000
     __array_ufunc__ = None  # `ndarray op tracer` defers to our reflected operators
 
     def __init__(self, handle: _g.Handle):
-        self._h = handle
+        self._raw = handle
+
+    @property
+    def _h(self) -> _g.Handle:
+        """The handle as seen from the body being traced (a value of an
+        enclosing trace is captured, see ``graft._scope``)."""
+        return _scope.resolve(self._raw)
 
     # ---- metadata ----
     @property
     def shape(self) -> Tuple[int, ...]:
         """The static shape."""
-        return tuple(self._h.shape)
+        return tuple(self._raw.shape)
 
     @property
     def dtype(self) -> np.dtype:
         """The dtype, as a NumPy dtype."""
-        return np.dtype(self._h.dtype)
+        return np.dtype(self._raw.dtype)
 
     @property
     def ndim(self) -> int:
         """The rank."""
-        return len(self._h.shape)
+        return len(self._raw.shape)
 
     @property
     def size(self) -> int:

@@ -3,9 +3,9 @@
 
 Bodies and branches are traced into sub-functions of graft's loop and
 branch primitives, so every transform (grad, jvp, vmap, reverse mode of
-``while_loop`` included) applies to them. Bodies must not use tracers of
-the enclosing function: pass such values through the carry or operands
-(a captured tracer is reported as an error, never silently wrong).
+``while_loop`` included) applies to them. Bodies may use tracers of the
+enclosing function (closure capture): each body is traced once to find
+them, and they become loop-invariant inputs, as in JAX.
 Called on NumPy arrays, each runs eagerly through ``graft.jit``.
 """
 
@@ -19,6 +19,7 @@ from . import _graft as _g
 from ._api import jit
 from ._tracer import Tracer, lift, to_array
 from ._tree import TreeDef, tree_flatten, tree_unflatten
+from ._scope import Scope, resolve, run_in
 
 __all__ = ["scan", "cond", "switch", "fori_loop", "while_loop", "stop_gradient"]
 
@@ -38,6 +39,48 @@ def _handles(leaves: Sequence[Any], ctx: Tracer, where: str) -> List[_g.Handle]:
 def _check_tree(where: str, want: TreeDef, got: TreeDef) -> None:
     if want != got:
         raise TypeError(f"{where}: the body must return the carry's structure {want!r}, got {got!r}")
+
+
+def _types(hs: Sequence[_g.Handle]) -> List[Tuple[List[int], str]]:
+    return [(list(h.shape), h.dtype) for h in hs]
+
+
+def _convert(bodies: Sequence[Callable[[List[_g.Handle]], List[_g.Handle]]], types: List[list], what: str):
+    """Closure conversion: traces each body once in a throwaway function to
+    find the values it captures from enclosing traces; returns those values
+    (as handles of the current trace) and the bodies taking them first."""
+    found: List[_g.Handle] = []
+    index: dict = {}
+
+    def probing(body: Callable, k: int) -> Callable:
+        def run(hs: List[_g.Handle]) -> List[_g.Handle]:
+            sc = Scope(hs[0], what)
+            out = run_in(sc, lambda: body(hs))
+            for h in sc.captured:
+                if id(h) not in index:
+                    index[id(h)] = len(found)
+                    found.append(h)
+            return out
+
+        return run
+
+    for k, (body, tys) in enumerate(zip(bodies, types)):
+        _g.Function(f"{what}_probe", probing(body, k)).output_types(tys)
+    n = len(found)
+
+    def taking(body: Callable) -> Callable:
+        def run(hs: List[_g.Handle]) -> List[_g.Handle]:
+            consts, rest = hs[:n], hs[n:]
+            # map every capture (by identity) to its const input
+            sc = Scope(rest[0] if rest else hs[0], what, consts=[consts[index[id(h)]] for h in found])
+            sc._index = {id(h): i for i, h in enumerate(found)}
+            sc.captured = list(found)
+            return run_in(sc, lambda: body(rest))
+
+        return run
+
+    consts = [resolve(h) for h in found]
+    return consts, [taking(b) for b in bodies]
 
 
 def scan(f: Callable, init: Any, xs: Any = None, length: Optional[int] = None, reverse: bool = False) -> Tuple[Any, Any]:
@@ -70,9 +113,10 @@ def scan(f: Callable, init: Any, xs: Any = None, length: Optional[int] = None, r
         new_h = [lift(v, bctx, "scan carry", like=ts[k])._h for k, v in enumerate(nc_leaves)]
         return new_h + [lift(v, bctx, "scan output")._h for v in y_leaves]
 
-    carry, ys = _g.scan(
-        [], _handles(c_leaves, ctx, "scan init"), _handles(x_leaves, ctx, "scan xs"), int(length), bool(reverse), body
-    )
+    init_h, xs_h = _handles(c_leaves, ctx, "scan init"), _handles(x_leaves, ctx, "scan xs")
+    x_types = [(list(h.shape)[1:], h.dtype) for h in xs_h]
+    consts, (body,) = _convert([body], [_types(init_h) + x_types], "scan")
+    carry, ys = _g.scan(consts, init_h, xs_h, int(length), bool(reverse), body)
     return tree_unflatten(c_tree, [Tracer(h) for h in carry]), tree_unflatten(state["y_tree"], [Tracer(h) for h in ys])
 
 
@@ -105,7 +149,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
         _check_tree("fori_loop", v_tree, o_tree)
         return [lift(x, i, "fori_loop carry", like=ts[k])._h for k, x in enumerate(o_leaves)]
 
-    out = _g.fori(max(upper - lower, 0), [], _handles(v_leaves, ctx, "fori_loop init"), body)
+    init_h = _handles(v_leaves, ctx, "fori_loop init")
+    consts, (body,) = _convert([body], [[([], "int32")] + _types(init_h)], "fori_loop")
+    out = _g.fori(max(upper - lower, 0), consts, init_h, body)
     return tree_unflatten(v_tree, [Tracer(h) for h in out])
 
 
@@ -132,7 +178,9 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         _check_tree("while_loop", v_tree, o_tree)
         return [lift(x, ts[0], "while_loop carry", like=ts[k])._h for k, x in enumerate(o_leaves)]
 
-    out = _g.while_loop([], _handles(v_leaves, ctx, "while_loop init"), cbody, bbody)
+    init_h = _handles(v_leaves, ctx, "while_loop init")
+    consts, (cbody, bbody) = _convert([cbody, bbody], [_types(init_h)] * 2, "while_loop")
+    out = _g.while_loop(consts, init_h, cbody, bbody)
     return tree_unflatten(v_tree, [Tracer(h) for h in out])
 
 
@@ -170,7 +218,8 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     state: dict = {}
     t, f = _branches([true_fun, false_fun], o_tree, state, "cond")
     hs = [pred._h] + _handles(o_leaves, pred, "cond operand")
-    out = _g.cond(pred._h, hs, t, f)
+    consts, (t, f) = _convert([t, f], [_types(hs)] * 2, "cond")
+    out = _g.cond(pred._h, consts + hs, t, f)
     return tree_unflatten(state["tree"], [Tracer(h) for h in out])
 
 
@@ -189,5 +238,6 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     state: dict = {}
     bodies = _branches(list(branches), o_tree, state, "switch")
     hs = [index._h] + _handles(o_leaves, index, "switch operand")
-    out = _g.switch(index._h, hs, bodies)
+    consts, bodies = _convert(bodies, [_types(hs)] * len(bodies), "switch")
+    out = _g.switch(index._h, consts + hs, bodies)
     return tree_unflatten(state["tree"], [Tracer(h) for h in out])

@@ -94,6 +94,14 @@ def _promote_int_for_float(op: str, a: Any, b: Any) -> Tuple[Any, Any]:
         a = astype(a, _np.float64)
     if isinstance(b, Tracer) and b.dtype.kind in "iu" and is_frac(a):
         b = astype(b, _np.float64)
+    # JAX's promotion of an integer (or bool) array meeting a float array:
+    # the integer one is converted to the float dtype.
+    if isinstance(a, Tracer) and isinstance(b, Tracer):
+        ka, kb = a.dtype.kind, b.dtype.kind
+        if ka in "iub" and kb == "f":
+            a = astype(a, b.dtype)
+        elif kb in "iub" and ka == "f":
+            b = astype(b, a.dtype)
     return a, b
 
 

@@ -40,9 +40,11 @@ pub(crate) fn tensor_type(shape: Vec<usize>, dtype: &str) -> PyResult<TensorType
 
 fn collect<T: numpy::Element + Copy>(a: &Bound<'_, PyUntypedArray>) -> PyResult<Vec<T>> {
     let a = a.downcast::<PyArrayDyn<T>>()?.readonly();
+    // `as_slice` also accepts Fortran order (memory order is then not
+    // row-major), so only a C-contiguous array is copied as one slice.
     Ok(match a.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => a.as_array().iter().copied().collect(),
+        Ok(s) if a.is_c_contiguous() => s.to_vec(),
+        _ => a.as_array().iter().copied().collect(),
     })
 }
 

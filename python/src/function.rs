@@ -11,7 +11,8 @@ use crate::{graft_err, take_pending, Handle};
 use graft::{Compiled, Jit, Policy, Tensor, TensorType, Tr, Transform, VmapAxes, Wrt};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 type PyFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
 
@@ -25,22 +26,74 @@ fn wrt(positions: Option<Vec<usize>>) -> Wrt {
     positions.map_or(Wrt::All, Wrt::Positions)
 }
 
+/// One transform layer: a core `Transform`, or a custom rule whose
+/// functions are Python callables (traced when the types are known).
+enum Layer {
+    Fixed(Transform),
+    CustomJvp(Py<PyAny>),
+    CustomVjp(Py<PyAny>, Py<PyAny>),
+}
+
 /// A Python function traced into graft, with transform layers on top.
-#[pyclass(unsendable, module = "graft._graft", name = "Function")]
+///
+/// It holds the callable and the layers, not a `graft::Jit` (whose traced
+/// handles are single-threaded): a `Jit` is built for each trace, and the
+/// compiled forms are cached here per input types, so one function can be
+/// called from several Python threads.
+#[pyclass(frozen, module = "graft._graft", name = "Function")]
 pub struct Function {
     name: String,
-    jit: Jit<PyFn>,
+    f: Py<PyAny>,
+    layers: Vec<Layer>,
+    cache: Mutex<HashMap<Vec<TensorType>, Compiled>>,
 }
 
 impl Function {
-    fn with(&self, jit: Jit<PyFn>) -> Function {
-        Function { name: self.name.clone(), jit }
+    fn with(&self, py: Python<'_>, layer: Layer) -> Function {
+        let mut layers: Vec<Layer> = self
+            .layers
+            .iter()
+            .map(|l| match l {
+                Layer::Fixed(t) => Layer::Fixed(t.clone()),
+                Layer::CustomJvp(r) => Layer::CustomJvp(r.clone_ref(py)),
+                Layer::CustomVjp(a, b) => Layer::CustomVjp(a.clone_ref(py), b.clone_ref(py)),
+            })
+            .collect();
+        layers.push(layer);
+        Function { name: self.name.clone(), f: self.f.clone_ref(py), layers, cache: Mutex::new(HashMap::new()) }
     }
 
-    /// Traces and compiles for these types (with the GIL: tracing calls Python).
-    fn compiled(&self, types: &[TensorType]) -> PyResult<Compiled> {
+    /// The `graft::Jit` of the callable with every layer stacked on it.
+    fn jit(&self, py: Python<'_>) -> Jit<PyFn> {
+        let mut j = Jit::new(self.name.clone(), closure(self.f.clone_ref(py)));
+        for l in &self.layers {
+            j = match l {
+                Layer::Fixed(t) => j.transform(t.clone()),
+                Layer::CustomJvp(r) => j.custom_jvp(Jit::new(format!("{}_jvp", self.name), closure(r.clone_ref(py)))),
+                Layer::CustomVjp(a, b) => j.custom_vjp(
+                    Jit::new(format!("{}_fwd", self.name), closure(a.clone_ref(py))),
+                    Jit::new(format!("{}_bwd", self.name), closure(b.clone_ref(py))),
+                ),
+            };
+        }
+        j
+    }
+
+    fn trace(&self, py: Python<'_>, types: &[TensorType]) -> PyResult<graft::Func> {
         take_pending();
-        self.jit.compiled(types).map_err(graft_err)
+        self.jit(py).trace(types).map_err(graft_err)
+    }
+
+    /// The compiled form for these types: from the cache, or traced (with
+    /// the GIL: tracing calls Python) and compiled. The cache is not locked
+    /// while tracing, since Python may switch threads meanwhile.
+    fn compiled(&self, py: Python<'_>, types: &[TensorType]) -> PyResult<Compiled> {
+        if let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(types) {
+            return Ok(c.clone());
+        }
+        let c = graft::compile(self.trace(py, types)?).map_err(graft_err)?;
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(types.to_vec(), c.clone());
+        Ok(c)
     }
 }
 
@@ -64,7 +117,7 @@ impl Function {
     /// Wraps `f(handles: list) -> list of handles`.
     #[new]
     fn new(name: String, f: Py<PyAny>) -> Function {
-        Function { name: name.clone(), jit: Jit::new(name, closure(f)) }
+        Function { name, f, layers: Vec::new(), cache: Mutex::new(HashMap::new()) }
     }
 
     /// The function's name.
@@ -77,6 +130,7 @@ impl Function {
     #[pyo3(signature = (kind, wrt=None, index=0, in_axes=None, out_axes=None, out_axis=None, policy="nothing"))]
     fn transform(
         &self,
+        py: Python<'_>,
         kind: &str,
         wrt: Option<Vec<usize>>,
         index: usize,
@@ -116,23 +170,20 @@ impl Function {
             }
             k => return Err(PyValueError::new_err(format!("graft has no transform `{k}`"))),
         };
-        Ok(self.with(self.jit.transform(t)))
+        Ok(self.with(py, Layer::Fixed(t)))
     }
 
     /// The same function whose derivatives use `rule(primals + tangents of
     /// the float inputs) -> outputs + tangents of the float outputs`.
-    fn custom_jvp(&self, rule: Py<PyAny>) -> Function {
-        let rule = Jit::new(format!("{}_jvp", self.name), closure(rule));
-        self.with(self.jit.custom_jvp(rule))
+    fn custom_jvp(&self, py: Python<'_>, rule: Py<PyAny>) -> Function {
+        self.with(py, Layer::CustomJvp(rule))
     }
 
     /// The same function whose reverse mode uses `fwd(primals) -> outputs +
     /// residuals` and `bwd(residuals + cotangents of the float outputs) ->
     /// cotangents of the float inputs`.
-    fn custom_vjp(&self, fwd: Py<PyAny>, bwd: Py<PyAny>) -> Function {
-        let fwd = Jit::new(format!("{}_fwd", self.name), closure(fwd));
-        let bwd = Jit::new(format!("{}_bwd", self.name), closure(bwd));
-        self.with(self.jit.custom_vjp(fwd, bwd))
+    fn custom_vjp(&self, py: Python<'_>, fwd: Py<PyAny>, bwd: Py<PyAny>) -> Function {
+        self.with(py, Layer::CustomVjp(fwd, bwd))
     }
 
     /// Runs on NumPy arrays (compiled once per input types; the GIL is
@@ -140,19 +191,20 @@ impl Function {
     fn call(&self, py: Python<'_>, args: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<PyObject>> {
         let ins = tensors(&args)?;
         let types: Vec<TensorType> = ins.iter().map(Tensor::ty).collect();
-        let c = self.compiled(&types)?;
+        let c = self.compiled(py, &types)?;
         let refs: Vec<&Tensor> = ins.iter().collect();
         run(py, &c, &refs)
     }
 
     /// Calls the function from inside another trace (one `call` equation,
     /// so the enclosing function can be transformed further).
-    fn apply(&self, args: Vec<PyRef<'_, Handle>>) -> PyResult<Vec<Handle>> {
+    fn apply(&self, py: Python<'_>, args: Vec<PyRef<'_, Handle>>) -> PyResult<Vec<Handle>> {
         let xs: Vec<Tr> = args.iter().map(|h| h.tr.clone()).collect();
         if xs.is_empty() {
             return Err(PyValueError::new_err("a function of no arguments cannot be applied inside a trace"));
         }
-        let outs = self.jit.apply(&xs);
+        take_pending();
+        let outs = self.jit(py).apply(&xs);
         if let Some(e) = take_pending() {
             return Err(e);
         }
@@ -160,24 +212,24 @@ impl Function {
     }
 
     /// The output types `[(shape, dtype)]` at these input types.
-    fn output_types(&self, types: Vec<(Vec<usize>, String)>) -> PyResult<Vec<(Vec<usize>, &'static str)>> {
-        let types = types_of(&types)?;
-        take_pending();
-        let f = self.jit.trace(&types).map_err(graft_err)?;
+    fn output_types(
+        &self,
+        py: Python<'_>,
+        types: Vec<(Vec<usize>, String)>,
+    ) -> PyResult<Vec<(Vec<usize>, &'static str)>> {
+        let f = self.trace(py, &types_of(&types)?)?;
         Ok(f.output_types().into_iter().map(|t| (t.shape.to_vec(), dtype_name(t.dtype))).collect())
     }
 
     /// The IR at these input types `[(shape, dtype)]`, as text.
-    fn lower_text(&self, types: Vec<(Vec<usize>, String)>) -> PyResult<String> {
-        let types = types_of(&types)?;
-        take_pending();
-        let f = self.jit.trace(&types).map_err(graft_err)?;
+    fn lower_text(&self, py: Python<'_>, types: Vec<(Vec<usize>, String)>) -> PyResult<String> {
+        let f = self.trace(py, &types_of(&types)?)?;
         Ok(f.to_string())
     }
 
     /// How many compilations are cached (one per input-type signature).
     fn cache_size(&self) -> usize {
-        self.jit.cache_size()
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Runs the forward pass once; returns `(outputs, pullback)` where the
@@ -197,8 +249,7 @@ impl Function {
     fn staged(&self, py: Python<'_>, args: Vec<Bound<'_, PyAny>>, kind: &str) -> PyResult<(Vec<PyObject>, LinearMap)> {
         let ins = tensors(&args)?;
         let types: Vec<TensorType> = ins.iter().map(Tensor::ty).collect();
-        take_pending();
-        let f = self.jit.trace(&types).map_err(graft_err)?;
+        let f = self.trace(py, &types)?;
         let t = if kind == "vjp" { Transform::Vjp { wrt: Wrt::All } } else { Transform::Linearize { wrt: Wrt::All } };
         let staged = t.stage(&f).map_err(graft_err)?;
         let fwd = graft::compile(staged.forward).map_err(graft_err)?;

@@ -97,6 +97,12 @@ impl Handle {
         Ok(convert::dtype_name(t.dtype))
     }
 
+    /// An identity of the trace the handle belongs to.
+    #[getter]
+    fn trace_id(&self) -> usize {
+        self.tr.trace_id()
+    }
+
     fn __repr__(&self) -> String {
         match self.tr.ty() {
             Some(t) => format!("Handle({t})"),

@@ -307,6 +307,13 @@ impl Tr {
         self.st.borrow().err.clone()
     }
 
+    /// An identity of the trace this handle belongs to, equal for every
+    /// handle of one trace while it is being recorded (a front end uses it
+    /// to notice a value captured from an enclosing trace).
+    pub fn trace_id(&self) -> usize {
+        Rc::as_ptr(&self.st) as usize
+    }
+
     /// The IR value, or `None` if the trace already failed.
     pub fn value(&self) -> Option<Value> {
         self.v
