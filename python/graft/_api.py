@@ -642,6 +642,10 @@ class custom_vjp(_Wrapped):
         leaves, tree, t = self._flat(args, {})
         fwd, bwd = self._fwd, self._bwd
         state: Dict[str, Any] = {}
+        # Only the structure of the arguments: the bodies outlive this call
+        # (they are cached) and must not keep its tracers alive.
+        arg_trees = [tree_flatten(a)[1] for a in args]
+        del args
 
         def fwd_body(handles: List[_g.Handle]) -> List[_g.Handle]:
             sc = Scope(handles[0], f"the custom_vjp fwd of {_name(self._f)}", capture=False)
@@ -677,12 +681,11 @@ class custom_vjp(_Wrapped):
             ct_leaves = [next(cts_f) if isf else None for isf in state["out_float"]]
             ct = tree_unflatten(state["out_tree"], ct_leaves)
             got = bwd(res, ct)
-            if not isinstance(got, (tuple, list)) or len(got) != len(args):
-                raise TypeError(f"custom_vjp bwd must return a tuple of {len(args)} cotangents (one per argument)")
+            if not isinstance(got, (tuple, list)) or len(got) != len(arg_trees):
+                raise TypeError(f"custom_vjp bwd must return a tuple of {len(arg_trees)} cotangents (one per argument)")
             out: List[_g.Handle] = []
             k = 0
-            for a, g in zip(args, got):
-                a_tree = tree_flatten(a)[1]
+            for a_tree, g in zip(arg_trees, got):
                 g_leaves = [None] * a_tree.num_leaves if g is None else tree_flatten(g)[0]
                 if len(g_leaves) != a_tree.num_leaves:
                     raise TypeError(f"custom_vjp bwd: a cotangent has {len(g_leaves)} leaves, its argument {a_tree.num_leaves}")
