@@ -34,7 +34,8 @@ impl Program {
     /// Parses and checks `source` (named `file` in diagnostics).
     #[new]
     fn new(file: String, source: String) -> PyResult<Program> {
-        let module = Module::from_source(&file, &source).map_err(|ds| GraftError::new_err(render_all(&ds, &file, &source)))?;
+        let module =
+            Module::from_source(&file, &source).map_err(|ds| GraftError::new_err(render_all(&ds, &file, &source)))?;
         module.check().map_err(|ds| GraftError::new_err(render_all(&ds, &file, &source)))?;
         Ok(Program { file, module })
     }
