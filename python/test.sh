@@ -9,7 +9,12 @@ cd "$(dirname "$0")/.."
 VENV="${GRAFT_PY_VENV:-target/pyvenv}"
 PY="${PYTHON:-python3}"
 if [ ! -x "$VENV/bin/python" ]; then
-  "$PY" -m venv "$VENV"
+  # Debian's python3 lacks `venv` without python3-venv; virtualenv (from pip) does not.
+  "$PY" -m venv "$VENV" 2>/dev/null || {
+    rm -rf "$VENV"
+    "$PY" -m pip install --quiet --user virtualenv 2>/dev/null || "$PY" -m pip install --quiet --break-system-packages --user virtualenv
+    "$PY" -m virtualenv --quiet "$VENV"
+  }
 fi
 need=()
 for mod in maturin pytest numpy jax; do

@@ -2,8 +2,11 @@
 
 Keys are ``int32[2]`` arrays holding the same 64 bits as
 ``jax.random.PRNGKey`` (which uses ``uint32[2]``); graft's Threefry-2x32
-gives the same bits as JAX for the same key. On a NumPy key each function
-runs eagerly through ``graft.jit``; on a traced key it records the draw.
+gives the same bits as JAX for the same key in ``key``, ``split``,
+``uniform`` and ``bernoulli`` (tested against ``jax.random``). ``normal``
+(Box-Muller) and ``randint`` (modulo) draw from the right distributions
+but not JAX's bits. On a NumPy key each function runs eagerly through
+``graft.jit``; on a traced key it records the draw.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = _np.float32, minva
 
 
 def normal(key: Any, shape: Sequence[int] = (), dtype: Any = _np.float32) -> Any:
-    """Standard normal floats."""
+    """Standard normal floats (Box-Muller: not ``jax.random.normal``'s bits)."""
     s, d = _shape(shape), _np.dtype(dtype).name
     return _run("normal", (tuple(s), d), lambda k: Tracer(_g.random_normal(k._h, s, d)), key)
 
@@ -80,6 +83,6 @@ def bernoulli(key: Any, p: float = 0.5, shape: Sequence[int] = ()) -> Any:
 
 
 def randint(key: Any, shape: Sequence[int], minval: int, maxval: int, dtype: Any = _np.int32) -> Any:
-    """Integers uniform in ``[minval, maxval)``."""
+    """Integers uniform in ``[minval, maxval)`` (not ``jax.random.randint``'s bits)."""
     s, d = _shape(shape), _np.dtype(dtype).name
     return _run("randint", (tuple(s), int(minval), int(maxval), d), lambda k: Tracer(_g.random_randint(k._h, s, int(minval), int(maxval), d)), key)

@@ -195,3 +195,13 @@ def test_tracer_indexing_and_methods():
     wants = (x[1], x[:, 2], x[None, 1:3, ::2], x[..., -1], x[[0, 2]], x.T.reshape(-1), x.astype(np.float32))
     for o, w in zip(outs, wants):
         np.testing.assert_allclose(o, w, rtol=1e-6)
+
+
+def test_training_example_learns():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_mlp", REPO / "examples" / "python" / "train_mlp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    loss, acc = mod.main()
+    assert loss < 0.1 and acc > 0.95
