@@ -12,6 +12,7 @@ as one call into the enclosing trace, so transforms compose to any depth.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -19,7 +20,8 @@ import numpy as np
 from . import _graft as _g
 from ._tracer import Tracer, lift, to_array
 from ._tree import TreeDef, tree_flatten, tree_unflatten
-from ._scope import Scope, run_in
+from . import _scope
+from ._scope import Scope, mapping, run_in
 
 __all__ = [
     "jit",
@@ -86,42 +88,63 @@ def _to_handle(x: Any, ctx: Optional[Tracer], where: str) -> _g.Handle:
     return lift(x, ctx, where)._h
 
 
-def _call(fn: _g.Function, leaves: Sequence[Any], tree: Optional[TreeDef] = None) -> List[Any]:
-    """Runs ``fn`` on concrete leaves (NumPy out), or emits it into the
-    enclosing trace when any leaf is a tracer (tracers out)."""
-    ctx = next((x for x in leaves if isinstance(x, Tracer)), None)
-    if ctx is not None:
-        hs = [_to_handle(x, ctx, f"argument {i}") for i, x in enumerate(leaves)]
-        return [Tracer(h) for h in fn.apply(hs)]
-    arrays = [to_array(x, _where(tree, i) if tree is not None else f"argument {i}") for i, x in enumerate(leaves)]
-    return fn.call(arrays)
-
-
 class _Traced:
     """A Python function specialised to one input structure: a
     ``_graft.Function`` over the flat leaves, remembering the output
-    structure of the last trace."""
+    structure of the last trace.
 
-    def __init__(self, f: Callable, in_tree: TreeDef, name: str):
+    Values the function captures from enclosing traces become trailing
+    inputs: :meth:`probe` traces it once to find them, and while
+    ``order`` lists them (during :func:`_run`) the body maps each to the
+    input after the leaves at its position."""
+
+    def __init__(self, f: Callable, in_tree: TreeDef, name: str, capture: bool = True):
         self.in_tree = in_tree
         self.out_tree: Optional[TreeDef] = None
         self.out_float: List[bool] = []
         self.transformed: Dict[Hashable, _g.Function] = {}
+        self.capture = capture
+        self.probing = False
+        self.found: List[_g.Handle] = []
+        self.order: List[_g.Handle] = []
+        n = in_tree.num_leaves
+        what = f"the function {name}"
+        # The body is held by the native Function, which the garbage
+        # collector cannot see through: a strong reference back to this
+        # object would make a cycle it never frees (keeping alive whatever
+        # `f` closes over, tracers of an enclosing trace included).
+        me = weakref.ref(self)
 
         def body(handles: List[_g.Handle]) -> List[_g.Handle]:
-            # A vjp layer first traces at primals + cotangents to count the
-            # outputs (graft's convention: extra inputs are ignored).
-            scope = Scope(handles[0], f"the transformed function {name}", capture=False) if handles else None
-            return run_in(scope, lambda: inner(handles))
+            self = me()
+            if not handles or self is None:
+                return inner(handles)
+            if not self.capture:
+                scope = Scope(handles[0], f"{what} (a custom-rule function)", capture=False)
+            elif self.probing:
+                scope = Scope(handles[0], what)
+            else:
+                k = len(self.order)
+                scope = mapping(handles[0], what, self.order, list(handles[n : n + k]))
+            try:
+                return run_in(scope, lambda: inner(handles))
+            finally:
+                if self.probing:
+                    self.found = list(scope.captured)
 
         def inner(handles: List[_g.Handle]) -> List[_g.Handle]:
-            tracers = [Tracer(h) for h in handles[: in_tree.num_leaves]]
+            # A vjp layer first traces at primals + cotangents to count the
+            # outputs (graft's convention: extra inputs are ignored).
+            tracers = [Tracer(h) for h in handles[:n]]
             args, kwargs = tree_unflatten(in_tree, tracers)
             out = f(*args, **kwargs)
-            leaves, self.out_tree = tree_flatten(out)
+            leaves, out_tree = tree_flatten(out)
             ctx = tracers[0] if tracers else None
             hs = [_to_handle(x, ctx, f"output {i} of {name}") for i, x in enumerate(leaves)]
-            self.out_float = [np.dtype(h.dtype).kind == "f" for h in hs]
+            self = me()
+            if self is not None:
+                self.out_tree = out_tree
+                self.out_float = [np.dtype(h.dtype).kind == "f" for h in hs]
             return hs
 
         self.fn = _g.Function(name, body)
@@ -133,9 +156,65 @@ class _Traced:
             self.transformed[key] = fn
         return fn
 
+    def probe(self, types: List[Tuple[List[int], str]]) -> Tuple[List[_g.Handle], List[Tuple[List[int], str]]]:
+        """Traces the function at ``types``: the values it captures from
+        enclosing traces, and its output types (``out_tree`` is set)."""
+        saved = (self.probing, self.found)
+        self.probing, self.found = True, []
+        try:
+            otypes = self.fn.output_types(types)
+            return list(self.found), otypes
+        finally:
+            self.probing, self.found = saved
+
+
+def _leaf_types(leaves: Sequence[Any], tree: Optional[TreeDef]) -> List[Tuple[List[int], str]]:
+    return [_type_of(x, _where(tree, i) if tree is not None else f"argument {i}") for i, x in enumerate(leaves)]
+
+
+def _run(
+    t: _Traced,
+    key: Hashable,
+    make: Callable[[int], _g.Function],
+    leaves: Sequence[Any],
+    tree: Optional[TreeDef],
+    tail: Sequence[Any] = (),
+) -> List[Any]:
+    """Runs ``make(k)`` (the transformed function taking ``k`` captured
+    values after the leaves) on ``leaves + captured + tail``: compiled and
+    run on NumPy arrays at top level, emitted into the enclosing trace when
+    a leaf is a tracer or the function captures traced values."""
+    leaves, tail = list(leaves), list(tail)
+    ctx = next((x for x in leaves + tail if isinstance(x, Tracer)), None)
+    captured: List[_g.Handle] = []
+    if t.capture and _scope.active():
+        captured, _ = t.probe(_leaf_types(leaves, tree))
+    if ctx is None and not captured:
+        fn = t.get((key, 0), lambda: make(0))
+        where = [_where(tree, i) if tree is not None else f"argument {i}" for i in range(len(leaves))]
+        arrays = [to_array(x, w) for x, w in zip(leaves, where)] + [to_array(x, "argument") for x in tail]
+        t.order = []
+        return fn.call(arrays)
+    k = len(captured)
+    c = ctx if ctx is not None else Tracer(captured[0])
+    hs = (
+        [lift(x, c, f"argument {i}")._h for i, x in enumerate(leaves)]
+        + [_scope.resolve(h) for h in captured]
+        + [lift(x, c, "argument")._h for x in tail]
+    )
+    fn = t.get((key, k), lambda: make(k))
+    saved = t.order
+    t.order = captured
+    try:
+        return [Tracer(h) for h in fn.apply(hs)]
+    finally:
+        t.order = saved
+
 
 class _Wrapped:
     """Shared machinery: a Python function and its per-structure traces."""
+
+    _capture = True
 
     def __init__(self, f: Callable):
         self._f = f
@@ -145,7 +224,7 @@ class _Wrapped:
     def _traced(self, tree: TreeDef) -> _Traced:
         t = self._by_tree.get(tree)
         if t is None:
-            t = _Traced(self._f, tree, _name(self._f))
+            t = _Traced(self._f, tree, _name(self._f), capture=self._capture)
             self._by_tree[tree] = t
         return t
 
@@ -173,7 +252,7 @@ class Jitted(_Wrapped):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree, t = self._flat(args, kwargs)
-        outs = _call(t.fn, leaves, tree)
+        outs = _run(t, "jit", lambda k: t.fn, leaves, tree)
         return tree_unflatten(t.out_tree, outs)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
@@ -185,7 +264,7 @@ class Jitted(_Wrapped):
 
     def _cache_size(self) -> int:
         """How many compilations are cached (JAX's ``_cache_size``)."""
-        return sum(t.fn.cache_size() for t in self._by_tree.values())
+        return sum(fn.cache_size() for t in self._by_tree.values() for fn in t.transformed.values())
 
 
 def jit(f: Callable) -> Jitted:
@@ -229,8 +308,7 @@ def _regroup(argnums: ArgNums, trees: List[TreeDef], leaves: Sequence[Any]) -> A
 def _vjp_with_aux(t: _Traced, leaves: List[Any], tree: TreeDef, positions: List[int], fname: str):
     """Reverse mode of ``f -> (value, aux)``: the ``vjp`` transform with
     cotangent 1 for the value and 0 for every float leaf of ``aux``."""
-    types = [_type_of(x, _where(tree, i)) for i, x in enumerate(leaves)]
-    otypes = t.fn.output_types(types)
+    _, otypes = t.probe(_leaf_types(leaves, tree))
     out_tree = t.out_tree
     if out_tree is None or out_tree.kind not in ("tuple", "list") or len(out_tree.children) != 2:
         raise TypeError(f"{fname} with has_aux=True: the function must return a pair (value, aux), got {out_tree!r}")
@@ -244,8 +322,7 @@ def _vjp_with_aux(t: _Traced, leaves: List[Any], tree: TreeDef, positions: List[
         for k, (shape, dt) in enumerate(otypes)
         if dt.startswith("float")
     ]
-    fn = t.get(("vjp", tuple(positions)), lambda: t.fn.transform("vjp", wrt=positions))
-    outs = _call(fn, list(leaves) + cts, tree)
+    outs = _run(t, ("vjp", tuple(positions)), lambda k: t.fn.transform("vjp", wrt=positions), leaves, tree, cts)
     n = len(otypes)
     aux = tree_unflatten(out_tree.children[1], outs[1:n])
     return outs[0], aux, outs[n:]
@@ -267,8 +344,7 @@ class _Grad(_Wrapped):
             g = _regroup(self._argnums, trees, grads)
             return ((value, aux), g) if self._with_value else (g, aux)
         kind = "value_and_grad" if self._with_value else "grad"
-        fn = t.get((kind, tuple(positions)), lambda: t.fn.transform(kind, wrt=positions))
-        outs = _call(fn, leaves, tree)
+        outs = _run(t, (kind, tuple(positions)), lambda k: t.fn.transform(kind, wrt=positions), leaves, tree)
         if self._with_value:
             return outs[0], _regroup(self._argnums, trees, outs[1:])
         return _regroup(self._argnums, trees, outs)
@@ -308,8 +384,9 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> Tuple[A
             raise TypeError(
                 f"jvp: tangent {i} has type {_type_of(d, 'tangent')}, its primal {_type_of(p, 'primal')}"
             )
-    fn = t.get(("jvp",), lambda: t.fn.transform("jvp"))
-    outs = _call(fn, list(p_leaves) + [d for d, isf in zip(t_leaves, fl) if isf], p_tree)
+    fpos = [i for i, isf in enumerate(fl) if isf]
+    tans = [d for d, isf in zip(t_leaves, fl) if isf]
+    outs = _run(t, ("jvp",), lambda k: t.fn.transform("jvp", wrt=fpos), p_leaves, p_tree, tans)
     n = len(outs) // 2
     return tree_unflatten(t.out_tree, outs[:n]), tree_unflatten(t.out_tree, outs[n:])
 
@@ -346,7 +423,7 @@ def vjp(f: Callable, *primals: Any) -> Any:
     w = _wrapped(f)
     t = w._traced(p_tree)
     fl = _float_leaves(p_leaves)
-    traced = any(isinstance(x, Tracer) for x in p_leaves)
+    traced = any(isinstance(x, Tracer) for x in p_leaves) or _scope.active()
     if not traced:
         arrays = [to_array(x, _where(p_tree, i)) for i, x in enumerate(p_leaves)]
         outs, lm = t.fn.pullback(arrays)
@@ -358,13 +435,13 @@ def vjp(f: Callable, *primals: Any) -> Any:
             return tree_unflatten(p_tree, _expand_inputs(p_leaves, fl, grads))[0]
 
         return tree_unflatten(out_tree, outs), vjp_fn
-    outs = _call(t.fn, p_leaves, p_tree)
+    outs = _run(t, "jit", lambda k: t.fn, p_leaves, p_tree)
     out_tree, out_float = t.out_tree, list(t.out_float)
-    fn = t.get(("vjp", None), lambda: t.fn.transform("vjp"))
+    fpos = [i for i, isf in enumerate(fl) if isf]
 
     def vjp_fn_traced(ct: Any) -> Tuple[Any, ...]:
         cts = _cotangent_leaves("vjp", out_tree, out_float, ct)
-        res = _call(fn, list(p_leaves) + cts, p_tree)
+        res = _run(t, ("vjp", tuple(fpos)), lambda k: t.fn.transform("vjp", wrt=fpos), p_leaves, p_tree, cts)
         return tree_unflatten(p_tree, _expand_inputs(p_leaves, fl, res[len(outs) :]))[0]
 
     return tree_unflatten(out_tree, outs), vjp_fn_traced
@@ -384,7 +461,7 @@ def linearize(f: Callable, *primals: Any) -> Tuple[Any, Callable]:
             raise ValueError(f"linearize: tangents {d_tree!r} do not match primals {p_tree!r}")
         return [d for d, isf in zip(d_leaves, fl) if isf]
 
-    if not any(isinstance(x, Tracer) for x in p_leaves):
+    if not any(isinstance(x, Tracer) for x in p_leaves) and not _scope.active():
         arrays = [to_array(x, _where(p_tree, i)) for i, x in enumerate(p_leaves)]
         outs, lm = t.fn.linearize(arrays)
         out_tree = t.out_tree
@@ -394,12 +471,12 @@ def linearize(f: Callable, *primals: Any) -> Tuple[Any, Callable]:
             return tree_unflatten(out_tree, res)
 
         return tree_unflatten(out_tree, outs), f_jvp
-    outs = _call(t.fn, p_leaves, p_tree)
+    outs = _run(t, "jit", lambda k: t.fn, p_leaves, p_tree)
     out_tree = t.out_tree
-    fn = t.get(("jvp",), lambda: t.fn.transform("jvp"))
+    fpos = [i for i, isf in enumerate(fl) if isf]
 
     def f_jvp_traced(*tangents: Any) -> Any:
-        res = _call(fn, list(p_leaves) + float_tangents(tangents), p_tree)
+        res = _run(t, ("jvp",), lambda k: t.fn.transform("jvp", wrt=fpos), p_leaves, p_tree, float_tangents(tangents))
         return tree_unflatten(out_tree, res[len(outs) :])
 
     return tree_unflatten(out_tree, outs), f_jvp_traced
@@ -442,7 +519,7 @@ class _Vmap(_Wrapped):
         out_axes = self._out_axes
         if isinstance(out_axes, int):
             key = ("vmap", tuple(axes), out_axes)
-            fn = t.get(key, lambda: t.fn.transform("vmap", in_axes=axes, out_axis=out_axes))
+            make = lambda k: t.fn.transform("vmap", in_axes=axes + [None] * k, out_axis=out_axes)  # noqa: E731
         else:
             # The output structure is needed to expand a prefix: trace the
             # function once per example (the batch axes removed).
@@ -454,12 +531,12 @@ class _Vmap(_Wrapped):
                         raise ValueError(f"vmap: in_axes {a} is out of range for argument leaf {i} of shape {tuple(shape)}")
                     shape = shape[: a % len(shape)] + shape[a % len(shape) + 1 :]
                 per.append((shape, dt))
-            t.fn.output_types(per)
+            t.probe(per)
             outs_placeholder = tree_unflatten(t.out_tree, [0] * t.out_tree.num_leaves)
             oaxes = _prefix_axes(out_axes, outs_placeholder, "out_axes")
             key = ("vmap", tuple(axes), tuple(oaxes))
-            fn = t.get(key, lambda: t.fn.transform("vmap", in_axes=axes, out_axes=oaxes))
-        outs = _call(fn, leaves, tree)
+            make = lambda k: t.fn.transform("vmap", in_axes=axes + [None] * k, out_axes=oaxes)  # noqa: E731
+        outs = _run(t, key, make, leaves, tree)
         return tree_unflatten(t.out_tree, outs)
 
 
@@ -487,8 +564,7 @@ class _Jac(_Wrapped):
                 f"{self._kind}: argument {self._argnums} must be a single array (it has {len(positions)} leaves)"
             )
         pos = positions[0]
-        fn = t.get((self._kind, pos), lambda: t.fn.transform(self._kind, index=pos))
-        return _call(fn, leaves, tree)[0]
+        return _run(t, (self._kind, pos), lambda k: t.fn.transform(self._kind, index=pos), leaves, tree)[0]
 
 
 def jacfwd(f: Callable, argnums: int = 0) -> Callable:
@@ -519,8 +595,8 @@ class _Checkpoint(_Wrapped):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, tree, t = self._flat(args, kwargs)
-        fn = t.get(("checkpoint", self._policy), lambda: t.fn.transform("checkpoint", policy=self._policy))
-        outs = _call(fn, leaves, tree)
+        make = lambda k: t.fn.transform("checkpoint", policy=self._policy)  # noqa: E731
+        outs = _run(t, ("checkpoint", self._policy), make, leaves, tree)
         return tree_unflatten(t.out_tree, outs)
 
 
@@ -551,6 +627,8 @@ class custom_jvp(_Wrapped):
 
     Every derivative of ``f`` (forward, reverse, any order) uses the rule.
     """
+
+    _capture = False
 
     def __init__(self, fun: Callable):
         super().__init__(fun)
@@ -604,8 +682,7 @@ class custom_jvp(_Wrapped):
             ]
             return oh + dh
 
-        fn = t.get(("custom_jvp", id(rule)), lambda: t.fn.custom_jvp(rule_body))
-        outs = _call(fn, leaves, tree)
+        outs = _run(t, ("custom_jvp", id(rule)), lambda k: t.fn.custom_jvp(rule_body), leaves, tree)
         return tree_unflatten(t.out_tree, outs)
 
 
@@ -620,6 +697,8 @@ class custom_vjp(_Wrapped):
 
     ``bwd`` returns one cotangent per positional argument (``None``: zero).
     """
+
+    _capture = False
 
     def __init__(self, fun: Callable):
         super().__init__(fun)
@@ -700,8 +779,7 @@ class custom_vjp(_Wrapped):
                         out.append(lift(gl, ctx, "custom_vjp bwd cotangent")._h)
             return out
 
-        fn = t.get(("custom_vjp", id(fwd), id(bwd)), lambda: t.fn.custom_vjp(fwd_body, bwd_body))
-        outs = _call(fn, leaves, tree)
+        outs = _run(t, ("custom_vjp", id(fwd), id(bwd)), lambda k: t.fn.custom_vjp(fwd_body, bwd_body), leaves, tree)
         return tree_unflatten(t.out_tree, outs)
 
 

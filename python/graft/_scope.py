@@ -3,9 +3,10 @@
 Every traced Python body (a ``jit``/transform function, a loop body, a
 branch) runs inside a :class:`Scope` naming its trace. A tracer of another
 (enclosing) trace used there is *captured*: ``lax`` bodies take captured
-values as extra loop-invariant inputs (a first, throwaway trace finds them;
-the real one maps them), as JAX's closure conversion does. Transformed
-functions do not capture yet: they must take such values as arguments.
+values as extra loop-invariant inputs, and transformed functions as extra
+trailing inputs that no transform differentiates or batches (a first,
+throwaway trace finds them; the real one maps them), as JAX's closure
+conversion does. Custom-rule functions do not capture.
 """
 
 from __future__ import annotations
@@ -38,13 +39,32 @@ class Scope:
             )
         k = self._index.get(id(h))
         if k is None:
+            if self.consts is not None:
+                raise TypeError(
+                    f"{self.what} uses a traced value ({h!r}) of a trace that is not an enclosing one "
+                    "(a tracer kept from an earlier trace?)"
+                )
             k = len(self.captured)
             self._index[id(h)] = k
             self.captured.append(h)
-        if self.consts is not None and k < len(self.consts):
+        if self.consts is not None:
             return self.consts[k]
         # Finding captures: a stand-in of the same type in this trace.
         return _g.full(self.ctx, h.shape, 0.0, h.dtype)
+
+
+def mapping(ctx: _g.Handle, what: str, captured: List[_g.Handle], consts: List[_g.Handle]) -> Scope:
+    """A scope that maps each of ``captured`` (by identity) to the input of
+    the same position in ``consts``."""
+    sc = Scope(ctx, what, consts=list(consts))
+    sc.captured = list(captured)
+    sc._index = {id(h): i for i, h in enumerate(captured)}
+    return sc
+
+
+def active() -> bool:
+    """Whether a body is being traced on this thread."""
+    return bool(getattr(_local, "stack", None))
 
 
 def _stack() -> List[Scope]:

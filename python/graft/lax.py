@@ -19,7 +19,7 @@ from . import _graft as _g
 from ._api import jit
 from ._tracer import Tracer, lift, to_array
 from ._tree import TreeDef, tree_flatten, tree_unflatten
-from ._scope import Scope, resolve, run_in
+from ._scope import Scope, mapping, resolve, run_in
 
 __all__ = ["scan", "cond", "switch", "fori_loop", "while_loop", "stop_gradient"]
 
@@ -72,9 +72,7 @@ def _convert(bodies: Sequence[Callable[[List[_g.Handle]], List[_g.Handle]]], typ
         def run(hs: List[_g.Handle]) -> List[_g.Handle]:
             consts, rest = hs[:n], hs[n:]
             # map every capture (by identity) to its const input
-            sc = Scope(rest[0] if rest else hs[0], what, consts=[consts[index[id(h)]] for h in found])
-            sc._index = {id(h): i for i, h in enumerate(found)}
-            sc.captured = list(found)
+            sc = mapping(rest[0] if rest else hs[0], what, found, consts)
             return run_in(sc, lambda: body(rest))
 
         return run

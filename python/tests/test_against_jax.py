@@ -367,3 +367,32 @@ def test_random_inside_jit_same_as_eager():
     k = graft.random.key(5)
     f = graft.jit(lambda key: graft.random.uniform(graft.random.split(key)[1], (4,)))
     np.testing.assert_array_equal(f(k), graft.random.uniform(graft.random.split(k)[1], (4,)))
+
+
+def test_closure_capture_in_transforms_and_loops():
+    # Values of an enclosing trace used (not passed) inside a transform or
+    # a loop body, and derivatives flowing through them, as in JAX.
+    def f(m, grad, lax, x, a):
+        inner = grad(lambda y: m.sum(x * y ** 2))(x)           # captures x
+        c, _ = lax.scan(lambda c, v: (c * a + v, c), m.zeros_like(x[0]), x)  # captures a
+        w = lax.while_loop(lambda s: s < a * 10.0, lambda s: s * 2.0 + a, a)   # captures a
+        return m.sum(inner * c) + w
+
+    x = rng.standard_normal(4)
+    a = np.float64(0.7)
+    gx = lambda *v: f(gnp, graft.grad, glax, *v)
+    jx = lambda *v: f(jnp, jax.grad, jax.lax, *v)
+    close(graft.jit(gx)(x, a), jx(x, a))
+    # JAX has no reverse mode for while_loop; its forward-mode gradient is the reference.
+    tree_close(graft.grad(gx, argnums=(0, 1))(x, a), jax.jacfwd(jx, argnums=(0, 1))(x, a))
+    xs = rng.standard_normal((3, 4))
+    close(graft.vmap(gx, in_axes=(0, None))(xs, a), jax.vmap(jx, in_axes=(0, None))(xs, a))
+
+
+def test_grad_of_grad_through_capture():
+    g = lambda x: graft.grad(lambda y: x * y ** 2)(x)
+    j = lambda x: jax.grad(lambda y: x * y ** 2)(x)
+    x = np.float64(1.3)
+    close(graft.grad(g)(x), jax.grad(j)(x))
+    close(graft.hessian(lambda v: gnp.sum(graft.vmap(lambda e: e * v[0])(v) ** 2))(np.arange(1.0, 4.0)),
+          jax.hessian(lambda v: jnp.sum(jax.vmap(lambda e: e * v[0])(v) ** 2))(np.arange(1.0, 4.0)))
