@@ -248,29 +248,88 @@ class Lowered:
 
 
 class Jitted(_Wrapped):
-    """A function compiled by graft once per input structure, shapes and dtypes."""
+    """A function compiled by graft once per input structure, shapes and
+    dtypes (and values of the static arguments)."""
+
+    def __init__(self, f: Callable, static_argnums: Sequence[int] = (), static_argnames: Sequence[str] = ()):
+        super().__init__(f)
+        self._static_argnums = tuple(static_argnums)
+        self._static_argnames = tuple(static_argnames)
+        self._by_static: Dict[Hashable, "Jitted"] = {}
+
+    def _split_static(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional["Jitted"]:
+        """The function of the dynamic arguments for these static values."""
+        if not self._static_argnums and not self._static_argnames:
+            return None
+        nums = {n % len(args) for n in self._static_argnums if -len(args) <= n < len(args)}
+        static = tuple((i, args[i]) for i in sorted(nums)) + tuple(
+            sorted((k, v) for k, v in kwargs.items() if k in self._static_argnames)
+        )
+        try:
+            hash(static)
+            key = static
+        except TypeError as e:
+            raise TypeError(f"jit: static arguments must be hashable: {e}") from None
+        j = self._by_static.get(key)
+        if j is None:
+            f = self._f
+            fixed = dict(static[: len(nums)])
+            fixed_kw = dict(static[len(nums) :])
+
+            def dynamic(*dyn: Any, **kw: Any) -> Any:
+                it = iter(dyn)
+                full = [fixed[i] if i in fixed else next(it) for i in range(len(dyn) + len(fixed))]
+                return f(*full, **kw, **fixed_kw)
+
+            dynamic.__name__ = _name(f)
+            j = Jitted(dynamic)
+            self._by_static[key] = j
+        return j
+
+    def _dynamic(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple["Jitted", Tuple[Any, ...], Dict[str, Any]]:
+        j = self._split_static(args, kwargs)
+        if j is None:
+            return self, args, kwargs
+        nums = {n % len(args) for n in self._static_argnums if -len(args) <= n < len(args)}
+        dyn = tuple(a for i, a in enumerate(args) if i not in nums)
+        kw = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+        return j, dyn, kw
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, tree, t = self._flat(args, kwargs)
+        j, args, kwargs = self._dynamic(args, kwargs)
+        leaves, tree, t = j._flat(args, kwargs)
         outs = _run(t, "jit", lambda k: t.fn, leaves, tree)
         return tree_unflatten(t.out_tree, outs)
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Traces at the types of the arguments (arrays, tracers or
         :class:`ShapeDtypeStruct`) without running; ``.as_text()`` is the IR."""
+        j, args, kwargs = self._dynamic(args, kwargs)
         leaves, tree = tree_flatten((tuple(args), dict(kwargs)), is_leaf=lambda x: isinstance(x, ShapeDtypeStruct))
-        t = self._traced(tree)
+        t = j._traced(tree)
         return Lowered(t.fn.lower_text([_type_of(x, _where(tree, i)) for i, x in enumerate(leaves)]))
 
     def _cache_size(self) -> int:
         """How many compilations are cached (JAX's ``_cache_size``)."""
-        return sum(fn.cache_size() for t in self._by_tree.values() for fn in t.transformed.values())
+        own = sum(fn.cache_size() for t in self._by_tree.values() for fn in t.transformed.values())
+        return own + sum(j._cache_size() for j in self._by_static.values())
 
 
-def jit(f: Callable) -> Jitted:
+def jit(
+    f: Optional[Callable] = None, *, static_argnums: Union[int, Sequence[int]] = (), static_argnames: Union[str, Sequence[str]] = ()
+) -> Any:
     """Compiles ``f`` with graft: traced once per input structure, shapes
-    and dtypes, then run from the cache. Results are NumPy arrays."""
-    return f if isinstance(f, Jitted) else Jitted(f)
+    and dtypes, then run from the cache. Results are NumPy arrays.
+    ``static_argnums``/``static_argnames`` name arguments passed as Python
+    values (hashable; one compilation per value) instead of arrays.
+    Usable as ``@jit`` or ``@jit(static_argnums=...)``."""
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    if f is None:
+        return lambda g: jit(g, static_argnums=nums, static_argnames=names)
+    if isinstance(f, Jitted) and not nums and not names:
+        return f
+    return Jitted(f, nums, names)
 
 
 def _argnums_positions(args: Tuple[Any, ...], argnums: ArgNums, fname: str) -> Tuple[List[int], List[TreeDef]]:

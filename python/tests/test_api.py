@@ -205,3 +205,23 @@ def test_training_example_learns():
     spec.loader.exec_module(mod)
     loss, acc = mod.main()
     assert loss < 0.1 and acc > 0.95
+
+
+def test_jit_static_argnums():
+    calls = []
+
+    def f(x, n, *, mode):
+        calls.append((n, mode))
+        y = x
+        for _ in range(n):
+            y = gnp.sin(y) if mode == "sin" else gnp.cos(y)
+        return y
+
+    j = graft.jit(f, static_argnums=1, static_argnames="mode")
+    x = rng.standard_normal(3)
+    np.testing.assert_allclose(j(x, 2, mode="sin"), np.sin(np.sin(x)), rtol=1e-14)
+    np.testing.assert_allclose(j(x, 1, mode="cos"), np.cos(x), rtol=1e-14)
+    j(x * 2, 2, mode="sin")
+    assert calls == [(2, "sin"), (1, "cos")]
+    with pytest.raises(TypeError, match="hashable"):
+        j(x, [1], mode="sin")
