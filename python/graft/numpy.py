@@ -648,7 +648,14 @@ def _getitem(x: Tracer, index: Any) -> Tracer:
             squeeze_axes.append(axis)
             axis += 1
         elif isinstance(i, (Tracer, _np.ndarray, list)):
-            idx = lift(i, x, "indexing") if not isinstance(i, list) else lift(_np.asarray(i), x, "indexing")
+            if not isinstance(i, Tracer):
+                i = _np.asarray(i)
+                if i.dtype.kind in "iu":
+                    n = out.shape[axis]
+                    if ((i < -n) | (i >= n)).any():
+                        raise IndexError(f"an index in {i.tolist()} is out of bounds for axis {axis} with size {n}")
+                    i = _np.where(i < 0, i + n, i)  # NumPy's negative indices (graft's take clamps)
+            idx = lift(i, x, "indexing")
             if idx.dtype.kind not in "iu":
                 raise TypeError(f"graft indexes with integer arrays only, got {idx.dtype.name} (boolean masks have no static shape)")
             out = Tracer(_g.take(out._h, idx._h, axis))
