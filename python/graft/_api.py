@@ -474,10 +474,12 @@ def _expand_inputs(p_leaves: List[Any], fl: List[bool], vals: List[Any]) -> List
     return out
 
 
-def vjp(f: Callable, *primals: Any) -> Any:
+def vjp(f: Callable, *primals: Any, has_aux: bool = False) -> Any:
     """Reverse mode: ``(f(*primals), vjp_fn)`` where ``vjp_fn(cotangent)``
-    returns one cotangent per primal (zeros for integer leaves). On NumPy
-    inputs the forward pass runs once and ``vjp_fn`` reuses its residuals."""
+    returns one cotangent per primal (zeros for integer leaves). With
+    ``has_aux``, ``f`` returns ``(out, aux)`` and the result is
+    ``(out, vjp_fn, aux)``. On NumPy inputs the forward pass runs once and
+    ``vjp_fn`` reuses its residuals."""
     p_leaves, p_tree = tree_flatten((tuple(primals), {}))
     w = _wrapped(f)
     t = w._traced(p_tree)
@@ -486,24 +488,32 @@ def vjp(f: Callable, *primals: Any) -> Any:
     if not traced:
         arrays = [to_array(x, _where(p_tree, i)) for i, x in enumerate(p_leaves)]
         outs, lm = t.fn.pullback(arrays)
-        out_tree, out_float = t.out_tree, list(t.out_float)
-
-        def vjp_fn(ct: Any) -> Tuple[Any, ...]:
-            cts = _cotangent_leaves("vjp", out_tree, out_float, ct)
-            grads = lm.call([to_array(c, "cotangent") for c in cts])
-            return tree_unflatten(p_tree, _expand_inputs(p_leaves, fl, grads))[0]
-
-        return tree_unflatten(out_tree, outs), vjp_fn
-    outs = _run(t, "jit", lambda k: t.fn, p_leaves, p_tree)
+    else:
+        outs = _run(t, "jit", lambda k: t.fn, p_leaves, p_tree)
     out_tree, out_float = t.out_tree, list(t.out_float)
+    main_tree, n_main = out_tree, len(outs)
+    if has_aux:
+        if out_tree.kind not in ("tuple", "list") or len(out_tree.children) != 2:
+            raise TypeError(f"vjp with has_aux=True: the function must return a pair (out, aux), got {out_tree!r}")
+        main_tree = out_tree.children[0]
+        n_main = main_tree.num_leaves
+    # Cotangents of the aux outputs' float leaves are zero.
+    aux_zeros = [np.zeros(_type_of(o, "aux")[0], dtype=_type_of(o, "aux")[1]) for o, isf in zip(outs[n_main:], out_float[n_main:]) if isf]
     fpos = [i for i, isf in enumerate(fl) if isf]
 
-    def vjp_fn_traced(ct: Any) -> Tuple[Any, ...]:
-        cts = _cotangent_leaves("vjp", out_tree, out_float, ct)
-        res = _run(t, ("vjp", tuple(fpos)), lambda k: t.fn.transform("vjp", wrt=fpos), p_leaves, p_tree, cts)
-        return tree_unflatten(p_tree, _expand_inputs(p_leaves, fl, res[len(outs) :]))[0]
+    def vjp_fn(ct: Any) -> Tuple[Any, ...]:
+        cts = _cotangent_leaves("vjp", main_tree, out_float[:n_main], ct) + aux_zeros
+        if not traced:
+            grads = lm.call([to_array(c, "cotangent") for c in cts])
+        else:
+            make = lambda k: t.fn.transform("vjp", wrt=fpos)  # noqa: E731
+            grads = _run(t, ("vjp", tuple(fpos)), make, p_leaves, p_tree, cts)[len(outs) :]
+        return tree_unflatten(p_tree, _expand_inputs(p_leaves, fl, grads))[0]
 
-    return tree_unflatten(out_tree, outs), vjp_fn_traced
+    out = tree_unflatten(out_tree, outs)
+    if has_aux:
+        return out[0], vjp_fn, out[1]
+    return out, vjp_fn
 
 
 def linearize(f: Callable, *primals: Any) -> Tuple[Any, Callable]:

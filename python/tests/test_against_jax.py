@@ -396,3 +396,27 @@ def test_grad_of_grad_through_capture():
     close(graft.grad(g)(x), jax.grad(j)(x))
     close(graft.hessian(lambda v: gnp.sum(graft.vmap(lambda e: e * v[0])(v) ** 2))(np.arange(1.0, 4.0)),
           jax.hessian(lambda v: jnp.sum(jax.vmap(lambda e: e * v[0])(v) ** 2))(np.arange(1.0, 4.0)))
+
+
+@pytest.mark.parametrize("name,fn,shapes", CORPUS[:6], ids=[c[0] for c in CORPUS[:6]])
+def test_float32_value_and_grad(name, fn, shapes):
+    args = [a.astype(np.float32) for a in args_for(shapes)]
+    v, g = graft.value_and_grad(lambda *a: fn(gnp, *a))(*args)
+    vj, gj = jax.value_and_grad(lambda *a: fn(jnp, *a))(*args)
+    assert v.dtype == np.float32 and g.dtype == np.float32  # Python numbers do not promote
+    close(v, vj, rtol=2e-5, atol=1e-6)
+    close(g, gj, rtol=2e-4, atol=1e-5)
+
+
+def test_vjp_has_aux_and_inside_jit():
+    f = lambda m, x: (m.sin(x) * 2.0, {"n": m.sum(x), "i": x.shape[0]})
+    x = rng.standard_normal(3)
+    ct = rng.standard_normal(3)
+    out, pb, aux = graft.vjp(lambda a: f(gnp, a), x, has_aux=True)
+    outj, pbj, auxj = jax.vjp(lambda a: f(jnp, a), x, has_aux=True)
+    close(out, outj)
+    close(aux["n"], auxj["n"])
+    tree_close(pb(ct), pbj(ct))
+    # the same inside jit: the pullback is emitted into the trace
+    g = graft.jit(lambda a, c: graft.vjp(lambda v: f(gnp, v), a, has_aux=True)[1](c))(x, ct)
+    tree_close(g, pbj(ct))
