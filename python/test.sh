@@ -23,11 +23,12 @@ done
 if [ ${#need[@]} -gt 0 ]; then
   "$VENV/bin/python" -m pip install --quiet "${need[@]}"
 fi
-# The `test` profile (opt-level 1, dependencies at 2) shares graft's
-# compiled crates with `cargo test --workspace`, so this build only adds
-# the extension itself.
+# The dev profile: its dependencies (opt-level 2) are the ones
+# `cargo test --workspace` built, so this build adds graft's own crates at
+# opt-level 0 and the extension. (`--profile test` would build the library
+# as a test harness executable, which Python cannot load.)
 start=$(date +%s)
 VIRTUAL_ENV="$(cd "$VENV" && pwd)" PATH="$VENV/bin:$PATH" \
-  "$VENV/bin/maturin" develop --quiet --manifest-path python/Cargo.toml --profile test
+  "$VENV/bin/maturin" develop --quiet --manifest-path python/Cargo.toml
 echo "== graft Python package built in $(( $(date +%s) - start )) s"
 "$VENV/bin/python" -m pytest -q python/tests "$@"
