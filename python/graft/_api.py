@@ -12,6 +12,7 @@ as one call into the enclosing trace, so transforms compose to any depth.
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
@@ -104,9 +105,8 @@ class _Traced:
         self.out_float: List[bool] = []
         self.transformed: Dict[Hashable, _g.Function] = {}
         self.capture = capture
-        self.probing = False
-        self.found: List[_g.Handle] = []
-        self.order: List[_g.Handle] = []
+        # Per thread: two threads may trace this function at once.
+        self._tls = threading.local()
         n = in_tree.num_leaves
         what = f"the function {name}"
         # The body is held by the native Function, which the garbage
@@ -148,6 +148,30 @@ class _Traced:
             return hs
 
         self.fn = _g.Function(name, body)
+
+    @property
+    def probing(self) -> bool:
+        return getattr(self._tls, "probing", False)
+
+    @probing.setter
+    def probing(self, v: bool) -> None:
+        self._tls.probing = v
+
+    @property
+    def found(self) -> List[_g.Handle]:
+        return getattr(self._tls, "found", [])
+
+    @found.setter
+    def found(self, v: List[_g.Handle]) -> None:
+        self._tls.found = v
+
+    @property
+    def order(self) -> List[_g.Handle]:
+        return getattr(self._tls, "order", [])
+
+    @order.setter
+    def order(self, v: List[_g.Handle]) -> None:
+        self._tls.order = v
 
     def get(self, key: Hashable, make: Callable[[], _g.Function]) -> _g.Function:
         fn = self.transformed.get(key)

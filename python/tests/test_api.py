@@ -269,3 +269,24 @@ def test_every_public_function_is_documented():
             if (inspect.isfunction(obj) or inspect.isclass(obj)) and not (obj.__doc__ or "").strip():
                 missing.append(f"{mod.__name__}.{name}")
     assert missing == []
+
+
+def test_threads_trace_one_function_with_captures():
+    # Several threads trace (not only run) the same transformed function,
+    # whose inner function captures a traced value, at different shapes.
+    g = graft.jit(lambda x, a: graft.grad(lambda y: gnp.sum(a * y ** 2))(x))
+    errors, results = [], {}
+
+    def work(n):
+        try:
+            x = np.arange(1.0, n + 1.0)
+            results[n] = (g(x, np.float64(1.5)), 3.0 * x)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(n,)) for n in range(2, 8)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert errors == []
+    for got, want in results.values():
+        np.testing.assert_allclose(got, want, rtol=1e-14)
