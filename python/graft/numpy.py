@@ -27,7 +27,7 @@ __all__ = [
     "broadcast_to", "concatenate", "stack", "where", "tile", "repeat", "swapaxes", "ravel", "clip",
     "einsum", "astype", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
     "linspace", "asarray", "array", "float32", "float64", "int32", "int64", "bool_", "pi", "e", "inf", "nan",
-    "ndim", "shape", "size", "take", "logaddexp",
+    "ndim", "shape", "size", "take", "logaddexp", "sort", "argsort", "trace", "diag", "linalg",
 ]
 
 float32 = _np.float32
@@ -665,3 +665,43 @@ def _getitem(x: Tracer, index: Any) -> Tracer:
     if squeeze_axes:
         out = Tracer(_g.squeeze(out._h, squeeze_axes))
     return out
+
+
+# ---- sorting, diagonals, linear algebra ----
+
+def _sort(op: str, a: Any, axis: Optional[int]) -> Any:
+    if axis is None:
+        a, axis = ravel(a), 0
+    if isinstance(a, Tracer):
+        return Tracer(_g.sort(op, a._h, int(axis)))
+    return _eager(("sort", op, axis), lambda t: _sort(op, t, axis), to_array(a, op))
+
+
+def sort(a: Any, axis: Optional[int] = -1) -> Any:
+    """Sorted copy along ``axis`` (``None``: flattened)."""
+    return _sort("sort", a, axis)
+
+
+def argsort(a: Any, axis: Optional[int] = -1) -> Any:
+    """Indices (int32) that sort ``a`` along ``axis``."""
+    return _sort("argsort", a, axis)
+
+
+def trace(a: Any) -> Any:
+    """Sum of the diagonal of the last two axes."""
+    from ._linalg import _one
+
+    return _one("trace", a)
+
+
+def diag(v: Any) -> Any:
+    """The square matrix with vector ``v`` on its diagonal (graft builds
+    diagonal matrices only; it does not extract diagonals)."""
+    from ._linalg import _one
+
+    if ndim(v) != 1:
+        raise TypeError(f"graft.numpy.diag takes a vector, got rank {ndim(v)}")
+    return _one("diag", v)
+
+
+from . import _linalg as linalg  # noqa: E402

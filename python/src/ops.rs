@@ -293,6 +293,45 @@ fn einsum(spec: &str, xs: Vec<H<'_>>) -> PyResult<Handle> {
     Handle::checked(ops::einsum(spec, &r))
 }
 
+// ---- linear algebra and sorting (graft_core::composite::{decomp, sort}) ----
+
+/// `jnp.linalg` functions of one matrix (batched over leading axes):
+/// `cholesky`, `inv`, `det`, `trace`, `diag` (vector -> diagonal matrix).
+#[pyfunction]
+fn linalg(op: &str, x: H<'_>) -> PyResult<Handle> {
+    use graft_core::composite::decomp;
+    let f = match op {
+        "cholesky" => decomp::cholesky,
+        "inv" => decomp::inv,
+        "det" => decomp::det,
+        "trace" => decomp::trace,
+        "diag" => decomp::diag,
+        _ => return Err(unknown("linear-algebra", op)),
+    };
+    Handle::checked(x.tr.lift(f))
+}
+
+/// `jnp.linalg.solve(a, b)`.
+#[pyfunction]
+fn solve(a: H<'_>, b: H<'_>) -> PyResult<Handle> {
+    Handle::checked(a.tr.lift2(&b.tr, graft_core::composite::decomp::solve))
+}
+
+/// `sort`/`argsort` (int32 indices) along one axis.
+#[pyfunction]
+fn sort(op: &str, x: H<'_>, axis: isize) -> PyResult<Handle> {
+    use graft_core::composite::sort;
+    let f = match op {
+        "sort" => sort::sort,
+        "argsort" => sort::argsort,
+        _ => return Err(unknown("sorting", op)),
+    };
+    Handle::checked(x.tr.lift(|b, v| {
+        let a = graft::Axes::resolve_axis(op, axis, b.ty(v)?.rank())?;
+        f(b, v, a)
+    }))
+}
+
 // ---- random numbers (explicit keys, Threefry as in jax.random) ----
 
 #[pyfunction]
@@ -506,6 +545,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaky_relu, m)?)?;
     m.add_function(wrap_pyfunction!(elu, m)?)?;
     m.add_function(wrap_pyfunction!(einsum, m)?)?;
+    m.add_function(wrap_pyfunction!(linalg, m)?)?;
+    m.add_function(wrap_pyfunction!(solve, m)?)?;
+    m.add_function(wrap_pyfunction!(sort, m)?)?;
     m.add_function(wrap_pyfunction!(random_key_from, m)?)?;
     m.add_function(wrap_pyfunction!(random_split, m)?)?;
     m.add_function(wrap_pyfunction!(random_uniform, m)?)?;
