@@ -62,7 +62,7 @@ pub mod layers {
 /// `where_`, `matmul`, `einsum`; structured control flow (`scan`, `fori`,
 /// `cond`, `switch`) over traced closures.
 pub mod ops {
-    pub use crate::tr_control::{cond, debug_print, fori, scan, switch};
+    pub use crate::tr_control::{cond, debug_print, fori, scan, switch, while_loop};
     pub use crate::tr_linalg::{einsum, matmul};
     pub use crate::tr_shape::{concat, stack, where_};
     pub use graft_core::ops::debug::capture_prints;

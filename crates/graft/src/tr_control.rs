@@ -1,4 +1,4 @@
-//! Structured control flow for traced code: `scan`, `fori`, `cond`, `switch`,
+//! Structured control flow for traced code: `scan`, `fori`, `while_loop`, `cond`, `switch`,
 //! and `debug_print` (an effect ordered with them).
 //!
 //! Bodies and branches are Rust closures traced into closed sub-functions
@@ -86,6 +86,29 @@ pub fn fori(
         trace("fori_body", &body_tys, |p| body(&p[..nc], &p[nc], &p[nc + 1..]))
     })();
     emit(&args, init.len(), |b, vals| b.fori(n, &traced?, &vals[..nc], &vals[nc..], remat))
+}
+
+/// `lax.while_loop`: `while cond(consts, carry): carry = body(consts,
+/// carry)` from `init`; returns the final carry. `cond` returns a bool
+/// scalar; `body` returns the next carry (same types as `init`).
+pub fn while_loop(
+    consts: &[Tr],
+    init: &[Tr],
+    cond: impl Fn(&[Tr], &[Tr]) -> Tr,
+    body: impl Fn(&[Tr], &[Tr]) -> Vec<Tr>,
+) -> Vec<Tr> {
+    let nc = consts.len();
+    let args: Vec<Tr> = consts.iter().chain(init).cloned().collect();
+    let made = (|| -> Result<(Arc<graft_core::Func>, Arc<graft_core::Func>), IrError> {
+        let tys = types_of(&args).ok_or_else(|| IrError::invalid("while", "an operand comes from a failed op"))?;
+        let c = trace("while_cond", &tys, |p| cond(&p[..nc], &p[nc..]))?;
+        let b = trace("while_body", &tys, |p| body(&p[..nc], &p[nc..]))?;
+        Ok((Arc::new(c), Arc::new(b)))
+    })();
+    emit(&args, init.len(), |b, vals| {
+        let (c, body) = made?;
+        b.while_loop(c, body, &vals[..nc], &vals[nc..])
+    })
 }
 
 /// The result count of the first branch that traced; 1 when none did (the

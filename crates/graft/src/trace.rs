@@ -300,6 +300,20 @@ impl Tr {
         self.lift_many(others, 1, |b, vals| Ok(vec![f(b, vals)?])).remove(0)
     }
 
+    /// The error that failed this handle's trace, if it failed (a front end
+    /// that must stop at the first error, such as the Python bindings,
+    /// reads it right after the operation that failed).
+    pub fn error(&self) -> Option<IrError> {
+        self.st.borrow().err.clone()
+    }
+
+    /// An identity of the trace this handle belongs to, equal for every
+    /// handle of one trace while it is being recorded (a front end uses it
+    /// to notice a value captured from an enclosing trace).
+    pub fn trace_id(&self) -> usize {
+        Rc::as_ptr(&self.st) as usize
+    }
+
     /// The IR value, or `None` if the trace already failed.
     pub fn value(&self) -> Option<Value> {
         self.v

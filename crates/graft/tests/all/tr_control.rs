@@ -1,8 +1,8 @@
-//! Traced control flow (`graft::ops::{scan, fori, cond, switch}`): values
+//! Traced control flow (`graft::ops::{scan, fori, while_loop, cond, switch}`): values
 //! against host loops, gradients against central differences, and errors
 //! from bodies surfacing as trace errors.
 
-use graft::ops::{capture_prints, cond, debug_print, fori, scan, switch, Remat, ScanOpts};
+use graft::ops::{capture_prints, cond, debug_print, fori, scan, switch, while_loop, Remat, ScanOpts};
 use graft::{jit_n, Tensor, Tr, Wrt};
 
 fn vec64(xs: &[f64]) -> Tensor {
@@ -112,4 +112,44 @@ fn traced_debug_print_prints_each_trip_once_under_grad() {
         v[0].clone()
     });
     assert!(bad.call(&refs[..1]).is_err());
+}
+
+#[test]
+fn traced_while_loop_newton_sqrt_and_its_gradient() {
+    // Newton's iteration for sqrt(a), 30 trips, with `a` a loop constant:
+    // the value is sqrt(a) and reverse mode through the loop gives 1/(2 sqrt(a)).
+    let f = jit_n("newton", |v| {
+        let i0 = v[0].scalar(0.0, graft::DType::I32);
+        let out = while_loop(
+            &v[..1],
+            &[v[0].clone(), i0],
+            |_c, k| k[1].lt(&k[1].scalar_like(30.0)),
+            |c, k| vec![(&k[0] + &(&c[0] / &k[0])) * 0.5, &k[1] + 1.0],
+        );
+        out[0].clone()
+    });
+    let a = Tensor::scalar(2.5f64);
+    let y = f.call(&[&a]).unwrap()[0].to_scalar_f64().unwrap();
+    assert!((y - 2.5f64.sqrt()).abs() < 1e-14);
+    let g = f.grad(Wrt::All).call(&[&a]).unwrap()[0].to_scalar_f64().unwrap();
+    assert!((g - 0.5 / 2.5f64.sqrt()).abs() < 1e-12);
+    // A body that does not return the carry's types is a trace error, not a panic.
+    let bad = jit_n("bad", |v| {
+        // cond returns bool[2], not bool[]
+        while_loop(&[], &v[..1], |_c, k| k[0].gt(&k[0].scalar_like(0.0)), |_c, k| vec![k[0].clone()]).remove(0)
+    });
+    assert!(bad.call(&[&Tensor::vec1(&[1.0f64, 2.0])]).is_err());
+}
+
+#[test]
+fn trace_error_and_identity_are_visible_on_handles() {
+    let f = jit_n("f", |v| {
+        assert!(v[0].error().is_none());
+        assert_eq!(v[0].trace_id(), v[1].trace_id());
+        let bad = &v[0] + &v[1]; // f64[2] + f64[3]: no broadcast
+        assert!(bad.value().is_none());
+        assert!(bad.error().is_some());
+        bad
+    });
+    assert!(f.call(&[&Tensor::vec1(&[1.0f64, 2.0]), &Tensor::vec1(&[1.0f64, 2.0, 3.0])]).is_err());
 }

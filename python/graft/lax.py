@@ -1,0 +1,241 @@
+"""``graft.lax``: structured control flow (``scan``, ``cond``, ``switch``,
+``fori_loop``, ``while_loop``) with ``jax.lax``'s signatures.
+
+Bodies and branches are traced into sub-functions of graft's loop and
+branch primitives, so every transform (grad, jvp, vmap, reverse mode of
+``while_loop`` included) applies to them. Bodies may use tracers of the
+enclosing function (closure capture): each body is traced once to find
+them, and they become loop-invariant inputs, as in JAX.
+Called on NumPy arrays, each runs eagerly through ``graft.jit``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as _np
+
+from . import _graft as _g
+from ._api import jit
+from ._tracer import Tracer, lift, to_array
+from ._tree import TreeDef, tree_flatten, tree_unflatten
+from ._scope import Scope, mapping, resolve, run_in
+
+__all__ = ["scan", "cond", "switch", "fori_loop", "while_loop", "stop_gradient"]
+
+from ._api import stop_gradient  # noqa: E402
+
+
+def _ctx(leaves: Sequence[Any]) -> Optional[Tracer]:
+    return next((x for x in leaves if isinstance(x, Tracer)), None)
+
+
+def _handles(leaves: Sequence[Any], ctx: Tracer, where: str) -> List[_g.Handle]:
+    """Loop carries and operands: tracers as they are, anything else as a
+    constant of its own NumPy dtype (a Python float is float64)."""
+    return [x._h if isinstance(x, Tracer) else lift(to_array(x, where), ctx, where)._h for x in leaves]
+
+
+def _check_tree(where: str, want: TreeDef, got: TreeDef) -> None:
+    if want != got:
+        raise TypeError(f"{where}: the body must return the carry's structure {want!r}, got {got!r}")
+
+
+def _types(hs: Sequence[_g.Handle]) -> List[Tuple[List[int], str]]:
+    return [(list(h.shape), h.dtype) for h in hs]
+
+
+def _convert(bodies: Sequence[Callable[[List[_g.Handle]], List[_g.Handle]]], types: List[list], what: str):
+    """Closure conversion: traces each body once in a throwaway function to
+    find the values it captures from enclosing traces; returns those values
+    (as handles of the current trace) and the bodies taking them first."""
+    found: List[_g.Handle] = []
+    index: dict = {}
+
+    def probing(body: Callable, k: int) -> Callable:
+        def run(hs: List[_g.Handle]) -> List[_g.Handle]:
+            sc = Scope(hs[0], what)
+            out = run_in(sc, lambda: body(hs))
+            for h in sc.captured:
+                if id(h) not in index:
+                    index[id(h)] = len(found)
+                    found.append(h)
+            return out
+
+        return run
+
+    for k, (body, tys) in enumerate(zip(bodies, types)):
+        _g.Function(f"{what}_probe", probing(body, k)).output_types(tys)
+    n = len(found)
+
+    def taking(body: Callable) -> Callable:
+        def run(hs: List[_g.Handle]) -> List[_g.Handle]:
+            consts, rest = hs[:n], hs[n:]
+            # map every capture (by identity) to its const input
+            sc = mapping(rest[0] if rest else hs[0], what, found, consts)
+            return run_in(sc, lambda: body(rest))
+
+        return run
+
+    consts = [resolve(h) for h in found]
+    return consts, [taking(b) for b in bodies]
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: Optional[int] = None, reverse: bool = False) -> Tuple[Any, Any]:
+    """``f(carry, x) -> (carry, y)`` over the leading axis of ``xs``;
+    returns ``(final carry, stacked ys)`` (``jax.lax.scan``)."""
+    c_leaves, c_tree = tree_flatten(init)
+    x_leaves, x_tree = tree_flatten(xs)
+    ctx = _ctx(c_leaves + x_leaves)
+    if ctx is None:
+        return jit(lambda i, x: scan(f, i, x, length, reverse))(init, xs)
+    if length is None:
+        if not x_leaves:
+            raise ValueError("scan: give xs or length")
+        length = _np.shape(x_leaves[0])[0] if not isinstance(x_leaves[0], Tracer) else x_leaves[0].shape[0]
+    nk = len(c_leaves)
+    state = {}
+
+    def body(hs: List[_g.Handle]) -> List[_g.Handle]:
+        ts = [Tracer(h) for h in hs]
+        carry = tree_unflatten(c_tree, ts[:nk])
+        x = tree_unflatten(x_tree, ts[nk:])
+        out = f(carry, x)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError("scan: the body must return a pair (carry, y)")
+        new_c, y = out
+        nc_leaves, nc_tree = tree_flatten(new_c)
+        _check_tree("scan", c_tree, nc_tree)
+        y_leaves, state["y_tree"] = tree_flatten(y)
+        bctx = ts[0] if ts else None
+        new_h = [lift(v, bctx, "scan carry", like=ts[k])._h for k, v in enumerate(nc_leaves)]
+        return new_h + [lift(v, bctx, "scan output")._h for v in y_leaves]
+
+    init_h, xs_h = _handles(c_leaves, ctx, "scan init"), _handles(x_leaves, ctx, "scan xs")
+    x_types = [(list(h.shape)[1:], h.dtype) for h in xs_h]
+    consts, (body,) = _convert([body], [_types(init_h) + x_types], "scan")
+    carry, ys = _g.scan(consts, init_h, xs_h, int(length), bool(reverse), body)
+    return tree_unflatten(c_tree, [Tracer(h) for h in carry]), tree_unflatten(state["y_tree"], [Tracer(h) for h in ys])
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
+    """``for i in range(lower, upper): val = body_fun(i, val)`` (``i``: int32).
+    Static bounds make a counted loop (a scan); traced bounds a while loop."""
+    if isinstance(lower, Tracer) or isinstance(upper, Tracer):
+        def c(s):
+            return s[0] < s[1]
+
+        def b(s):
+            i, u, v = s
+            return (i + 1, u, body_fun(i, v))
+
+        lo = lower if isinstance(lower, Tracer) else _np.int32(lower)
+        hi = upper if isinstance(upper, Tracer) else _np.int32(upper)
+        return while_loop(c, b, (lo, hi, init_val))[2]
+    lower, upper = int(lower), int(upper)
+    v_leaves, v_tree = tree_flatten(init_val)
+    ctx = _ctx(v_leaves)
+    if ctx is None:
+        return jit(lambda v: fori_loop(lower, upper, body_fun, v))(init_val)
+
+    def body(hs: List[_g.Handle]) -> List[_g.Handle]:
+        i = Tracer(hs[0])
+        ts = [Tracer(h) for h in hs[1:]]
+        v = tree_unflatten(v_tree, ts)
+        out = body_fun(i + lower if lower else i, v)
+        o_leaves, o_tree = tree_flatten(out)
+        _check_tree("fori_loop", v_tree, o_tree)
+        return [lift(x, i, "fori_loop carry", like=ts[k])._h for k, x in enumerate(o_leaves)]
+
+    init_h = _handles(v_leaves, ctx, "fori_loop init")
+    consts, (body,) = _convert([body], [[([], "int32")] + _types(init_h)], "fori_loop")
+    out = _g.fori(max(upper - lower, 0), consts, init_h, body)
+    return tree_unflatten(v_tree, [Tracer(h) for h in out])
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
+    """``while cond_fun(val): val = body_fun(val)`` (``jax.lax.while_loop``).
+    graft differentiates it in both modes."""
+    v_leaves, v_tree = tree_flatten(init_val)
+    ctx = _ctx(v_leaves)
+    if ctx is None:
+        return jit(lambda v: while_loop(cond_fun, body_fun, v))(init_val)
+
+    def cbody(hs: List[_g.Handle]) -> List[_g.Handle]:
+        ts = [Tracer(h) for h in hs]
+        p = cond_fun(tree_unflatten(v_tree, ts))
+        p = lift(p, ts[0], "while_loop cond")
+        if p.dtype != _np.bool_ or p.shape != ():
+            raise TypeError(f"while_loop: cond_fun must return a bool scalar, got {p!r}")
+        return [p._h]
+
+    def bbody(hs: List[_g.Handle]) -> List[_g.Handle]:
+        ts = [Tracer(h) for h in hs]
+        out = body_fun(tree_unflatten(v_tree, ts))
+        o_leaves, o_tree = tree_flatten(out)
+        _check_tree("while_loop", v_tree, o_tree)
+        return [lift(x, ts[0], "while_loop carry", like=ts[k])._h for k, x in enumerate(o_leaves)]
+
+    init_h = _handles(v_leaves, ctx, "while_loop init")
+    consts, (cbody, bbody) = _convert([cbody, bbody], [_types(init_h)] * 2, "while_loop")
+    out = _g.while_loop(consts, init_h, cbody, bbody)
+    return tree_unflatten(v_tree, [Tracer(h) for h in out])
+
+
+def _branches(fns: Sequence[Callable], o_tree: TreeDef, state: dict, where: str) -> List[Callable]:
+    """Branch bodies over ``[selector] + operand leaves`` (the selector
+    travels along so a branch of no operands still has a trace to emit into)."""
+
+    def make(fn: Callable) -> Callable:
+        def body(hs: List[_g.Handle]) -> List[_g.Handle]:
+            ts = [Tracer(h) for h in hs]
+            out = fn(*tree_unflatten(o_tree, ts[1:]))
+            leaves, tree = tree_flatten(out)
+            if "tree" in state and state["tree"] != tree:
+                raise TypeError(f"{where}: branches return different structures: {state['tree']!r} and {tree!r}")
+            state["tree"] = tree
+            return [lift(x, ts[0], f"{where} branch output")._h for x in leaves]
+
+        return body
+
+    return [make(f) for f in fns]
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``;
+    both branches are traced and must return the same structure and types."""
+    o_leaves, o_tree = tree_flatten(tuple(operands))
+    if not isinstance(pred, Tracer):
+        if _ctx(o_leaves) is None:
+            return jit(lambda p, *ops: cond(p, true_fun, false_fun, *ops))(pred, *operands)
+        return true_fun(*operands) if bool(_np.asarray(pred)) else false_fun(*operands)
+    if pred.dtype != _np.bool_:
+        pred = pred != 0
+    if pred.shape != ():
+        raise TypeError(f"cond: the predicate must be a scalar, got {pred!r}")
+    state: dict = {}
+    t, f = _branches([true_fun, false_fun], o_tree, state, "cond")
+    hs = [pred._h] + _handles(o_leaves, pred, "cond operand")
+    consts, (t, f) = _convert([t, f], [_types(hs)] * 2, "cond")
+    out = _g.cond(pred._h, consts + hs, t, f)
+    return tree_unflatten(state["tree"], [Tracer(h) for h in out])
+
+
+def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+    """``branches[clamp(index, 0, len - 1)](*operands)`` (``jax.lax.switch``)."""
+    o_leaves, o_tree = tree_flatten(tuple(operands))
+    if not isinstance(index, Tracer):
+        if _ctx(o_leaves) is None:
+            return jit(lambda i, *ops: switch(i, branches, *ops))(_np.int32(index), *operands)
+        k = min(max(int(index), 0), len(branches) - 1)
+        return branches[k](*operands)
+    if index.shape != ():
+        raise TypeError(f"switch: the index must be a scalar, got {index!r}")
+    if index.dtype != _np.int32:
+        index = index.astype(_np.int32)
+    state: dict = {}
+    bodies = _branches(list(branches), o_tree, state, "switch")
+    hs = [index._h] + _handles(o_leaves, index, "switch operand")
+    consts, bodies = _convert(bodies, [_types(hs)] * len(bodies), "switch")
+    out = _g.switch(index._h, consts + hs, bodies)
+    return tree_unflatten(state["tree"], [Tracer(h) for h in out])
