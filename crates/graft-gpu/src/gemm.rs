@@ -173,23 +173,9 @@ impl Gemm {
             let _ = writeln!(s, "    let x{r} = a[ab + {a_at}];");
             let _ = writeln!(s, "    let y{r} = b[bb + {b_at}];");
         }
-        for r in 0..4 {
-            for q in 0..4 {
-                let _ = writeln!(s, "    c{r}{q} = c{r}{q} + x{r} * y{q};");
-            }
-        }
+        fma_block(&mut s, "    ");
         s.push_str("  }\n");
-        for r in 0..4 {
-            for q in 0..4 {
-                let _ = writeln!(
-                    s,
-                    "  {{ let gm = m0 + ty + {}u; let gn = n0 + tx + {}u; if (gm < {m}u && gn < {n}u) {{ c[cb + gm * {n}u + gn] = c{r}{q}; }} }}",
-                    16 * r,
-                    16 * q
-                );
-            }
-        }
-        s.push_str("}\n");
+        store_block(&mut s, m, n);
         s
     }
 
@@ -245,23 +231,35 @@ impl Gemm {
             let _ = writeln!(s, "      let x{r} = ta_[o + ty + {}u];", 16 * r);
             let _ = writeln!(s, "      let y{r} = tb_[o + tx + {}u];", 16 * r);
         }
-        for r in 0..4 {
-            for q in 0..4 {
-                let _ = writeln!(s, "      c{r}{q} = c{r}{q} + x{r} * y{q};");
-            }
-        }
+        fma_block(&mut s, "      ");
         s.push_str("    }\n    workgroupBarrier();\n  }\n");
-        for r in 0..4 {
-            for q in 0..4 {
-                let _ = writeln!(
-                    s,
-                    "  {{ let gm = m0 + ty + {}u; let gn = n0 + tx + {}u; if (gm < {m}u && gn < {n}u) {{ c[cb + gm * {n}u + gn] = c{r}{q}; }} }}",
-                    16 * r,
-                    16 * q
-                );
-            }
-        }
-        s.push_str("}\n");
+        store_block(&mut s, m, n);
         s
     }
+}
+
+/// The 4x4 register block's multiply-adds (`c_rq += x_r * y_q`), shared by
+/// both GEMM kernels.
+fn fma_block(s: &mut String, indent: &str) {
+    for r in 0..4 {
+        for q in 0..4 {
+            let _ = writeln!(s, "{indent}c{r}{q} = c{r}{q} + x{r} * y{q};");
+        }
+    }
+}
+
+/// Stores the 4x4 register block (rows 16 apart, columns 16 apart) where it
+/// lies inside the `m x n` result, and closes the kernel's function.
+fn store_block(s: &mut String, m: impl std::fmt::Display, n: impl std::fmt::Display) {
+    for r in 0..4 {
+        for q in 0..4 {
+            let _ = writeln!(
+                s,
+                "  {{ let gm = m0 + ty + {}u; let gn = n0 + tx + {}u; if (gm < {m}u && gn < {n}u) {{ c[cb + gm * {n}u + gn] = c{r}{q}; }} }}",
+                16 * r,
+                16 * q
+            );
+        }
+    }
+    s.push_str("}\n");
 }
