@@ -282,6 +282,22 @@ struct Inner {
 }
 
 impl Renderer<'_> {
+    /// The element a load or store of instruction `name` reaches at the
+    /// point (`pt`; `ppt` its flat index for strided addresses), computing a
+    /// strided address into `e<name>` first.
+    fn element(&mut self, index: &Index, name: &str, (pt, ppt): (&str, &str), ind: &str) -> String {
+        match index {
+            Index::Point => pt.to_string(),
+            Index::Scalar => "0u".to_string(),
+            Index::Strided { dims, strides, offset } => {
+                let e = format!("e{name}");
+                let s = address(&e, ppt, dims, strides, *offset);
+                self.line(ind, &s);
+                e
+            }
+        }
+    }
+
     fn line(&mut self, ind: &str, s: &str) {
         self.out.push_str(ind);
         self.out.push_str(s);
@@ -309,16 +325,7 @@ impl Renderer<'_> {
             match inst {
                 Inst::Load { arg, index } => {
                     let d = self.k.args[*arg as usize].dtype;
-                    let addr = match index {
-                        Index::Point => pt.to_string(),
-                        Index::Scalar => "0u".to_string(),
-                        Index::Strided { dims, strides, offset } => {
-                            let e = format!("e{name}");
-                            let s = address(&e, ppt, dims, strides, *offset);
-                            self.line(ind, &s);
-                            e
-                        }
-                    };
+                    let addr = self.element(index, &name, (pt, ppt), ind);
                     let v = read(&format!("a{arg}[{addr}]"), d);
                     self.line(ind, &format!("let {name} = {v};"));
                 }
@@ -351,16 +358,7 @@ impl Renderer<'_> {
                 }
                 Inst::Store { arg, value, index } => {
                     let d = self.k.args[*arg as usize].dtype;
-                    let addr = match index {
-                        Index::Point => pt.to_string(),
-                        Index::Scalar => "0u".to_string(),
-                        Index::Strided { dims, strides, offset } => {
-                            let e = format!("e{name}");
-                            let s = address(&e, ppt, dims, strides, *offset);
-                            self.line(ind, &s);
-                            e
-                        }
-                    };
+                    let addr = self.element(index, &name, (pt, ppt), ind);
                     let v = write(&reg(*value), d);
                     // Row values are the same in every invocation of the row's workgroup.
                     if row && inner.is_none() {
