@@ -99,7 +99,7 @@ class _Traced:
     ``order`` lists them (during :func:`_run`) the body maps each to the
     input after the leaves at its position."""
 
-    def __init__(self, f: Callable, in_tree: TreeDef, name: str, capture: bool = True):
+    def __init__(self, f: Callable, in_tree: TreeDef, name: str, capture: bool = True, shapeless: bool = False):
         self.in_tree = in_tree
         self.out_tree: Optional[TreeDef] = None
         self.out_float: List[bool] = []
@@ -147,7 +147,7 @@ class _Traced:
                 self.out_float = [np.dtype(h.dtype).kind == "f" for h in hs]
             return hs
 
-        self.fn = _g.Function(name, body)
+        self.fn = _g.Function(name, body, shapeless)
 
     @property
     def probing(self) -> bool:
@@ -240,15 +240,16 @@ class _Wrapped:
 
     _capture = True
 
-    def __init__(self, f: Callable):
+    def __init__(self, f: Callable, shapeless: bool = False):
         self._f = f
+        self._shapeless = shapeless
         self._by_tree: Dict[TreeDef, _Traced] = {}
         functools.update_wrapper(self, f, updated=())
 
     def _traced(self, tree: TreeDef) -> _Traced:
         t = self._by_tree.get(tree)
         if t is None:
-            t = _Traced(self._f, tree, _name(self._f), capture=self._capture)
+            t = _Traced(self._f, tree, _name(self._f), capture=self._capture, shapeless=self._shapeless)
             self._by_tree[tree] = t
         return t
 
@@ -275,8 +276,14 @@ class Jitted(_Wrapped):
     """A function compiled by graft once per input structure, shapes and
     dtypes (and values of the static arguments)."""
 
-    def __init__(self, f: Callable, static_argnums: Sequence[int] = (), static_argnames: Sequence[str] = ()):
-        super().__init__(f)
+    def __init__(
+        self,
+        f: Callable,
+        static_argnums: Sequence[int] = (),
+        static_argnames: Sequence[str] = (),
+        shapeless: bool = False,
+    ):
+        super().__init__(f, shapeless)
         self._static_argnums = tuple(static_argnums)
         self._static_argnames = tuple(static_argnames)
         self._by_static: Dict[Hashable, "Jitted"] = {}
@@ -306,7 +313,7 @@ class Jitted(_Wrapped):
                 return f(*full, **kw, **fixed_kw)
 
             dynamic.__name__ = _name(f)
-            j = Jitted(dynamic)
+            j = Jitted(dynamic, shapeless=self._shapeless)
             self._by_static[key] = j
         return j
 
@@ -340,20 +347,28 @@ class Jitted(_Wrapped):
 
 
 def jit(
-    f: Optional[Callable] = None, *, static_argnums: Union[int, Sequence[int]] = (), static_argnames: Union[str, Sequence[str]] = ()
+    f: Optional[Callable] = None,
+    *,
+    static_argnums: Union[int, Sequence[int]] = (),
+    static_argnames: Union[str, Sequence[str]] = (),
+    shapeless: bool = False,
 ) -> Any:
     """Compiles ``f`` with graft: traced once per input structure, shapes
     and dtypes, then run from the cache. Results are NumPy arrays.
     ``static_argnums``/``static_argnames`` name arguments passed as Python
     values (hashable; one compilation per value) instead of arrays.
+    ``shapeless=True`` compiles once per input dtypes and ranks (MLX's
+    ``compile(f, shapeless=True)``): a call at new sizes traces again, which
+    is cheap, and reuses the native code compiled for the first sizes; its
+    kernels read sizes at run time, which makes strided reads slower.
     Usable as ``@jit`` or ``@jit(static_argnums=...)``."""
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     if f is None:
-        return lambda g: jit(g, static_argnums=nums, static_argnames=names)
-    if isinstance(f, Jitted) and not nums and not names:
+        return lambda g: jit(g, static_argnums=nums, static_argnames=names, shapeless=shapeless)
+    if isinstance(f, Jitted) and not nums and not names and f._shapeless == shapeless:
         return f
-    return Jitted(f, nums, names)
+    return Jitted(f, nums, names, shapeless)
 
 
 def _argnums_positions(args: Tuple[Any, ...], argnums: ArgNums, fname: str) -> Tuple[List[int], List[TreeDef]]:

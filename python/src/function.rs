@@ -46,6 +46,8 @@ pub struct Function {
     f: Py<PyAny>,
     layers: Vec<Layer>,
     cache: Mutex<HashMap<Vec<TensorType>, Compiled>>,
+    /// Compiled once per dtypes and ranks (`graft::compile_shapeless`).
+    shapeless: bool,
 }
 
 impl Function {
@@ -60,7 +62,13 @@ impl Function {
             })
             .collect();
         layers.push(layer);
-        Function { name: self.name.clone(), f: self.f.clone_ref(py), layers, cache: Mutex::new(HashMap::new()) }
+        Function {
+            name: self.name.clone(),
+            f: self.f.clone_ref(py),
+            layers,
+            cache: Mutex::new(HashMap::new()),
+            shapeless: self.shapeless,
+        }
     }
 
     /// The `graft::Jit` of the callable with every layer stacked on it.
@@ -91,7 +99,9 @@ impl Function {
         if let Some(c) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(types) {
             return Ok(c.clone());
         }
-        let c = graft::compile(self.trace(py, types)?).map_err(graft_err)?;
+        let func = self.trace(py, types)?;
+        let c = if self.shapeless { graft::compile_shapeless(func) } else { graft::compile(func) };
+        let c = c.map_err(graft_err)?;
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(types.to_vec(), c.clone());
         Ok(c)
     }
@@ -114,10 +124,12 @@ fn run(py: Python<'_>, c: &Compiled, ins: &[&Tensor]) -> PyResult<Vec<PyObject>>
 
 #[pymethods]
 impl Function {
-    /// Wraps `f(handles: list) -> list of handles`.
+    /// Wraps `f(handles: list) -> list of handles`; `shapeless` compiles
+    /// it once per input dtypes and ranks instead of once per shape.
     #[new]
-    fn new(name: String, f: Py<PyAny>) -> Function {
-        Function { name, f, layers: Vec::new(), cache: Mutex::new(HashMap::new()) }
+    #[pyo3(signature = (name, f, shapeless=false))]
+    fn new(name: String, f: Py<PyAny>, shapeless: bool) -> Function {
+        Function { name, f, layers: Vec::new(), cache: Mutex::new(HashMap::new()), shapeless }
     }
 
     /// The function's name.
@@ -227,9 +239,14 @@ impl Function {
         Ok(f.to_string())
     }
 
-    /// How many compilations are cached (one per input-type signature).
+    /// How many compilations are cached: one per input-type signature, or
+    /// for a shapeless function one per input dtypes and ranks.
     fn cache_size(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if self.shapeless {
+            return cache.keys().map(|t| graft::signature(t)).collect::<std::collections::HashSet<_>>().len();
+        }
+        cache.len()
     }
 
     /// Runs the forward pass once; returns `(outputs, pullback)` where the

@@ -43,6 +43,30 @@ def test_results_are_numpy_with_graft_dtypes():
     np.testing.assert_array_equal(out[1], [1, 2, 3])
 
 
+def test_jit_shapeless_compiles_once_per_dtype_and_rank():
+    calls = []
+
+    def f(x, w):
+        calls.append(x.shape)
+        return (graft.nn.softmax(x, axis=-1) * w + x * 0.5).sum(axis=-1)
+
+    def reference(x, w):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True) * w + x * 0.5).sum(axis=-1)
+
+    j = graft.jit(f, shapeless=True)
+    rng = np.random.default_rng(0)
+    for r, c in [(4, 7), (5, 9), (16, 33)]:
+        x, w = rng.normal(size=(r, c)).astype(np.float32), rng.normal(size=c).astype(np.float32)
+        np.testing.assert_allclose(j(x, w), reference(x, w), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 3, "traced again at each new size (cheap)"
+    assert j._cache_size() == 1, "compiled once for the dtypes and ranks"
+    j(np.ones((2, 3)), np.ones(3))
+    assert j._cache_size() == 2, "another dtype compiles again"
+    with pytest.raises(graft.GraftError, match="7 vs 8"):
+        j(np.ones((4, 7), np.float32), np.ones(8, np.float32))
+
+
 def test_jit_caches_per_shape_and_dtype():
     calls = []
 

@@ -22,6 +22,13 @@ pub fn compile(func: Func) -> Result<Compiled, Error> {
     Ok(Compiled { exe: Arc::new(Executable::new(func)?) })
 }
 
+/// [`compile`] with size-generic native kernels: plans of the same function
+/// at other sizes share their compiled code (see [`Jit::shapeless`]).
+pub fn compile_shapeless(func: Func) -> Result<Compiled, Error> {
+    let options = graft_core::ExecOptions { shapeless: true, ..graft_core::ExecOptions::from_env() };
+    Ok(Compiled { exe: Arc::new(Executable::with_options(func, options)?) })
+}
+
 impl Compiled {
     /// Runs on the inputs.
     pub fn call(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, Error> {
@@ -475,12 +482,7 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
             return Ok(c.clone());
         }
         let func = self.trace(types)?;
-        let c = if self.shapeless {
-            let options = graft_core::ExecOptions { shapeless: true, ..graft_core::ExecOptions::from_env() };
-            Compiled { exe: Arc::new(Executable::with_options(func, options)?) }
-        } else {
-            compile(func)?
-        };
+        let c = if self.shapeless { compile_shapeless(func)? } else { compile(func)? };
         if self.shapeless {
             // Plans at earlier sizes are dropped once many sizes were seen
             // (say, one per sequence length): each is cheap to make again.
@@ -527,7 +529,7 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
 const SHAPELESS_PLANS: usize = 32;
 
 /// What a shapeless function compiles once for: each input's dtype and rank.
-fn signature(types: &[TensorType]) -> Vec<(graft_core::DType, usize)> {
+pub fn signature(types: &[TensorType]) -> Vec<(graft_core::DType, usize)> {
     types.iter().map(|t| (t.dtype, t.shape.len())).collect()
 }
 

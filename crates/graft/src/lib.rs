@@ -71,7 +71,7 @@ pub mod ops {
 }
 
 pub use error::Error;
-pub use function::{compile, jit, jit_n, Compiled, Jit, Pullback};
+pub use function::{compile, compile_shapeless, jit, jit_n, signature, Compiled, Jit, Pullback};
 pub use graft_core::ad;
 pub use graft_core::ad::Wrt;
 pub use graft_core::composite;
