@@ -178,7 +178,7 @@ impl Function {
                     (None, Some(k)) => VmapAxes::All(k),
                     (None, None) => VmapAxes::All(0),
                 };
-                Transform::Vmap { in_axes, out_axes }
+                Transform::Vmap { in_axes, out_axes, axis_name: None }
             }
             k => return Err(PyValueError::new_err(format!("graft has no transform `{k}`"))),
         };

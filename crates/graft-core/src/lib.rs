@@ -7,6 +7,7 @@
 
 pub mod ad;
 pub mod batch;
+pub mod comm;
 pub mod composite;
 pub mod dtype;
 pub mod eager;

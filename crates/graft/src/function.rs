@@ -200,6 +200,19 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
         self.transform(Transform::Vmap {
             in_axes: VmapAxes::Each(in_axes.to_vec()),
             out_axes: VmapAxes::Each(out_axes.to_vec()),
+            axis_name: None,
+        })
+    }
+
+    /// [`Jit::vmap`] whose batch axis is called `axis_name` (JAX's
+    /// `vmap(f, axis_name=...)`): the collectives over that name inside
+    /// (`graft::ops::psum`, ...) run over the batch, so a program written
+    /// for one rank of a data-parallel axis runs all ranks at once.
+    pub fn vmap_named(&self, in_axes: &[Option<isize>], out_axes: &[Option<isize>], axis_name: &str) -> Self {
+        self.transform(Transform::Vmap {
+            in_axes: VmapAxes::Each(in_axes.to_vec()),
+            out_axes: VmapAxes::Each(out_axes.to_vec()),
+            axis_name: Some(axis_name.to_string()),
         })
     }
 
@@ -208,7 +221,7 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
     /// output gets its batch axis at `k`, or last if the output has rank
     /// below `k` (see [`VmapAxes`]).
     pub fn vmap_axis(&self, k: isize) -> Self {
-        self.transform(Transform::Vmap { in_axes: VmapAxes::All(k), out_axes: VmapAxes::All(k) })
+        self.transform(Transform::Vmap { in_axes: VmapAxes::All(k), out_axes: VmapAxes::All(k), axis_name: None })
     }
 
     /// Forward-mode Jacobian of the one output with respect to input `wrt`:

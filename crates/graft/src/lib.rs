@@ -45,6 +45,7 @@ pub mod nn;
 mod nn_layers;
 pub mod optim;
 pub mod random;
+mod tr_collective;
 mod tr_control;
 mod tr_linalg;
 mod tr_math;
@@ -62,9 +63,11 @@ pub mod layers {
 /// `where_`, `matmul`, `einsum`; structured control flow (`scan`, `fori`,
 /// `cond`, `switch`) over traced closures.
 pub mod ops {
+    pub use crate::tr_collective::{all_gather, axis_index, pmax, pmean, pmin, ppermute, psum, reduce_scatter};
     pub use crate::tr_control::{cond, debug_print, fori, scan, switch, while_loop};
     pub use crate::tr_linalg::{einsum, matmul};
     pub use crate::tr_shape::{concat, stack, where_};
+    pub use graft_core::ops::collective::Axis;
     pub use graft_core::ops::debug::capture_prints;
     pub use graft_core::ops::remat::Remat;
     pub use graft_core::ops::scan::ScanOpts;
@@ -74,6 +77,7 @@ pub use error::Error;
 pub use function::{compile, compile_shapeless, jit, jit_n, signature, Compiled, Jit, Pullback};
 pub use graft_core::ad;
 pub use graft_core::ad::Wrt;
+pub use graft_core::comm;
 pub use graft_core::composite;
 pub use graft_core::npy;
 pub use graft_core::transform::{self, Kind as TransformKind, Policy, Transform, VmapAxes};

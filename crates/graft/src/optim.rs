@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::function::{jit_n, Compiled, Jit};
 use crate::trace::{IntoOutputs, Tr};
 use graft_core::ad::Wrt;
+use graft_core::ops::collective::Axis;
 use graft_core::{Tensor, TensorType};
 use std::sync::Arc;
 
@@ -335,6 +336,9 @@ pub struct Trainer {
     /// Micro-batches per step (see [`Trainer::accumulate`]); read when the
     /// step is traced.
     micro_batches: Arc<std::sync::atomic::AtomicUsize>,
+    /// The data-parallel axis (see [`Trainer::data_parallel`]); read when
+    /// the step is traced.
+    parallel: Arc<std::sync::Mutex<Option<Axis>>>,
     /// Names of the batch inputs, for [`Trainer::step_named`].
     input_names: Vec<String>,
     step: Jit<Box<dyn Fn(&[Tr]) -> Vec<Tr>>>,
@@ -378,6 +382,7 @@ struct Parts {
 fn step_body(
     micro: MicroFn,
     micro_batches: Arc<std::sync::atomic::AtomicUsize>,
+    parallel: Arc<std::sync::Mutex<Option<Axis>>>,
     optimizer: &Optimizer,
     names: &[String],
     sizes: Parts,
@@ -392,10 +397,14 @@ fn step_body(
         let (bufs, rest) = rest.split_at(m);
         let (t, batch) = rest.split_at(1);
         let parts = micro_batches.load(std::sync::atomic::Ordering::Relaxed).max(1);
-        let outs =
+        let mut outs =
             if parts == 1 { micro(ps, bufs, batch) } else { accumulated(&micro, parts, 1 + nm, ps, bufs, batch) };
         if outs.len() != 1 + nm + m + n {
             return outs; // a failed trace: its poisoned handles carry the error
+        }
+        let axis = parallel.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(axis) = axis {
+            outs = averaged(outs, &axis);
         }
         let (head, grads) = outs.split_at(1 + nm + m);
         let (new_p, new_s) = opt.update(&names, &t[0], ps, grads, st);
@@ -405,6 +414,54 @@ fn step_body(
         out.extend_from_slice(&head[1 + nm..]);
         out
     })
+}
+
+/// Bytes of gradients all-reduced together (one collective per bucket,
+/// PyTorch DDP's idea: fewer, larger messages).
+pub const BUCKET_BYTES: usize = 4 << 20;
+
+/// The step's `(loss, metrics..., buffers..., grads...)` averaged over the
+/// data-parallel `axis`: every float value goes through `pmean`, the
+/// gradients in buckets of at most [`BUCKET_BYTES`] (flattened, joined,
+/// averaged, split again; a larger gradient is a bucket of its own). With
+/// equal shards, the mean of the ranks' mean gradients is the gradient of
+/// the whole batch's mean loss, and every rank applies the same update.
+fn averaged(outs: Vec<Tr>, axis: &Axis) -> Vec<Tr> {
+    let float = |x: &Tr| x.ty().is_some_and(|t| t.dtype.is_float());
+    let mut buckets: Vec<(graft_core::DType, usize, Vec<usize>)> = Vec::new();
+    for (i, x) in outs.iter().enumerate() {
+        let Some(t) = x.ty().filter(|t| t.dtype.is_float() && t.rank() > 0) else { continue };
+        let bytes = t.numel() * t.dtype.size_bytes();
+        match buckets.iter_mut().rev().find(|(d, b, _)| *d == t.dtype && b + bytes <= BUCKET_BYTES) {
+            Some((_, b, members)) => {
+                *b += bytes;
+                members.push(i);
+            }
+            None => buckets.push((t.dtype, bytes, vec![i])),
+        }
+    }
+    let mut out: Vec<Tr> = outs
+        .iter()
+        .map(|x| if float(x) && x.shape().is_empty() { crate::ops::pmean(x, axis) } else { x.clone() })
+        .collect();
+    for (_, _, members) in buckets {
+        if let [i] = members[..] {
+            out[i] = crate::ops::pmean(&outs[i], axis);
+            continue;
+        }
+        let flat: Vec<Tr> = members.iter().map(|&i| outs[i].reshape(&[-1])).collect();
+        let refs: Vec<&Tr> = flat.iter().collect();
+        let mean = crate::ops::pmean(&crate::ops::concat(&refs, 0), axis);
+        let mut at = 0usize;
+        for &i in &members {
+            let shape = outs[i].shape();
+            let len: usize = shape.iter().product();
+            let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+            out[i] = mean.slice_axis(0, Some(at as isize), Some((at + len) as isize), 1).reshape(&dims);
+            at += len;
+        }
+    }
+    out
 }
 
 /// `micro` over `parts` micro-batches in a `scan`: every batch input
@@ -615,14 +672,16 @@ impl Trainer {
     ) -> Trainer {
         let state = optimizer.init(&params);
         let micro_batches = Arc::new(std::sync::atomic::AtomicUsize::new(1));
+        let parallel = Arc::new(std::sync::Mutex::new(None));
         let sizes = Parts { n: params.len(), m: buffers.len(), k: metric_names.len() };
-        let body = step_body(micro, micro_batches.clone(), &optimizer, &names, sizes);
+        let body = step_body(micro, micro_batches.clone(), parallel.clone(), &optimizer, &names, sizes);
         Trainer {
             names,
             buffer_names,
             metric_names,
             metrics: Vec::new(),
             micro_batches,
+            parallel,
             input_names: Vec::new(),
             step: jit_n("train_step", body),
             loss: jit_n("eval_step", plain),
@@ -678,6 +737,25 @@ impl Trainer {
         self.compiled = None;
         self.step.clear_cache();
         Ok(())
+    }
+
+    /// Makes each step data-parallel over `axis` (a name bound to a
+    /// communicator, e.g. the MPI world by `graft-mpi`, with `axis.size`
+    /// ranks): every rank steps on its own shard of the batch, and the
+    /// gradients (in buckets of [`BUCKET_BYTES`]), the loss, the metrics and
+    /// the float buffers are averaged over the ranks inside the compiled
+    /// step before the update, so the parameters stay identical on every
+    /// rank. `None` makes it a one-process step again. The step compiles
+    /// again for the new setting.
+    pub fn data_parallel(&mut self, axis: Option<Axis>) {
+        *self.parallel.lock().unwrap_or_else(|e| e.into_inner()) = axis;
+        self.compiled = None;
+        self.step.clear_cache();
+    }
+
+    /// The data-parallel axis set by [`Trainer::data_parallel`].
+    pub fn parallel_axis(&self) -> Option<Axis> {
+        self.parallel.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Names the batch inputs (in the loss's order after the parameters

@@ -25,7 +25,10 @@
 pub mod helpers;
 mod vmap;
 
-pub use vmap::{batch_size_of, place_out_axes, resolve_axes, vmap_for_args, vmap_func, vmap_func_signed};
+pub use vmap::{
+    batch_size_of, binds_axis, place_out_axes, resolve_axes, vmap_for_args, vmap_func, vmap_func_named,
+    vmap_func_signed,
+};
 
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
@@ -41,6 +44,10 @@ pub struct BatchCx<'a> {
     pub bdims: &'a [Option<usize>],
     /// The batch size.
     pub size: usize,
+    /// The name the vmap being applied gives its axis (`axis_name`), if
+    /// any: collectives over that name become operations over the batch
+    /// dimension (`ops/collective.rs`).
+    pub axis: Option<&'a str>,
 }
 
 /// A rule's answer: each result with its batch dim (`None` = unbatched).

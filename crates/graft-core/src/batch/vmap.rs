@@ -12,7 +12,7 @@ use super::helpers::{batched_shape, bdim_to};
 use super::{Batch, BatchCx};
 use crate::error::IrError;
 use crate::ir::{Builder, Func, Value};
-use crate::ops::Op;
+use crate::ops::{Op, Prim};
 use crate::types::TensorType;
 
 /// Resolves possibly negative axes against ranks: `a < 0` means
@@ -140,12 +140,14 @@ pub fn batch_size_of(f: &Func, in_axes: &[Option<usize>], arg_types: &[TensorTyp
 
 /// [`vmap_func`] with the batch size taken from the actual argument types
 /// (see [`batch_size_of`]); `size` is required only when nothing is batched.
+/// `axis` names the batch axis for collectives (see [`vmap_func_named`]).
 pub fn vmap_for_args(
     f: &Func,
     in_axes: &[Option<usize>],
     out_axes: &[Option<usize>],
     arg_types: &[TensorType],
     size: Option<usize>,
+    axis: Option<&str>,
 ) -> Result<Func, IrError> {
     let s = match (batch_size_of(f, in_axes, arg_types)?, size) {
         (Some(s), None) => s,
@@ -161,7 +163,7 @@ pub fn vmap_for_args(
             return Err(IrError::invalid("vmap", "no argument is batched, so the batch size must be given"))
         }
     };
-    vmap_func(f, in_axes, out_axes, s)
+    vmap_func_named(f, in_axes, out_axes, s, axis)
 }
 
 fn check_in_axes(f: &Func, in_axes: &[Option<usize>]) -> Result<(), IrError> {
@@ -192,6 +194,30 @@ pub fn vmap_func(
     in_axes: &[Option<usize>],
     out_axes: &[Option<usize>],
     size: usize,
+) -> Result<Func, IrError> {
+    vmap_func_named(f, in_axes, out_axes, size, None)
+}
+
+/// Whether `prim` (or a function it holds) runs a collective over the axis
+/// `name`: such an equation goes through its batching rule even when no
+/// operand is batched (an `axis_index` has none; a `psum` of a shared
+/// value is `size` times it).
+pub fn binds_axis(prim: &Prim, name: &str) -> bool {
+    match prim {
+        Prim::Collective(c) => c.over(name),
+        p => p.subfuncs().iter().any(|f| f.eqns.iter().any(|e| binds_axis(&e.prim, name))),
+    }
+}
+
+/// [`vmap_func`] whose batch axis is called `axis` (JAX's `axis_name`):
+/// collectives over that name inside `f` become operations over the batch
+/// dimension. Rules that vmap sub-functions pass the name on.
+pub fn vmap_func_named(
+    f: &Func,
+    in_axes: &[Option<usize>],
+    out_axes: &[Option<usize>],
+    size: usize,
+    axis: Option<&str>,
 ) -> Result<Func, IrError> {
     check_in_axes(f, in_axes)?;
     if out_axes.len() != f.outputs.len() {
@@ -235,10 +261,13 @@ pub fn vmap_func(
         b.set_loc(eqn.loc.clone());
         let args: Vec<Value> = ins.iter().map(|p| p.0).collect();
         let bdims: Vec<Option<usize>> = ins.iter().map(|p| p.1).collect();
-        let outs: Vec<(Value, Option<usize>)> = if bdims.iter().all(Option::is_none) {
+        let bound = axis.is_some_and(|a| binds_axis(&eqn.prim, a));
+        let outs: Vec<(Value, Option<usize>)> = if bdims.iter().all(Option::is_none) && !bound {
             b.emit(eqn.prim.clone(), &args)?.into_iter().map(|o| (o, None)).collect()
         } else {
-            eqn.prim.batch(&mut b, &BatchCx { args: &args, bdims: &bdims, size }).map_err(|e| e.at(eqn.loc.as_ref()))?
+            eqn.prim
+                .batch(&mut b, &BatchCx { args: &args, bdims: &bdims, size, axis })
+                .map_err(|e| e.at(eqn.loc.as_ref()))?
         };
         if outs.len() != eqn.outputs.len() {
             return Err(rule_bug(&eqn.prim, format!("returned {} results for {}", outs.len(), eqn.outputs.len())));

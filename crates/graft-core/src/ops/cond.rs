@@ -26,7 +26,7 @@
 
 use super::{check, Op};
 use crate::ad::{Diff, JvpCx, TransposeCx};
-use crate::batch::{vmap_func, Batch, BatchCx, Batched};
+use crate::batch::{vmap_func_named, Batch, BatchCx, Batched};
 use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
 use crate::ir::{Builder, Func, Value};
@@ -256,7 +256,7 @@ impl Batch for Cond {
         let vbranches = self
             .branches
             .iter()
-            .map(|f| vmap_func(f, in_axes, &out_axes, cx.size).map(Arc::new))
+            .map(|f| vmap_func_named(f, in_axes, &out_axes, cx.size, cx.axis).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let ops = &cx.args[1..];
         let Some(d) = cx.bdims[0] else {

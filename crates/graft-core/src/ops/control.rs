@@ -397,11 +397,11 @@ fn emit_tangent_map(
 // (every result batched at 0) and call it; a checkpoint stays a checkpoint.
 mod batching {
     use super::*;
-    use crate::batch::{vmap_func, Batch, BatchCx, Batched};
+    use crate::batch::{vmap_func_named, Batch, BatchCx, Batched};
 
     fn batched_callee(func: &Func, cx: &BatchCx<'_>) -> Result<Arc<Func>, IrError> {
         let out_axes = vec![Some(0); func.outputs.len()];
-        Ok(Arc::new(vmap_func(func, cx.bdims, &out_axes, cx.size)?))
+        Ok(Arc::new(vmap_func_named(func, cx.bdims, &out_axes, cx.size, cx.axis)?))
     }
 
     impl Batch for Call {

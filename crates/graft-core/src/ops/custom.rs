@@ -306,12 +306,12 @@ impl Builder {
 mod batching {
     use super::*;
     use crate::batch::helpers::all_to_front;
-    use crate::batch::{vmap_func, Batch, BatchCx, Batched};
+    use crate::batch::{vmap_func_named, Batch, BatchCx, Batched};
 
-    fn all0(f: &Func, size: usize) -> Result<Arc<Func>, IrError> {
+    fn all0(f: &Func, size: usize, axis: Option<&str>) -> Result<Arc<Func>, IrError> {
         let ins = vec![Some(0); f.params.len()];
         let outs = vec![Some(0); f.outputs.len()];
-        Ok(Arc::new(vmap_func(f, &ins, &outs, size)?))
+        Ok(Arc::new(vmap_func_named(f, &ins, &outs, size, axis)?))
     }
 
     fn at0(outs: Vec<Value>) -> Batched {
@@ -321,7 +321,7 @@ mod batching {
     impl Batch for CustomJvp {
         fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
             let args = all_to_front(b, cx)?;
-            let op = CustomJvp { func: all0(&self.func, cx.size)?, rule: all0(&self.rule, cx.size)? };
+            let op = CustomJvp { func: all0(&self.func, cx.size, cx.axis)?, rule: all0(&self.rule, cx.size, cx.axis)? };
             Ok(at0(b.emit(op, &args)?))
         }
     }
@@ -330,9 +330,9 @@ mod batching {
         fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
             let args = all_to_front(b, cx)?;
             let op = CustomVjp {
-                func: all0(&self.func, cx.size)?,
-                fwd: all0(&self.fwd, cx.size)?,
-                bwd: all0(&self.bwd, cx.size)?,
+                func: all0(&self.func, cx.size, cx.axis)?,
+                fwd: all0(&self.fwd, cx.size, cx.axis)?,
+                bwd: all0(&self.bwd, cx.size, cx.axis)?,
             };
             Ok(at0(b.emit(op, &args)?))
         }
@@ -342,8 +342,8 @@ mod batching {
         fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
             let args = all_to_front(b, cx)?;
             let op = CustomVjpTangent {
-                jvp: all0(&self.jvp, cx.size)?,
-                bwd: all0(&self.bwd, cx.size)?,
+                jvp: all0(&self.jvp, cx.size, cx.axis)?,
+                bwd: all0(&self.bwd, cx.size, cx.axis)?,
                 n_primals: self.n_primals,
                 n_residuals: self.n_residuals,
             };

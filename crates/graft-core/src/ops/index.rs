@@ -1017,7 +1017,7 @@ mod batching {
     // the written values are exactly the update's (no `x + (u - x)` rounding).
     impl Batch for DynamicUpdateSlice {
         fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
-            let data = BatchCx { args: &cx.args[..2], bdims: &cx.bdims[..2], size: cx.size };
+            let data = BatchCx { args: &cx.args[..2], bdims: &cx.bdims[..2], size: cx.size, axis: cx.axis };
             let args = all_to_front(b, &data)?;
             let (x, u) = (args[0], args[1]);
             if cx.bdims[2..].iter().all(Option::is_none) {

@@ -15,6 +15,7 @@
 
 pub mod binary;
 pub mod cast;
+pub mod collective;
 pub mod cond;
 pub mod control;
 pub mod conv;
@@ -156,6 +157,8 @@ define_prims! {
     DynamicUpdateSlice(index::DynamicUpdateSlice),
     /// Gather slabs at index vectors.
     Gather(index::Gather),
+    /// Collectives over a named axis (psum, all_gather, ppermute, ...).
+    Collective(collective::Collective),
     /// Prints values while the program runs (the one primitive with an effect).
     DebugPrint(debug::DebugPrint),
     /// Threefry key derived from a key and an integer (`fold_in`).

@@ -28,7 +28,9 @@ pub const FOLD_MAX_BYTES: usize = 64 << 20;
 /// Whether a primitive may be folded: no `while` (also not nested in its
 /// sub-functions), every value of its sub-functions within the size bound.
 fn bounded(prim: &Prim) -> bool {
-    if matches!(prim, Prim::While(_) | Prim::WhileJvp(_) | Prim::WhileVjp(_) | Prim::WhileHvp(_)) {
+    // A collective communicates when the function runs, never at plan time.
+    if matches!(prim, Prim::While(_) | Prim::WhileJvp(_) | Prim::WhileVjp(_) | Prim::WhileHvp(_) | Prim::Collective(_))
+    {
         return false;
     }
     prim.subfuncs()

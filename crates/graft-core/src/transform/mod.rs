@@ -92,6 +92,9 @@ pub enum Transform {
         in_axes: VmapAxes,
         /// Where each output's batch axis goes (or `None`: unbatched).
         out_axes: VmapAxes,
+        /// The axis's name for collectives inside (`psum(x, name)`; JAX's
+        /// `axis_name`), if any.
+        axis_name: Option<String>,
     },
     /// Forward-mode Jacobian of `f`'s one output with respect to one
     /// parameter: shape `out.shape ++ param.shape`.
@@ -222,7 +225,12 @@ impl fmt::Debug for Transform {
             | Transform::Jvp { wrt }
             | Transform::Vjp { wrt }
             | Transform::Linearize { wrt } => write!(f, "{}(wrt={wrt:?})", self.kind()),
-            Transform::Vmap { in_axes, out_axes } => write!(f, "vmap(in_axes={in_axes:?}, out_axes={out_axes:?})"),
+            Transform::Vmap { in_axes, out_axes, axis_name: None } => {
+                write!(f, "vmap(in_axes={in_axes:?}, out_axes={out_axes:?})")
+            }
+            Transform::Vmap { in_axes, out_axes, axis_name: Some(n) } => {
+                write!(f, "vmap(in_axes={in_axes:?}, out_axes={out_axes:?}, axis_name={n:?})")
+            }
             Transform::Jacfwd { wrt }
             | Transform::Jacrev { wrt }
             | Transform::Jacobian { wrt }
@@ -302,14 +310,14 @@ impl Transform {
             Transform::ValueAndGrad { wrt } => ad::value_and_grad(f, wrt)?,
             Transform::Jvp { wrt } | Transform::Linearize { wrt } => jvp_wrt(f, wrt, self.kind().name())?,
             Transform::Vjp { wrt } => ad::vjp_func(f, wrt)?,
-            Transform::Vmap { in_axes, out_axes } => {
+            Transform::Vmap { in_axes, out_axes, axis_name } => {
                 let ia = resolve_in_axes(in_axes, outer)?;
                 let out_ranks: Vec<usize> = f.output_types().iter().map(TensorType::rank).collect();
                 let oa = match out_axes {
                     VmapAxes::Each(v) => place_out_axes(v, &out_ranks)?,
                     VmapAxes::All(a) => place_out_axes(&vec![Some(*a); out_ranks.len()], &out_ranks)?,
                 };
-                vmap_for_args(f, &ia, &oa, outer, None)?
+                vmap_for_args(f, &ia, &oa, outer, None, axis_name.as_deref())?
             }
             Transform::Jacfwd { wrt } => jac::jacfwd(f, *wrt)?,
             Transform::Jacrev { wrt } => jac::jacrev(f, *wrt)?,

@@ -140,6 +140,7 @@ pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("RandomSplit", "integer key operand: zero tangent"),
     ("RandomUniform", "integer key operand: zero tangent"),
     ("RandomFoldIn", "integer operands: zero tangent"),
+    ("Collective", "collective.rs (JVP against finite differences of the whole thread group, transpose by the dot-product test summed over ranks, grad of grad)"),
     ("DebugPrint", "no results: debug_print.rs (prints under grad, jvp and vjp; results unchanged)"),
     ("Call", "checked through its callers: checkpoint.rs, cond.rs, scan.rs, custom_rules.rs"),
     ("Cond", "cond.rs (gradients through every branch, second order)"),

@@ -12,6 +12,7 @@ mod ad_prims;
 mod binary;
 mod cast;
 mod checkpoint;
+mod collective;
 mod composite_broadcast;
 mod composite_conv;
 mod composite_embed;

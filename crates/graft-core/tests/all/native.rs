@@ -67,6 +67,10 @@ pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("RandomSplit", "no kernel: interpreter only"),
     ("RandomUniform", "no kernel: interpreter only"),
     ("RandomFoldIn", "no kernel: interpreter only"),
+    (
+        "Collective",
+        "communicates: no kernel form, run by the interpreter through the bound communicator (collective.rs)",
+    ),
     ("DebugPrint", "an effect, no kernel form: loops holding one stay interpreted (debug_print.rs)"),
     ("Iota", "no kernel: interpreter only"),
     ("Constant", "no kernel: a value, read in place"),

@@ -149,6 +149,10 @@ pub(crate) fn covered() -> Vec<String> {
 /// Primitives this file does not check, and why (for `prim_coverage.rs`).
 pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("RandomFoldIn", "random.rs (fold_in_under_vmap_matches_jax: JAX's values for batched data and keys)"),
+    (
+        "Collective",
+        "collective.rs (vmap with the axis name equals the thread group; vmap over another axis keeps the batch)",
+    ),
     ("DebugPrint", "no results to compare: debug_print.rs (one line per example, nested vmaps)"),
     ("Cholesky", "linalg_decomp.rs (vmap_equals_the_per_example_loop: SPD inputs needed)"),
     ("TriangularSolve", "linalg_decomp.rs (vmap_equals_the_per_example_loop, every option)"),
@@ -494,14 +498,15 @@ fn unbatched_outputs_are_broadcast_or_kept() {
 #[test]
 fn mismatched_batch_sizes_name_the_arguments() {
     let f = func("f", &[t64(&[2]), t64(&[2]), t64(&[])], |b, p| Ok(vec![b.add(p[0], p[1])?]));
-    let e = vmap_for_args(&f, &[Some(0), Some(1), None], &[Some(0)], &[t64(&[3, 2]), t64(&[2, 5]), t64(&[])], None)
-        .unwrap_err();
+    let e =
+        vmap_for_args(&f, &[Some(0), Some(1), None], &[Some(0)], &[t64(&[3, 2]), t64(&[2, 5]), t64(&[])], None, None)
+            .unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, IrError::Invalid { .. }), "{e:?}");
     assert!(msg.contains("argument 0 has size 3") && msg.contains("argument 1 has size 5"), "{msg}");
     let ok = batch_size_of(&f, &[Some(0), Some(1), None], &[t64(&[4, 2]), t64(&[2, 4]), t64(&[])]).unwrap();
     assert_eq!(ok, Some(4));
-    let e = vmap_for_args(&f, &[None, None, None], &[Some(0)], &f.param_types(), None).unwrap_err();
+    let e = vmap_for_args(&f, &[None, None, None], &[Some(0)], &f.param_types(), None, None).unwrap_err();
     assert!(e.to_string().contains("batch size must be given"), "{e}");
 }
 

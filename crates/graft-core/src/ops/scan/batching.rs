@@ -9,7 +9,7 @@
 
 use super::Scan;
 use crate::batch::helpers::{bdim_to_front, move_bdim};
-use crate::batch::{vmap_func, Batch, BatchCx, Batched};
+use crate::batch::{vmap_func_named, Batch, BatchCx, Batched};
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
 use crate::transform::rewrite::outputs_depending;
@@ -38,7 +38,7 @@ impl Batch for Scan {
         for k in 0..nk {
             out_axes[k] = batched[nc + k].then_some(0);
         }
-        let vbody = Arc::new(vmap_func(body, &in_axes, &out_axes, cx.size)?);
+        let vbody = Arc::new(vmap_func_named(body, &in_axes, &out_axes, cx.size, cx.axis)?);
         let mut args: Vec<Value> = Vec::with_capacity(cx.args.len());
         for (i, (&x, &d)) in cx.args.iter().zip(cx.bdims).enumerate() {
             args.push(if i < nc + nk {

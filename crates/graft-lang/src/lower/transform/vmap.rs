@@ -147,7 +147,7 @@ pub(super) fn vmap_apply(
     ia.extend(std::iter::repeat_n(None, st.captures.len()));
     let mut outer = flat;
     outer.extend(st.func.param_types().drain(st.n_real..));
-    let t = Transform::Vmap { in_axes: VmapAxes::Each(ia), out_axes: VmapAxes::Each(out_axes) };
+    let t = Transform::Vmap { in_axes: VmapAxes::Each(ia), out_axes: VmapAxes::Each(out_axes), axis_name: None };
     let g = t.apply(&st.func, &outer).map_err(|e| tf_err(l, e, desc, span))?;
     l.set_span(span);
     let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
