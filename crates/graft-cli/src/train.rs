@@ -83,7 +83,20 @@ pub struct TrainArgs {
     /// Skip (and count) steps whose loss is NaN or infinite instead of stopping.
     #[arg(long)]
     pub skip_nonfinite: bool,
+    /// Train data-parallel over the processes of an MPI job: each takes its
+    /// share of every batch and the gradients are averaged inside the step.
+    /// On whenever the command was started by mpirun; without mpirun it
+    /// runs as a single process and says so.
+    #[arg(long)]
+    pub distributed: bool,
+    /// Every K steps, check that the parameters are bit-identical on every
+    /// process (a checksum gathered from all of them; 0: never).
+    #[arg(long, default_value_t = 0)]
+    pub check_replicas: u64,
 }
+
+/// The axis name of data-parallel training (the MPI world).
+const DATA_AXIS: &str = "data";
 
 /// SplitMix64: the host-side generator of the split and the batch order
 /// (reproducible from the seed alone).
@@ -364,11 +377,33 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     let n_test = ((rows as f64) * a.test_fraction).round() as usize;
     let (test_idx, train_idx) = order.split_at(n_test);
     let bs = a.batch_size as usize;
-    if !a.batch_size.is_multiple_of(a.accumulate) {
+    // Data parallelism: this process takes rows `rank * lb ..` of every
+    // batch of `bs` rows (the batch order is the same on every process).
+    let world = if a.distributed || graft_mpi::launcher_size().is_some() {
+        Some(graft_mpi::World::start().map_err(|e| fail(e.to_string()))?)
+    } else {
+        None
+    };
+    if let Some(note) = world.as_ref().and_then(graft_mpi::World::note) {
+        eprintln!("{note}");
+    }
+    let (rank, procs) = world.as_ref().map_or((0, 1), |w| (w.rank(), w.size()));
+    let lead = rank == 0;
+    if bs % procs != 0 {
         return Err(Fail::usage(format!(
-            "error: --accumulate {} does not divide --batch-size {}",
-            a.accumulate, a.batch_size
+            "error: --batch-size {bs} cannot be split evenly over the {procs} processes of this job"
         )));
+    }
+    let lb = bs / procs;
+    if !(lb as u64).is_multiple_of(a.accumulate) {
+        return Err(Fail::usage(if procs == 1 {
+            format!("error: --accumulate {} does not divide --batch-size {}", a.accumulate, a.batch_size)
+        } else {
+            format!(
+                "error: --accumulate {} does not divide the {lb} rows per process (--batch-size {} over {procs} processes)",
+                a.accumulate, a.batch_size
+            )
+        }));
     }
     if train_idx.len() < bs {
         return Err(fail(format!("{} training rows are fewer than one batch of {bs}", train_idx.len())));
@@ -394,7 +429,7 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         .map(|t| {
             // The loss sees one micro-batch at a time (`--accumulate`).
             let mut s = t.shape().to_vec();
-            s[0] = bs / a.accumulate as usize;
+            s[0] = lb / a.accumulate as usize;
             Tree::Leaf(TensorType::new(t.dtype(), s))
         })
         .collect();
@@ -407,13 +442,17 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     let mut tr = Trainer::new(jit_n("loss", entry_fn(loss_c.func.clone())), names.clone(), params, opt)
         .map_err(|e| fail(e.to_string()))?;
     tr.accumulate(a.accumulate as usize).map_err(|e| fail(e.to_string()))?;
+    if let Some(w) = world.as_ref().filter(|w| w.size() > 1) {
+        w.bind(DATA_AXIS);
+        tr.data_parallel(Some(graft::ops::Axis::new(DATA_AXIS, w.size())));
+    }
 
     std::fs::create_dir_all(&a.out_dir).map_err(|e| fail(format!("{}: {e}", a.out_dir.display())))?;
     let ckpt = a.out_dir.join("checkpoint.safetensors");
     let metrics_path = a.out_dir.join("metrics.jsonl");
     if a.resume {
         crate::checkpoint::load(&ckpt, &mut tr)?;
-    } else if metrics_path.exists() {
+    } else if lead && metrics_path.exists() {
         std::fs::remove_file(&metrics_path).map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
     }
     let first_epoch = tr.count / steps_per_epoch.max(1) as u64;
@@ -422,12 +461,13 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         .append(true)
         .open(&metrics_path)
         .map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
-    let test_loss = if n_test > 0 { Some(Eval::new(&m, "loss", &tree, &test)?) } else { None };
+    // Only the first process evaluates, writes and shows anything.
+    let test_loss = if n_test > 0 && lead { Some(Eval::new(&m, "loss", &tree, &test)?) } else { None };
     let test_acc = match (&test_loss, m.def("accuracy")) {
         (Some(_), Some(_)) => Some(Eval::new(&m, "accuracy", &tree, &test)?),
         _ => None,
     };
-    let tty = std::io::stderr().is_terminal();
+    let tty = lead && std::io::stderr().is_terminal();
     let bar = if tty {
         let b = indicatif::ProgressBar::new(total.saturating_sub(tr.count));
         b.set_style(
@@ -449,7 +489,8 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         // Batches are gathered on a second thread while the steps run
         // (`prefetch`), at most `PREFETCH` ahead.
         let batches = |s: usize| -> Result<Vec<Tensor>, Fail> {
-            let idx: Vec<usize> = perm[s * bs..(s + 1) * bs].iter().map(|&p| train_idx[p]).collect();
+            let mine = s * bs + rank * lb;
+            let idx: Vec<usize> = perm[mine..mine + lb].iter().map(|&p| train_idx[p]).collect();
             data.iter().map(|t| take_rows(t, &idx)).collect()
         };
         prefetch(steps_per_epoch, batches, |batch| -> Result<(), Fail> {
@@ -471,6 +512,12 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
                 )));
             }
             tr.commit(undo);
+            if let Some(w) = &world {
+                if a.check_replicas > 0 && tr.count.is_multiple_of(a.check_replicas) {
+                    let values: Vec<&graft_core::tensor::Storage> = tr.params.iter().map(Tensor::storage).collect();
+                    w.check_replicas(&format!("the parameters after step {}", tr.count), &values).map_err(fail)?;
+                }
+            }
             sum += l;
             if let Some(b) = &bar {
                 b.inc(1);
@@ -494,6 +541,9 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
             line.push_str(&format!(", test accuracy {:.2}%", 100.0 * acc));
         }
         row.push_str(&format!(", \"seconds\": {:.3}}}\n", started.elapsed().as_secs_f64()));
+        if !lead {
+            continue;
+        }
         metrics.write_all(row.as_bytes()).map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
         crate::checkpoint::save(&ckpt, &tr)?;
         match &bar {
@@ -508,9 +558,13 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     if skipped > 0 {
         last.push_str(&format!(" ({skipped} steps skipped: non-finite loss)"));
     }
+    if !lead {
+        return Ok(String::new());
+    }
     crate::plot::curves(&metrics_path, &a.out_dir)?;
+    let procs_note = if procs > 1 { format!(" on {procs} processes") } else { String::new() };
     Ok(format!(
-        "trained {} epochs ({} steps, {:.1} s): {last}; wrote checkpoint.safetensors, metrics.jsonl, curves.png and curves.svg to {}\n",
+        "trained {} epochs ({} steps{procs_note}, {:.1} s): {last}; wrote checkpoint.safetensors, metrics.jsonl, curves.png and curves.svg to {}\n",
         a.epochs,
         tr.count,
         started.elapsed().as_secs_f64(),
