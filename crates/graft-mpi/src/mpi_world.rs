@@ -97,6 +97,9 @@ impl MpiWorld {
     /// Polls `req` until it completes; past the timeout, reports and aborts
     /// the job.
     fn finish<'a, D: ?Sized, S: Scope<'a>>(&self, op: &str, mut req: Request<'a, D, S>) {
+        // MPI progresses a non-blocking collective only inside MPI calls
+        // (no progress thread), so the loop keeps testing; it yields the
+        // core between tests, since the other ranks may share it.
         let deadline = Instant::now() + self.timeout;
         let mut polls = 0u32;
         loop {
@@ -104,20 +107,18 @@ impl MpiWorld {
                 Ok(_) => return,
                 Err(r) => req = r,
             }
-            polls = polls.saturating_add(1);
-            if polls > 2000 {
-                if Instant::now() >= deadline {
-                    let e = CommError::Timeout {
-                        op: op.to_string(),
-                        who: format!("the other ranks of the MPI world of {} (this is rank {})", self.size, self.rank),
-                        seconds: self.timeout.as_secs_f64(),
-                    };
-                    eprintln!("error: {e}; aborting the MPI job (GRAFT_COLLECTIVE_TIMEOUT sets the limit)");
-                    SimpleCommunicator::world().abort(1);
-                }
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
+            polls = polls.wrapping_add(1);
+            if polls % 1024 == 0 && Instant::now() >= deadline {
+                let e = CommError::Timeout {
+                    op: op.to_string(),
+                    who: format!("the other ranks of the MPI world of {} (this is rank {})", self.size, self.rank),
+                    seconds: self.timeout.as_secs_f64(),
+                };
+                eprintln!("error: {e}; aborting the MPI job (GRAFT_COLLECTIVE_TIMEOUT sets the limit)");
+                SimpleCommunicator::world().abort(1);
+            }
+            if polls > 256 {
+                std::thread::yield_now();
             }
         }
     }

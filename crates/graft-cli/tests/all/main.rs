@@ -3,6 +3,7 @@
 //! so `cargo test -p graft-cli <module>::` still selects one topic.
 
 mod cli;
+mod distributed;
 mod docs;
 mod gpu;
 mod ir_kernels;

@@ -11,6 +11,10 @@
 //! report the stall and end the job within the timeout
 //! (`GRAFT_COLLECTIVE_TIMEOUT`). `die`: rank 1 exits before the
 //! collective; the job must end instead of hanging.
+//! `bench`: times `psum` of f32 vectors from 1 KiB to 64 MiB (median of
+//! repeated calls) and prints, on rank 0, the latency and the bus
+//! bandwidth (bytes x 2 (n - 1) / n per second, NCCL's convention) for
+//! docs/PERFORMANCE.md's scaling model.
 //! Prints one line per rank and exits with 0 when the check held.
 
 use graft_core::ad::{vjp_func, Wrt};
@@ -120,6 +124,34 @@ fn collectives(world: &World) -> Result<usize, String> {
     Ok(checks + 1)
 }
 
+fn bench(world: &World) -> Result<String, String> {
+    let n = world.size();
+    let axis = Axis::new("i", n);
+    let mut rows = Vec::new();
+    for kib in [1usize, 16, 256, 4096, 65536] {
+        let len = kib * 256;
+        let mut b = Builder::new("psum");
+        let x = b.param(TensorType::new(DType::F32, vec![len]));
+        let y = b.psum(x, &axis).map_err(|e| e.to_string())?;
+        let f = b.finish(&[y]).map_err(|e| e.to_string())?;
+        let exe = Executable::new(f).map_err(|e| e.to_string())?;
+        let input = Tensor::from_fn(&TensorType::new(DType::F32, vec![len]), |i| (i % 7) as f64);
+        let reps = (64 * 1024 / kib).clamp(5, 200);
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = std::time::Instant::now();
+            exe.run(&[&input]).map_err(|e| e.to_string())?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let med = times[reps / 2];
+        let bytes = (len * 4) as f64;
+        let bus = bytes * 2.0 * (n as f64 - 1.0) / n as f64 / med / 1e9;
+        rows.push(format!("{kib} KiB: {:.1} us, {bus:.2} GB/s", med * 1e6));
+    }
+    Ok(format!("psum over {n} processes: {}", rows.join("; ")))
+}
+
 fn main() -> ExitCode {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let world = match World::start() {
@@ -155,7 +187,8 @@ fn main() -> ExitCode {
             let f = program(&Kind::Psum, &axis, &[2]);
             f.and_then(|f| run(&f, &[input(&[2], r)])).map(|_| "the collective returned".into())
         }
-        other => Err(format!("unknown mode `{other}` (collectives, mismatch, stall or die)")),
+        "bench" => bench(&world),
+        other => Err(format!("unknown mode `{other}` (collectives, mismatch, stall, die or bench)")),
     };
     match outcome {
         Ok(msg) => {
