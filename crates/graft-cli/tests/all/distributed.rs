@@ -25,7 +25,12 @@ fn args(program: &Path, data: &Path, out: &Path, extra: &[&str]) -> Vec<String> 
 }
 
 fn graft(a: &[String]) -> std::process::Output {
-    Command::cargo_bin("graft").expect("the graft binary is built").args(a).env_remove("OMPI_COMM_WORLD_SIZE").output().unwrap()
+    Command::cargo_bin("graft")
+        .expect("the graft binary is built")
+        .args(a)
+        .env_remove("OMPI_COMM_WORLD_SIZE")
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -117,7 +122,13 @@ def accuracy(p: (tensor[64, 32, f64], tensor[32, f64], tensor[32, 10, f64], tens
             .map(|(k, t)| {
                 if k == "x" {
                     let v = t.to_f64_vec();
-                    (k, Tensor::from_fn(&graft_core::TensorType::new(graft_core::DType::F64, t.shape().to_vec()), |i| v[i]))
+                    (
+                        k,
+                        Tensor::from_fn(
+                            &graft_core::TensorType::new(graft_core::DType::F64, t.shape().to_vec()),
+                            |i| v[i],
+                        ),
+                    )
                 } else {
                     (k, t)
                 }
@@ -151,6 +162,8 @@ def accuracy(p: (tensor[64, 32, f64], tensor[32, f64], tensor[32, 10, f64], tens
         // A batch that does not split evenly is a usage error on every process.
         let o = mpirun(2, &args(&prog, &data, &dir.path().join("bad"), &["--batch-size", "45"]));
         assert!(!o.status.success());
-        assert!(String::from_utf8_lossy(&o.stderr).contains("--batch-size 45 cannot be split evenly over the 2 processes"));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--batch-size 45 cannot be split evenly over the 2 processes")
+        );
     }
 }

@@ -175,6 +175,12 @@ pub struct Lower<'p> {
     /// (an `if` on a tensor condition, a `match` on a run-time value):
     /// `debug_print` is an error there, since it would print for every branch.
     pub both_branches: usize,
+    /// Named axes bound by the `vmap(.., axis_name=)` being lowered, with
+    /// their sizes, innermost last (what collectives resolve names against).
+    pub axes: Vec<(Rc<str>, usize)>,
+    /// How many collectives resolved an axis name; an instance lowered with
+    /// one is not cached, since the name's size belongs to the caller.
+    pub axis_uses: usize,
     loc: Option<Arc<SrcLoc>>,
 }
 
@@ -198,6 +204,8 @@ impl<'p> Lower<'p> {
             placeholder_sizes: false,
             branch_fallbacks: 0,
             both_branches: 0,
+            axes: Vec::new(),
+            axis_uses: 0,
             loc: None,
         }
     }
@@ -688,7 +696,7 @@ impl<'p> Lower<'p> {
                 .with_secondary(def.name.span.clone(), "defined here")
                 .with_note("help: write loops with `scan`, `fori` or `while`"));
         }
-        let (depth0, peak0, fallbacks0) = (self.depth, self.peak, self.branch_fallbacks);
+        let (depth0, peak0, fallbacks0, axis_uses0) = (self.depth, self.peak, self.branch_fallbacks, self.axis_uses);
         self.peak = depth0;
         if let Err(e) = self.enter(span) {
             self.leave();
@@ -737,7 +745,7 @@ impl<'p> Lower<'p> {
             return Err(self.err(Stage::Type, span, "internal error: a def captured an outer value"));
         }
         let inst = Rc::new(Inst { func: Arc::new(st.func), out: st.out, height });
-        if self.branch_fallbacks == fallbacks0 {
+        if self.branch_fallbacks == fallbacks0 && self.axis_uses == axis_uses0 {
             self.p.cache.borrow_mut().insert(key, inst.clone());
         }
         Ok(inst)

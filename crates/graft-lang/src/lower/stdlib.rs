@@ -178,7 +178,70 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("tree_leaves", &["tree"]),
     // debugging
     ("debug_print", &["fmt", "*args"]),
+    // collectives over a named axis (`vmap(f, axis_name=...)`, or the
+    // processes of `mpirun`)
+    ("psum", &["x", "axis_name"]),
+    ("pmean", &["x", "axis_name"]),
+    ("pmax", &["x", "axis_name"]),
+    ("pmin", &["x", "axis_name"]),
+    ("all_gather", &["x", "axis_name", "axis"]),
+    ("psum_scatter", &["x", "axis_name", "scatter_dimension"]),
+    ("ppermute", &["x", "axis_name", "perm"]),
+    ("axis_index", &["axis_name"]),
 ];
+
+/// The number of ranks an unbound axis name stands for while `check`ing.
+const PLACEHOLDER_RANKS: usize = 19;
+
+/// The axis a collective's `axis_name` names: the innermost enclosing
+/// `vmap(.., axis_name=)` of that name, else a communicator bound to it in
+/// this process (the MPI world of a distributed run).
+fn named_axis(l: &mut Lower<'_>, a: &A) -> Result<graft_core::ops::collective::Axis, Diagnostic> {
+    let arg = a.req(l, "axis_name")?.clone();
+    let Val::Str(s) = &arg.val else {
+        return Err(l.err(
+            Stage::Type,
+            &arg.span,
+            format!("`axis_name` must be a string, found {}", arg.val.describe()),
+        ));
+    };
+    let size = l.axes.iter().rev().find(|(n, _)| **n == **s).map(|(_, k)| *k);
+    let size = size.or_else(|| graft_core::comm::lookup(s).map(|c| c.size()));
+    // `check` lowers every def on its own, away from the vmap that will
+    // bind the name: a placeholder size stands in, as for dimensions.
+    let size = size.or(l.placeholder_sizes.then_some(PLACEHOLDER_RANKS));
+    let Some(size) = size else {
+        return Err(l.err(Stage::Type, &arg.span, format!("the axis name \"{s}\" is not bound here")).with_note(
+            format!("help: call this inside `vmap(f, axis_name=\"{s}\")`, or in a distributed run that binds \"{s}\""),
+        ));
+    };
+    l.axis_uses += 1;
+    Ok(graft_core::ops::collective::Axis::new(s, size))
+}
+
+/// `ppermute`'s `perm`: a tuple of `(source, destination)` pairs of ranks.
+fn perm_pairs(l: &Lower<'_>, a: &A, size: usize) -> Result<Vec<(usize, usize)>, Diagnostic> {
+    let arg = a.req(l, "perm")?;
+    let bad = || {
+        l.err(
+            Stage::Type,
+            &arg.span,
+            format!(
+                "`perm` must be a tuple of (source, destination) pairs of ranks below {size}, found {}",
+                arg.val.describe()
+            ),
+        )
+    };
+    let Val::Tuple(items) = &arg.val else { return Err(bad()) };
+    let rank = |v: &Val| static_int(v).filter(|&k| k >= 0 && (k as usize) < size).map(|k| k as usize);
+    items
+        .iter()
+        .map(|p| match p {
+            Val::Tuple(two) if two.len() == 2 => rank(&two[0]).zip(rank(&two[1])).ok_or_else(bad),
+            _ => Err(bad()),
+        })
+        .collect()
+}
 
 /// Named constants: numbers known while compiling, typed by their context
 /// like a float literal (`pi * x` for an f32 `x` is f32). A local or a def
@@ -356,6 +419,21 @@ impl A {
                 )
             }),
         }
+    }
+
+    /// A static axis option (default 0) among `n` positions, negative
+    /// counting from the end; out of range is an error at the argument.
+    fn axis_or(&self, l: &Lower<'_>, p: &str, n: usize) -> Result<usize, Diagnostic> {
+        let k = self.int(l, p, Some(0))?;
+        let r = if k < 0 { k + n as i64 } else { k };
+        if r < 0 || r >= n as i64 {
+            return Err(l.err(
+                Stage::Type,
+                &self.span_of(p),
+                format!("`{p}` must be in -{n} ..= {}, found {k}", n as i64 - 1),
+            ));
+        }
+        Ok(r as usize)
     }
 
     /// An integer option that must be at least `min` (`stride >= 1`,
@@ -1753,6 +1831,26 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
             }
         }
         "debug_print" => return debug_print(l, &a, span),
+        "psum" | "pmean" | "pmax" | "pmin" | "all_gather" | "psum_scatter" | "ppermute" | "axis_index" => {
+            let axis = named_axis(l, &a)?;
+            use graft_core::ops::collective::Kind;
+            if name == "axis_index" {
+                ir!(l.b().axis_index(&axis))
+            } else {
+                let x = a.t(l, "x", false)?;
+                let rank = l.ty(x).rank();
+                let kind = match name {
+                    "psum" => Kind::Psum,
+                    "pmean" => Kind::Pmean,
+                    "pmax" => Kind::Pmax,
+                    "pmin" => Kind::Pmin,
+                    "all_gather" => Kind::AllGather { dim: a.axis_or(l, "axis", rank + 1)? },
+                    "psum_scatter" => Kind::ReduceScatter { dim: a.axis_or(l, "scatter_dimension", rank)? },
+                    _ => Kind::Ppermute { perm: perm_pairs(l, &a, axis.size)? },
+                };
+                ir!(l.b().collective(kind, &axis, Some(x)))
+            }
+        }
         "uniform" | "normal" => {
             let k = a.t(l, "key", false)?;
             let s = a.ushape(l, "shape")?;
@@ -1854,6 +1952,7 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
                 in_axes: None,
                 out_axes: None,
                 policy: Default::default(),
+                axis_name: None,
                 span: span.clone(),
             };
             let iv = out(l, i);

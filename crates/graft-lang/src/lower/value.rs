@@ -176,6 +176,8 @@ pub struct TransformFn {
     pub out_axes: Option<Val>,
     /// `checkpoint`: `policy=` (`"nothing"` or `"dots"`).
     pub policy: graft_core::transform::Policy,
+    /// `vmap`: `axis_name=`, the name collectives inside use for the batch.
+    pub axis_name: Option<Rc<str>>,
     /// Where the transform was written.
     pub span: Span,
 }

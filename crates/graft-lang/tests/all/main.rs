@@ -5,6 +5,7 @@
 mod common;
 
 mod check_no_panic;
+mod collectives;
 mod debug_print;
 mod diagnostics;
 mod examples_dir;

@@ -65,6 +65,7 @@ pub fn call_attr_def(
             in_axes: None,
             out_axes: None,
             policy: Default::default(),
+            axis_name: None,
             span: attrs[0].span.clone(),
         };
         let av =

@@ -70,6 +70,7 @@ pub fn make(
         in_axes: None,
         out_axes: None,
         policy: Default::default(),
+        axis_name: None,
         span: span.clone(),
     };
     match kind {
@@ -171,6 +172,16 @@ pub fn make(
                 })?;
             }
             (TransformKind::Vmap, Some("in_axes")) => tf.in_axes = Some(l.expr(&a.value, env)?),
+            (TransformKind::Vmap, Some("axis_name")) => match l.expr(&a.value, env)? {
+                Val::Str(s) => tf.axis_name = Some(Rc::from(&*s)),
+                v => {
+                    return Err(l.err(
+                        Stage::Transform,
+                        &a.value.span,
+                        format!("`axis_name` must be a string, found {}", v.describe()),
+                    ))
+                }
+            },
             (TransformKind::Vmap, Some("out_axes")) => tf.out_axes = Some(l.expr(&a.value, env)?),
             (_, name) => {
                 let msg = match name {
@@ -191,7 +202,7 @@ pub fn usage(kind: TransformKind) -> &'static str {
     match kind {
         TransformKind::Grad => "grad(f) or grad(f, wrt=(a, b))",
         TransformKind::ValueAndGrad => "value_and_grad(f) or value_and_grad(f, wrt=(a, b))",
-        TransformKind::Vmap => "vmap(f, axis=0) or vmap(f, in_axes=(0, none), out_axes=0)",
+        TransformKind::Vmap => "vmap(f, axis=0) or vmap(f, in_axes=(0, none), out_axes=0, axis_name=\"i\")",
         TransformKind::Checkpoint => "checkpoint(f) or checkpoint(f, policy=\"dots\")",
         TransformKind::Jacfwd => "jacfwd(f) or jacfwd(f, wrt=x)",
         TransformKind::Jacrev => "jacrev(f) or jacrev(f, wrt=x)",

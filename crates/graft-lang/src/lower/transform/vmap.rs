@@ -130,7 +130,15 @@ pub(super) fn vmap_apply(
     }
     let mut it = per.into_iter();
     let per_trees: Vec<Tree> = pr.trees.iter().map(|t| retype(t, &mut it)).collect();
-    let st = lower_fn(l, f, &per_trees, &pr.spans, span)?;
+    let named = tf.axis_name.clone().zip(size.map(|s| s.0));
+    if let Some(n) = &named {
+        l.axes.push(n.clone());
+    }
+    let st = lower_fn(l, f, &per_trees, &pr.spans, span);
+    if named.is_some() {
+        l.axes.pop();
+    }
+    let st = st?;
     let n_out = st.out.n_leaves();
     let mut out_axes: Vec<Option<isize>> = Vec::new();
     match &tf.out_axes {
@@ -147,7 +155,11 @@ pub(super) fn vmap_apply(
     ia.extend(std::iter::repeat_n(None, st.captures.len()));
     let mut outer = flat;
     outer.extend(st.func.param_types().drain(st.n_real..));
-    let t = Transform::Vmap { in_axes: VmapAxes::Each(ia), out_axes: VmapAxes::Each(out_axes), axis_name: None };
+    let t = Transform::Vmap {
+        in_axes: VmapAxes::Each(ia),
+        out_axes: VmapAxes::Each(out_axes),
+        axis_name: tf.axis_name.as_deref().map(String::from),
+    };
     let g = t.apply(&st.func, &outer).map_err(|e| tf_err(l, e, desc, span))?;
     l.set_span(span);
     let outs = inline_with(l, &g, &pr.leaves, &st.captures, span)?;
