@@ -6,8 +6,14 @@
 
 use graft::{jit, Tensor, TensorType};
 
+/// `disable_compile` flips a process-wide switch: the tests that flip it
+/// or depend on native code being compiled take this lock, so they do not
+/// run while another one has it flipped.
+static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn disabled_compile_runs_op_by_op_with_the_same_bits() {
+    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     let f = jit("chain", |x| {
         let mut y = x.clone();
         for _ in 0..6 {
@@ -51,6 +57,7 @@ fn cache_size_counts_signatures() {
 
 #[test]
 fn shapeless_compiles_once_per_dtypes_and_ranks() {
+    let _switch = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
     use graft::{jit_n, Tr};
     let body = |v: &[Tr]| {
         // A row reduction, a broadcast of `w` along the rows, a transposed
