@@ -389,7 +389,7 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
     }
     let (rank, procs) = world.as_ref().map_or((0, 1), |w| (w.rank(), w.size()));
     let lead = rank == 0;
-    if bs % procs != 0 {
+    if !bs.is_multiple_of(procs) {
         return Err(Fail::usage(format!(
             "error: --batch-size {bs} cannot be split evenly over the {procs} processes of this job"
         )));

@@ -214,7 +214,7 @@ pub(crate) fn copy_run(src: &Storage, from: usize, dst: &mut Storage, to: usize,
 }
 
 /// `n` ranks as threads of one process, for tests and in-process data
-/// parallelism: [`LocalGroup::new`] returns one communicator per rank, each
+/// parallelism: [`LocalGroup::ranks`] returns one communicator per rank, each
 /// to be used (bound) on its own thread. Every collective is an exchange of
 /// all ranks' operands, combined on each rank in rank order, so results are
 /// bitwise reproducible and equal on every rank.
@@ -246,7 +246,7 @@ pub struct LocalComm {
 
 impl LocalGroup {
     /// `n` communicators (ranks `0..n`) that wait at most `timeout` for each other.
-    pub fn new(n: usize, timeout: Duration) -> Vec<Arc<LocalComm>> {
+    pub fn ranks(n: usize, timeout: Duration) -> Vec<Arc<LocalComm>> {
         let shared = Arc::new(Shared {
             n,
             timeout,

@@ -108,7 +108,7 @@ impl MpiWorld {
                 Err(r) => req = r,
             }
             polls = polls.wrapping_add(1);
-            if polls % 1024 == 0 && Instant::now() >= deadline {
+            if polls.is_multiple_of(1024) && Instant::now() >= deadline {
                 let e = CommError::Timeout {
                     op: op.to_string(),
                     who: format!("the other ranks of the MPI world of {} (this is rank {})", self.size, self.rank),

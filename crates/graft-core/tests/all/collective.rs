@@ -22,7 +22,7 @@ fn t64(shape: &[usize]) -> TensorType {
 /// Runs `f` on `inputs.len()` ranks, one thread each, with the axis `i`
 /// bound to a thread group; each rank's results, or its error text.
 fn run_group(fs: &[Func], inputs: &[Vec<Tensor>], timeout: Duration) -> Vec<Result<Vec<Tensor>, String>> {
-    let comms = LocalGroup::new(inputs.len(), timeout);
+    let comms = LocalGroup::ranks(inputs.len(), timeout);
     std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .into_iter()
@@ -347,7 +347,7 @@ fn ranks_that_disagree_on_shapes_fail_naming_the_ranks_and_types() {
 #[test]
 fn a_rank_that_never_answers_times_out_instead_of_hanging() {
     let f = func("f", t64(&[2]), |b, x| coll(b, Kind::Psum, x));
-    let comms = LocalGroup::new(N, Duration::from_millis(200));
+    let comms = LocalGroup::ranks(N, Duration::from_millis(200));
     let c0 = comms[0].clone();
     let start = std::time::Instant::now();
     let res = std::thread::spawn(move || {
