@@ -28,6 +28,7 @@ __all__ = [
     "einsum", "astype", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
     "linspace", "asarray", "array", "float32", "float64", "int32", "int64", "bool_", "pi", "e", "inf", "nan",
     "ndim", "shape", "size", "take", "logaddexp", "sort", "argsort", "trace", "diag", "linalg",
+    "cumsum", "cumprod", "cumulative_sum", "cumulative_prod",
 ]
 
 float32 = _np.float32
@@ -675,6 +676,52 @@ def _sort(op: str, a: Any, axis: Optional[int]) -> Any:
     if isinstance(a, Tracer):
         return Tracer(_g.sort(op, a._h, int(axis)))
     return _eager(("sort", op, axis), lambda t: _sort(op, t, axis), to_array(a, op))
+
+
+def _cumulative(op: str, a: Any, axis: Optional[int], reverse: bool = False) -> Any:
+    if axis is None:
+        a, axis = ravel(a), 0
+    if isinstance(a, Tracer):
+        return Tracer(_g.cumulative(op, a._h, int(axis), bool(reverse)))
+    return _eager(("cumulative", op, axis, reverse), lambda t: _cumulative(op, t, axis, reverse), to_array(a, op))
+
+
+def cumsum(a: Any, axis: Optional[int] = None, dtype: Any = None) -> Any:
+    """Running sums along ``axis`` (``None``: of the flattened array), in
+    ``a``'s dtype (or ``dtype``)."""
+    return _cumulative("cumsum", a if dtype is None else astype(a, dtype), axis)
+
+
+def cumprod(a: Any, axis: Optional[int] = None, dtype: Any = None) -> Any:
+    """Running products along ``axis`` (``None``: of the flattened array)."""
+    return _cumulative("cumprod", a if dtype is None else astype(a, dtype), axis)
+
+
+def cumulative_sum(x: Any, axis: Optional[int] = None, dtype: Any = None, include_initial: bool = False) -> Any:
+    """The array-API name of :func:`cumsum` (``axis`` may be omitted for 1-d input)."""
+    if axis is None and ndim(x) != 1:
+        raise ValueError("cumulative_sum needs an axis for input that is not 1-d")
+    out = cumsum(x, 0 if axis is None else axis, dtype)
+    return _with_initial(out, 0, axis, include_initial)
+
+
+def cumulative_prod(x: Any, axis: Optional[int] = None, dtype: Any = None, include_initial: bool = False) -> Any:
+    """The array-API name of :func:`cumprod`."""
+    if axis is None and ndim(x) != 1:
+        raise ValueError("cumulative_prod needs an axis for input that is not 1-d")
+    out = cumprod(x, 0 if axis is None else axis, dtype)
+    return _with_initial(out, 1, axis, include_initial)
+
+
+def _with_initial(out: Any, value: float, axis: Optional[int], include: bool) -> Any:
+    if not include:
+        return out
+    ax = 0 if axis is None else axis
+    dims = list(out.shape)
+    ax = ax % len(dims)
+    dims[ax] = 1
+    first = full(tuple(dims), value, dtype=out.dtype)
+    return concatenate([first, out], axis=ax)
 
 
 def sort(a: Any, axis: Optional[int] = -1) -> Any:
