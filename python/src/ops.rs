@@ -40,6 +40,7 @@ fn unary(op: &str, x: H<'_>) -> PyResult<Handle> {
         "tanh" => x.tanh(),
         "sigmoid" => x.sigmoid(),
         "erf" => x.erf(),
+        "erf_inv" => x.lift(graft_core::composite::math::erf_inv),
         "floor" => x.floor(),
         "ceil" => x.ceil(),
         "round" => x.round(),

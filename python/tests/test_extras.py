@@ -226,3 +226,49 @@ def test_randint_is_bitwise_jax(seed):
     k = graft.random.split(graft.random.key(seed))[1]
     np.testing.assert_array_equal(graft.random.randint(k, (5,), 0, 9, dtype=np.int64),
                                   graft.random.randint(k, (5,), 0, 9).astype(np.int64))
+
+
+# ---- erf_inv and random.normal against JAX ----
+
+def _ulps(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    it = np.int32 if a.dtype == np.float32 else np.int64
+    return np.abs(a.view(it).astype(np.int64) - b.view(it).astype(np.int64))
+
+
+def test_erf_inv_matches_jax():
+    x32 = np.linspace(-0.999999, 0.999999, 20001).astype(np.float32)
+    u = _ulps(graft.lax.erf_inv(x32), jax.lax.erf_inv(x32))
+    # JAX's own f32 algorithm; only log1p's rounding differs.
+    assert u.max() <= 2 and (u == 0).mean() > 0.9
+    x64 = np.linspace(-0.9, 0.9, 20001)
+    assert _ulps(graft.lax.erf_inv(x64), jax.lax.erf_inv(x64)).max() <= 32
+    tail = np.linspace(0.9, 0.99999, 2001)
+    np.testing.assert_allclose(graft.lax.erf_inv(tail), jax.lax.erf_inv(tail), rtol=2e-12)
+    edge = np.array([-1.0, 1.0, 0.0, 1.5])
+    out = graft.lax.erf_inv(edge)
+    assert out[0] == -np.inf and out[1] == np.inf and out[2] == 0.0 and np.isnan(out[3])
+
+
+def test_erf_inv_derivative_matches_finite_differences_and_jax():
+    x = np.array([-0.95, -0.5, 0.0, 0.3, 0.8, 0.99])
+    g = graft.vmap(graft.grad(graft.lax.erf_inv))(x)
+    np.testing.assert_allclose(g, np.sqrt(np.pi) / 2 * np.exp(np.asarray(jax.lax.erf_inv(x)) ** 2), rtol=1e-9)
+    h = 1e-6
+    fd = (graft.lax.erf_inv(x + h) - graft.lax.erf_inv(x - h)) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+    x32 = x.astype(np.float32)
+    g32 = graft.vmap(graft.grad(graft.lax.erf_inv))(x32)
+    np.testing.assert_allclose(g32, jax.vmap(jax.grad(jax.lax.erf_inv))(x32), rtol=2e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2024])
+def test_normal_matches_jax(seed):
+    for shape in [(1000,), (30, 40), ()]:
+        k = graft.random.split(graft.random.key(seed))[1]
+        kj = jax.random.split(jax.random.PRNGKey(seed))[1]
+        g32 = graft.random.normal(k, shape, np.float32)
+        u = _ulps(g32, jax.random.normal(kj, shape, jnp.float32))
+        assert g32.dtype == np.float32 and u.max() <= 4 and (u == 0).mean() >= (0.9 if shape else 0.0)
+        g64 = graft.random.normal(k, shape, np.float64)
+        np.testing.assert_allclose(g64, jax.random.normal(kj, shape, jnp.float64), rtol=1e-11, atol=1e-12)
