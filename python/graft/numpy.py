@@ -4,8 +4,9 @@ On traced arrays each function records graft operations (graft's
 composite library: NumPy broadcasting, negative axes). On NumPy arrays or
 numbers it runs eagerly: the operation is compiled by graft (cached per
 function, static arguments and input types) and returns a NumPy array.
-Dtypes are never converted implicitly, except that a Python number takes
-the dtype of the array it is combined with.
+The two operands of a binary operation are promoted by JAX's rules
+(:func:`result_type`; a Python number is weakly typed and takes the dtype
+of the array it is combined with); other functions do not convert.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ __all__ = [
     "einsum", "astype", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
     "linspace", "asarray", "array", "float32", "float64", "int32", "int64", "bool_", "pi", "e", "inf", "nan",
     "ndim", "shape", "size", "take", "logaddexp", "sort", "argsort", "trace", "diag", "linalg",
-    "cumsum", "cumprod", "cumulative_sum", "cumulative_prod",
+    "cumsum", "cumprod", "cumulative_sum", "cumulative_prod", "result_type",
 ]
 
 float32 = _np.float32
@@ -117,7 +118,40 @@ def _binary(op: str, a: Any, b: Any) -> Any:
             a = astype(a, _np.float64)
     ta = lift(a, ctx, f"graft.numpy.{op}", like=_ctx(b) if not isinstance(a, Tracer) else None)
     tb = lift(b, ctx, f"graft.numpy.{op}", like=ta)
+    ta, tb = _promote_pair(ta, tb)
     return Tracer(_g.binary(op, ta._h, tb._h))
+
+
+_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+
+
+def result_type(*dtypes: Any) -> _np.dtype:
+    """The dtype two arrays of these dtypes combine to, by JAX's rules over
+    graft's dtypes: ``bool < int32 < int64 < float32 < float64`` except that
+    any integer with a float gives that float (``int64 + float32`` is
+    ``float32``, as in JAX). Python numbers are weakly typed and take the
+    other operand's dtype before this applies."""
+    out: Optional[_np.dtype] = None
+    for d in dtypes:
+        d = _np.dtype(d)
+        if out is None or out == d:
+            out = d
+            continue
+        ko, kd = _KIND_RANK[out.kind], _KIND_RANK[d.kind]
+        if ko != kd:
+            out = out if ko > kd else d
+        else:
+            out = out if out.itemsize >= d.itemsize else d
+    assert out is not None
+    return out
+
+
+def _promote_pair(ta: Tracer, tb: Tracer) -> Tuple[Tracer, Tracer]:
+    """Both operands at their :func:`result_type` (a convert where needed)."""
+    if ta.dtype == tb.dtype:
+        return ta, tb
+    t = result_type(ta.dtype, tb.dtype)
+    return (ta if ta.dtype == t else astype(ta, t)), (tb if tb.dtype == t else astype(tb, t))
 
 
 def abs(x: Any) -> Any:

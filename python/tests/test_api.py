@@ -129,9 +129,10 @@ def test_graft_error_carries_graft_text():
     assert any("lambda" in fr.name for fr in tb)
 
 
-def test_dtype_mismatch_is_error_not_cast():
+def test_binary_ops_promote_other_mismatches_are_errors():
+    assert graft.jit(lambda x, y: x * y)(np.ones(3, np.float32), np.ones(3, np.float64)).dtype == np.float64
     with pytest.raises(graft.GraftError):
-        graft.jit(lambda x, y: x * y)(np.ones(3, np.float32), np.ones(3, np.float64))
+        graft.jit(lambda x, y: gnp.concatenate([x, y]))(np.ones(3, np.float32), np.ones(3, np.float64))
 
 
 def test_unsupported_argument_types():

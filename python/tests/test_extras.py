@@ -272,3 +272,34 @@ def test_normal_matches_jax(seed):
         assert g32.dtype == np.float32 and u.max() <= 4 and (u == 0).mean() >= (0.9 if shape else 0.0)
         g64 = graft.random.normal(k, shape, np.float64)
         np.testing.assert_allclose(g64, jax.random.normal(kj, shape, jnp.float64), rtol=1e-11, atol=1e-12)
+
+
+# ---- implicit promotion between arrays (JAX's rules on graft's dtypes) ----
+
+DTS = [np.bool_, np.int32, np.int64, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("da", DTS)
+@pytest.mark.parametrize("db", DTS)
+def test_binary_promotion_matches_jax(da, db):
+    a = (np.arange(1, 5) % 2 == 0).astype(da) if da is np.bool_ else np.arange(1, 5).astype(da)
+    b = np.array([3, 1, 2, 5]).astype(db)
+    for name in ("add", "multiply", "maximum", "less"):
+        if name != "less" and da is np.bool_ and db is np.bool_:
+            continue  # graft has no bool arithmetic
+        ours = graft.jit(lambda x, y: getattr(gnp, name)(x, y))(a, b)
+        theirs = getattr(jnp, name)(a, b)
+        assert ours.dtype == theirs.dtype, (name, da, db)
+        np.testing.assert_array_equal(ours, np.asarray(theirs))
+    assert gnp.result_type(da, db) == jnp.result_type(da, db)
+
+
+def test_promotion_gradients_keep_input_dtypes():
+    a, b = np.ones(3, np.float32), np.arange(3.0)
+    ga, gb = graft.grad(lambda x, y: gnp.sum(x * y), argnums=(0, 1))(a, b)
+    ja, jb = jax.grad(lambda x, y: jnp.sum(x * y), argnums=(0, 1))(a, b)
+    assert ga.dtype == np.float32 == ja.dtype and gb.dtype == np.float64 == jb.dtype
+    np.testing.assert_array_equal(ga, ja)
+    np.testing.assert_array_equal(gb, jb)
+    # A Python number stays weak: it takes the array's dtype.
+    assert graft.jit(lambda x: x * 2.5)(a).dtype == np.float32
