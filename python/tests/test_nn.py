@@ -330,3 +330,12 @@ def test_trainer_rejects_bad_input():
 
     with pytest.raises(RuntimeError, match="inside the loss"):
         nn.Trainer(boom, nn.optim.sgd(0.1), params={"w": np.ones(3)}).step({"x": np.ones(3)})
+
+
+def test_digits_example_trains_to_95_percent():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_digits", REPO / "examples" / "python" / "train_digits.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(verbose=False) >= 0.95
