@@ -1,6 +1,6 @@
 //! Random-number composites over the counter-based primitives
 //! (`random_split`, `random_uniform`): key creation from a seed, splitting,
-//! uniform draws in `[lo, hi)`, standard normals (Box–Muller), Bernoulli,
+//! uniform draws in `[lo, hi)`, standard normals (`sqrt(2) erf_inv(u)`, as JAX), Bernoulli,
 //! integers in `[lo, hi)` and categorical draws (the Gumbel-max trick).
 //!
 //! Keys are `i32[2]` tensors (two u32 words as bit patterns), as the
