@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Python package into a virtual environment and runs its pytest
 # suite (python/tests, including the checks against JAX). Installs maturin,
-# pytest, numpy and jax into the environment when they are missing.
+# pytest, numpy, jax and optax into the environment when they are missing.
 #   GRAFT_PY_VENV   where the environment lives (default target/pyvenv)
 #   PYTHON          the interpreter to build it from (default python3)
 set -euo pipefail
@@ -17,7 +17,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   }
 fi
 need=()
-for mod in maturin pytest numpy jax; do
+for mod in maturin pytest numpy jax optax; do
   "$VENV/bin/python" -c "import $mod" >/dev/null 2>&1 || need+=("$mod")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -675,25 +675,62 @@ class _Jac(_Wrapped):
         return _run(t, (self._kind, pos), lambda k: t.fn.transform(self._kind, index=pos), leaves, tree)[0]
 
 
-def jacfwd(f: Callable, argnums: int = 0) -> Callable:
+def _jac_many(f: Callable, argnums: Any, kind: str) -> Callable:
+    """One Jacobian per entry of a tuple ``argnums`` (JAX's tuple result);
+    an int gives the single Jacobian."""
+    if isinstance(argnums, int):
+        return _Jac(f, argnums, kind)
+    if not isinstance(argnums, (tuple, list)) or not argnums or not all(isinstance(i, int) for i in argnums):
+        raise TypeError(f"{kind}: argnums is an int or a non-empty tuple of ints, got {argnums!r}")
+    parts = [_Jac(f, i, kind) for i in argnums]
+
+    @functools.wraps(f)
+    def many(*args: Any, **kwargs: Any) -> Any:
+        return tuple(p(*args, **kwargs) for p in parts)
+
+    return many
+
+
+def jacfwd(f: Callable, argnums: Any = 0) -> Callable:
     """Forward-mode Jacobian of ``f``'s one array output with respect to
-    argument ``argnums`` (an array): shape ``out.shape + arg.shape``."""
-    return _Jac(f, argnums, "jacfwd")
+    argument ``argnums`` (an array): shape ``out.shape + arg.shape``; a
+    tuple ``argnums`` gives a tuple of Jacobians, one per argument."""
+    return _jac_many(f, argnums, "jacfwd")
 
 
-def jacrev(f: Callable, argnums: int = 0) -> Callable:
+def jacrev(f: Callable, argnums: Any = 0) -> Callable:
     """Reverse-mode Jacobian (same result as :func:`jacfwd`)."""
-    return _Jac(f, argnums, "jacrev")
+    return _jac_many(f, argnums, "jacrev")
 
 
-def jacobian(f: Callable, argnums: int = 0) -> Callable:
+def jacobian(f: Callable, argnums: Any = 0) -> Callable:
     """The Jacobian in whichever mode needs fewer passes."""
-    return _Jac(f, argnums, "jacobian")
+    return _jac_many(f, argnums, "jacobian")
 
 
-def hessian(f: Callable, argnums: int = 0) -> Callable:
-    """The Hessian of a scalar function with respect to argument ``argnums``."""
-    return _Jac(f, argnums, "hessian")
+def hessian(f: Callable, argnums: Any = 0) -> Callable:
+    """The Hessian of a scalar function with respect to argument ``argnums``;
+    with a tuple ``argnums``, JAX's nested tuple: entry ``[i][j]`` is
+    ``d/dx_j (df/dx_i)`` of shape ``x_i.shape + x_j.shape``."""
+    if isinstance(argnums, int):
+        return _Jac(f, argnums, "hessian")
+    if not isinstance(argnums, (tuple, list)) or not argnums or not all(isinstance(i, int) for i in argnums):
+        raise TypeError(f"hessian: argnums is an int or a non-empty tuple of ints, got {argnums!r}")
+    idx = tuple(argnums)
+
+    def block(i: int, j: int) -> Callable:
+        if i == j:
+            return _Jac(f, i, "hessian")
+        gi = grad(f, argnums=i)
+        return _Jac(lambda *a, **k: gi(*a, **k), j, "jacfwd")
+
+    blocks = [[block(i, j) for j in idx] for i in idx]
+
+    @functools.wraps(f)
+    def many(*args: Any, **kwargs: Any) -> Any:
+        return tuple(tuple(b(*args, **kwargs) for b in row) for row in blocks)
+
+    return many
 
 
 class _Checkpoint(_Wrapped):
@@ -722,6 +759,45 @@ def _handles_or_none(xs: Sequence[Any], ctx: Tracer, where: str) -> List[_g.Hand
     return [lift(x, ctx, where)._h for x in xs]
 
 
+def _nondiff(argnums: Sequence[int], what: str) -> Tuple[int, ...]:
+    if isinstance(argnums, int):
+        argnums = (argnums,)
+    if not all(isinstance(i, int) and i >= 0 for i in argnums):
+        raise TypeError(f"{what}: nondiff_argnums are non-negative ints, got {argnums!r}")
+    return tuple(sorted(set(argnums)))
+
+
+def _split_static(args: Sequence[Any], nondiff: Tuple[int, ...], what: str) -> Tuple[Tuple[Tuple[int, Any], ...], List[Any]]:
+    """The ``nondiff_argnums`` arguments (static: hashable, not traced) as
+    ``((index, value), ...)`` and the other arguments in order."""
+    if nondiff and nondiff[-1] >= len(args):
+        raise TypeError(f"{what}: nondiff_argnums {nondiff} but the call has {len(args)} arguments")
+    static = []
+    for i in nondiff:
+        v = args[i]
+        if any(isinstance(l, Tracer) for l in tree_flatten(v)[0]) or isinstance(v, np.ndarray):
+            raise TypeError(f"{what}: argument {i} is in nondiff_argnums, so it must be a static (hashable, non-array) value")
+        try:
+            hash(v)
+        except TypeError:
+            raise TypeError(f"{what}: argument {i} is in nondiff_argnums, so it must be hashable, got {type(v).__name__}") from None
+        static.append((i, v))
+    return tuple(static), [a for i, a in enumerate(args) if i not in nondiff]
+
+
+def _merge(static: Tuple[Tuple[int, Any], ...], dyn: Sequence[Any], n: int) -> List[Any]:
+    """The full argument list from the static and the other arguments."""
+    it = iter(dyn)
+    where = dict(static)
+    return [where[i] if i in where else next(it) for i in range(n)]
+
+
+def _named(g: Callable, like: Callable) -> Callable:
+    g.__name__ = getattr(like, "__name__", "f")
+    g.__qualname__ = getattr(like, "__qualname__", g.__name__)
+    return g
+
+
 class custom_jvp(_Wrapped):
     """A function with a custom JVP rule (``jax.custom_jvp``)::
 
@@ -738,10 +814,12 @@ class custom_jvp(_Wrapped):
 
     _capture = False
 
-    def __init__(self, fun: Callable):
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
         super().__init__(fun)
         self._jvp: Optional[Callable] = None
         self._depth = 0
+        self._nondiff = _nondiff(nondiff_argnums, "custom_jvp")
+        self._static: Dict[Hashable, Any] = {}
 
     def _plain(self, f: Callable[[], Any]) -> Any:
         """Runs ``f`` with calls of this function evaluating it plainly (a
@@ -756,11 +834,22 @@ class custom_jvp(_Wrapped):
         """Sets the rule ``jvp(primals, tangents) -> (out, tangent_out)``."""
         self._jvp = jvp
         self._by_tree.clear()
+        self._static.clear()
         return jvp
 
     def __call__(self, *args: Any) -> Any:
         if self._jvp is None:
             raise TypeError(f"custom_jvp function {_name(self._f)} has no rule: decorate one with @{_name(self._f)}.defjvp")
+        if self._nondiff:
+            static, dyn = _split_static(args, self._nondiff, "custom_jvp")
+            inner = self._static.get(static)
+            if inner is None:
+                f, rule, n = self._f, self._jvp, len(args)
+                vals = [v for _, v in static]
+                inner = custom_jvp(_named(lambda *d: f(*_merge(static, d, n)), f))
+                inner.defjvp(lambda primals, tangents: rule(*vals, primals, tangents))
+                self._static[static] = inner
+            return inner(*dyn)
         if self._depth:
             return self._f(*args)
         leaves, tree, t = self._flat(args, {})
@@ -808,11 +897,13 @@ class custom_vjp(_Wrapped):
 
     _capture = False
 
-    def __init__(self, fun: Callable):
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
         super().__init__(fun)
         self._fwd: Optional[Callable] = None
         self._bwd: Optional[Callable] = None
         self._depth = 0
+        self._nondiff = _nondiff(nondiff_argnums, "custom_vjp")
+        self._static: Dict[Hashable, Any] = {}
 
     _plain = custom_jvp._plain
 
@@ -820,10 +911,21 @@ class custom_vjp(_Wrapped):
         """Sets ``fwd(*args) -> (out, residuals)`` and ``bwd(residuals, g) -> cotangents``."""
         self._fwd, self._bwd = fwd, bwd
         self._by_tree.clear()
+        self._static.clear()
 
     def __call__(self, *args: Any) -> Any:
         if self._fwd is None or self._bwd is None:
             raise TypeError(f"custom_vjp function {_name(self._f)} has no rule: call {_name(self._f)}.defvjp(fwd, bwd)")
+        if self._nondiff:
+            static, dyn = _split_static(args, self._nondiff, "custom_vjp")
+            inner = self._static.get(static)
+            if inner is None:
+                f, fwd, bwd, n = self._f, self._fwd, self._bwd, len(args)
+                vals = [v for _, v in static]
+                inner = custom_vjp(_named(lambda *d: f(*_merge(static, d, n)), f))
+                inner.defvjp(lambda *d: fwd(*_merge(static, d, n)), lambda res, g: bwd(*vals, res, g))
+                self._static[static] = inner
+            return inner(*dyn)
         if self._depth:
             return self._f(*args)
         leaves, tree, t = self._flat(args, {})

@@ -231,6 +231,14 @@ class Tracer:
             raise TypeError(f"~ of a {self.dtype.name} traced array: graft has logical not for bool only")
         return Tracer(_g.unary("logical_not", self._h))
 
+    @property
+    def at(self) -> Any:
+        """JAX's functional index updates: ``x.at[i].set(v)``, ``.add``,
+        ``.mul``, ``.min``, ``.max``, ``.get`` (see ``graft._at``)."""
+        from ._at import At
+
+        return At(self)
+
     def __getitem__(self, index: Any) -> "Tracer":
         from . import numpy as gnp
 

@@ -21,7 +21,7 @@ from ._tracer import Tracer, lift, to_array
 from ._tree import TreeDef, tree_flatten, tree_unflatten
 from ._scope import Scope, mapping, resolve, run_in
 
-__all__ = ["scan", "cond", "switch", "fori_loop", "while_loop", "stop_gradient"]
+__all__ = ["scan", "cond", "switch", "fori_loop", "while_loop", "stop_gradient", "erf_inv"]
 
 from ._api import stop_gradient  # noqa: E402
 
@@ -239,3 +239,12 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     consts, bodies = _convert(bodies, [_types(hs)] * len(bodies), "switch")
     out = _g.switch(index._h, consts + hs, bodies)
     return tree_unflatten(state["tree"], [Tracer(h) for h in out])
+
+
+def erf_inv(x: Any) -> Any:
+    """The inverse error function (``jax.lax.erf_inv``): Giles' polynomial
+    in f32 (JAX's algorithm), refined by Newton steps in f64; ``±inf`` at
+    ``±1``. Differentiable through its definition."""
+    from .numpy import _unary
+
+    return _unary("erf_inv", x)

@@ -4,8 +4,9 @@ On traced arrays each function records graft operations (graft's
 composite library: NumPy broadcasting, negative axes). On NumPy arrays or
 numbers it runs eagerly: the operation is compiled by graft (cached per
 function, static arguments and input types) and returns a NumPy array.
-Dtypes are never converted implicitly, except that a Python number takes
-the dtype of the array it is combined with.
+The two operands of a binary operation are promoted by JAX's rules
+(:func:`result_type`; a Python number is weakly typed and takes the dtype
+of the array it is combined with); other functions do not convert.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "einsum", "astype", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
     "linspace", "asarray", "array", "float32", "float64", "int32", "int64", "bool_", "pi", "e", "inf", "nan",
     "ndim", "shape", "size", "take", "logaddexp", "sort", "argsort", "trace", "diag", "linalg",
+    "cumsum", "cumprod", "cumulative_sum", "cumulative_prod", "result_type",
 ]
 
 float32 = _np.float32
@@ -116,7 +118,40 @@ def _binary(op: str, a: Any, b: Any) -> Any:
             a = astype(a, _np.float64)
     ta = lift(a, ctx, f"graft.numpy.{op}", like=_ctx(b) if not isinstance(a, Tracer) else None)
     tb = lift(b, ctx, f"graft.numpy.{op}", like=ta)
+    ta, tb = _promote_pair(ta, tb)
     return Tracer(_g.binary(op, ta._h, tb._h))
+
+
+_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+
+
+def result_type(*dtypes: Any) -> _np.dtype:
+    """The dtype two arrays of these dtypes combine to, by JAX's rules over
+    graft's dtypes: ``bool < int32 < int64 < float32 < float64`` except that
+    any integer with a float gives that float (``int64 + float32`` is
+    ``float32``, as in JAX). Python numbers are weakly typed and take the
+    other operand's dtype before this applies."""
+    out: Optional[_np.dtype] = None
+    for d in dtypes:
+        d = _np.dtype(d)
+        if out is None or out == d:
+            out = d
+            continue
+        ko, kd = _KIND_RANK[out.kind], _KIND_RANK[d.kind]
+        if ko != kd:
+            out = out if ko > kd else d
+        else:
+            out = out if out.itemsize >= d.itemsize else d
+    assert out is not None
+    return out
+
+
+def _promote_pair(ta: Tracer, tb: Tracer) -> Tuple[Tracer, Tracer]:
+    """Both operands at their :func:`result_type` (a convert where needed)."""
+    if ta.dtype == tb.dtype:
+        return ta, tb
+    t = result_type(ta.dtype, tb.dtype)
+    return (ta if ta.dtype == t else astype(ta, t)), (tb if tb.dtype == t else astype(tb, t))
 
 
 def abs(x: Any) -> Any:
@@ -675,6 +710,52 @@ def _sort(op: str, a: Any, axis: Optional[int]) -> Any:
     if isinstance(a, Tracer):
         return Tracer(_g.sort(op, a._h, int(axis)))
     return _eager(("sort", op, axis), lambda t: _sort(op, t, axis), to_array(a, op))
+
+
+def _cumulative(op: str, a: Any, axis: Optional[int], reverse: bool = False) -> Any:
+    if axis is None:
+        a, axis = ravel(a), 0
+    if isinstance(a, Tracer):
+        return Tracer(_g.cumulative(op, a._h, int(axis), bool(reverse)))
+    return _eager(("cumulative", op, axis, reverse), lambda t: _cumulative(op, t, axis, reverse), to_array(a, op))
+
+
+def cumsum(a: Any, axis: Optional[int] = None, dtype: Any = None) -> Any:
+    """Running sums along ``axis`` (``None``: of the flattened array), in
+    ``a``'s dtype (or ``dtype``)."""
+    return _cumulative("cumsum", a if dtype is None else astype(a, dtype), axis)
+
+
+def cumprod(a: Any, axis: Optional[int] = None, dtype: Any = None) -> Any:
+    """Running products along ``axis`` (``None``: of the flattened array)."""
+    return _cumulative("cumprod", a if dtype is None else astype(a, dtype), axis)
+
+
+def cumulative_sum(x: Any, axis: Optional[int] = None, dtype: Any = None, include_initial: bool = False) -> Any:
+    """The array-API name of :func:`cumsum` (``axis`` may be omitted for 1-d input)."""
+    if axis is None and ndim(x) != 1:
+        raise ValueError("cumulative_sum needs an axis for input that is not 1-d")
+    out = cumsum(x, 0 if axis is None else axis, dtype)
+    return _with_initial(out, 0, axis, include_initial)
+
+
+def cumulative_prod(x: Any, axis: Optional[int] = None, dtype: Any = None, include_initial: bool = False) -> Any:
+    """The array-API name of :func:`cumprod`."""
+    if axis is None and ndim(x) != 1:
+        raise ValueError("cumulative_prod needs an axis for input that is not 1-d")
+    out = cumprod(x, 0 if axis is None else axis, dtype)
+    return _with_initial(out, 1, axis, include_initial)
+
+
+def _with_initial(out: Any, value: float, axis: Optional[int], include: bool) -> Any:
+    if not include:
+        return out
+    ax = 0 if axis is None else axis
+    dims = list(out.shape)
+    ax = ax % len(dims)
+    dims[ax] = 1
+    first = full(tuple(dims), value, dtype=out.dtype)
+    return concatenate([first, out], axis=ax)
 
 
 def sort(a: Any, axis: Optional[int] = -1) -> Any:

@@ -14,11 +14,11 @@ use pyo3::prelude::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-type PyFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
+pub(crate) type PyFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
 
 /// A closure over traced tensors that calls the Python callable `f` with a
 /// list of handles and takes back the list of handles it returns.
-fn closure(f: Py<PyAny>) -> PyFn {
+pub(crate) fn closure(f: Py<PyAny>) -> PyFn {
     Box::new(move |xs: &[Tr]| Python::with_gil(|py| call_body(f.bind(py), xs)))
 }
 

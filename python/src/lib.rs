@@ -23,6 +23,7 @@ use std::cell::RefCell;
 
 mod convert;
 mod function;
+mod nn;
 mod ops;
 mod program;
 
@@ -117,6 +118,7 @@ fn _graft(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Handle>()?;
     function::register(m)?;
     ops::register(m)?;
+    nn::register(m)?;
     program::register(m)?;
     Ok(())
 }

@@ -40,6 +40,7 @@ fn unary(op: &str, x: H<'_>) -> PyResult<Handle> {
         "tanh" => x.tanh(),
         "sigmoid" => x.sigmoid(),
         "erf" => x.erf(),
+        "erf_inv" => x.lift(graft_core::composite::math::erf_inv),
         "floor" => x.floor(),
         "ceil" => x.ceil(),
         "round" => x.round(),
@@ -332,6 +333,24 @@ fn sort(op: &str, x: H<'_>, axis: isize) -> PyResult<Handle> {
     }))
 }
 
+/// Cumulative `cumsum`/`cumprod`/`cummax`/`cummin` along one axis
+/// (`reverse`: from the end).
+#[pyfunction]
+fn cumulative(op: &str, x: H<'_>, axis: isize, reverse: bool) -> PyResult<Handle> {
+    use graft_core::ops::cumulative::CumKind;
+    let kind = match op {
+        "cumsum" => CumKind::Sum,
+        "cumprod" => CumKind::Prod,
+        "cummax" => CumKind::Max,
+        "cummin" => CumKind::Min,
+        _ => return Err(unknown("cumulative", op)),
+    };
+    Handle::checked(x.tr.lift(|b, v| {
+        let a = graft::Axes::resolve_axis(op, axis, b.ty(v)?.rank())?;
+        b.cumulative(kind, v, a, reverse)
+    }))
+}
+
 // ---- random numbers (explicit keys, Threefry as in jax.random) ----
 
 #[pyfunction]
@@ -548,6 +567,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(linalg, m)?)?;
     m.add_function(wrap_pyfunction!(solve, m)?)?;
     m.add_function(wrap_pyfunction!(sort, m)?)?;
+    m.add_function(wrap_pyfunction!(cumulative, m)?)?;
     m.add_function(wrap_pyfunction!(random_key_from, m)?)?;
     m.add_function(wrap_pyfunction!(random_split, m)?)?;
     m.add_function(wrap_pyfunction!(random_uniform, m)?)?;

@@ -3,16 +3,22 @@
 
 use crate::convert::{to_numpy, to_tensor};
 use crate::GraftError;
+use graft_core::{exec, Tensor, TensorType};
 use graft_lang::diag::render;
-use graft_lang::{Module, Output};
+use graft_lang::{Compiled, Module, Output};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// A parsed and type-checked graft program.
 #[pyclass(unsendable, module = "graft._graft", name = "Program")]
 pub struct Program {
     file: String,
     module: Module,
+    /// Each entry lowered once per argument types (the plan is cached by
+    /// the executor per lowered function).
+    instances: RefCell<HashMap<(String, Vec<TensorType>), Compiled>>,
 }
 
 fn render_all(ds: &[graft_lang::diag::Diagnostic], file: &str, src: &str) -> String {
@@ -37,7 +43,7 @@ impl Program {
         let module =
             Module::from_source(&file, &source).map_err(|ds| GraftError::new_err(render_all(&ds, &file, &source)))?;
         module.check().map_err(|ds| GraftError::new_err(render_all(&ds, &file, &source)))?;
-        Ok(Program { file, module })
+        Ok(Program { file, module, instances: RefCell::new(HashMap::new()) })
     }
 
     /// The names of the program's defs, in source order.
@@ -46,17 +52,40 @@ impl Program {
     }
 
     /// Runs the def `entry` on NumPy arrays; a tuple result is a tuple.
+    /// The def is lowered once per argument types; planning and running
+    /// happen with the GIL released.
     fn run(&self, py: Python<'_>, entry: &str, args: Vec<Bound<'_, PyAny>>) -> PyResult<PyObject> {
         let ins = args
             .iter()
             .enumerate()
             .map(|(i, a)| to_tensor(a, &format!("{entry}: argument {i}")))
             .collect::<PyResult<Vec<_>>>()?;
-        let out = self
-            .module
-            .run(entry, &ins)
-            .map_err(|d| GraftError::new_err(render(&d, &self.file, self.module.source())))?;
-        output(py, out)
+        let types: Vec<TensorType> = ins.iter().map(Tensor::ty).collect();
+        let key = (entry.to_string(), types);
+        let cached = self.instances.borrow().get(&key).cloned();
+        let c = match cached {
+            Some(c) => c,
+            None => {
+                let c = self
+                    .module
+                    .instantiate(entry, &key.1)
+                    .map_err(|d| GraftError::new_err(render(&d, &self.file, self.module.source())))?;
+                self.instances.borrow_mut().insert(key, c.clone());
+                c
+            }
+        };
+        let func = c.func.clone();
+        let outs = py.allow_threads(move || {
+            let exe = exec::plan_cached(&func).map_err(|e| e.to_string())?;
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            exe.run(&refs).map_err(|e| e.to_string())
+        });
+        let outs = outs.map_err(|msg| {
+            let span = self.module.def(entry).map_or(0..0, |d| d.name.span.clone());
+            let d = graft_lang::diag::Diagnostic::new(graft_lang::diag::Stage::Runtime, span, msg);
+            GraftError::new_err(render(&d, &self.file, self.module.source()))
+        })?;
+        output(py, c.output(outs))
     }
 }
 

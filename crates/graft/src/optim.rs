@@ -22,6 +22,8 @@
 //! `clip_global_norm` rescales the gradients first, as
 //! `optax.clip_by_global_norm` does.
 
+mod checkpoint;
+
 use crate::error::Error;
 use crate::function::{jit_n, Compiled, Jit};
 use crate::trace::{IntoOutputs, Tr};

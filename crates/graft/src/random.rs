@@ -31,7 +31,7 @@ pub fn uniform(key: &Tr, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Tr 
     key.lift(|b, k| random::uniform(b, k, shape, dtype, lo, hi))
 }
 
-/// Standard normal floats (Box–Muller).
+/// Standard normal floats as `jax.random.normal` draws them (`sqrt(2) erf_inv(u)`).
 pub fn normal(key: &Tr, shape: &[usize], dtype: DType) -> Tr {
     key.lift(|b, k| random::normal(b, k, shape, dtype))
 }
@@ -41,8 +41,8 @@ pub fn bernoulli(key: &Tr, p: f64, shape: &[usize]) -> Tr {
     key.lift(|b, k| random::bernoulli(b, k, p, shape))
 }
 
-/// Integers uniform in `[lo, hi)` (i32 or i64; see
-/// `graft_core::composite::random::randint` for the modulo's small bias).
+/// Integers uniform in `[lo, hi)` (i32 or i64), `jax.random.randint`'s bits for i32 (see
+/// `graft_core::composite::random::randint`).
 pub fn randint(key: &Tr, shape: &[usize], lo: i64, hi: i64, dtype: DType) -> Tr {
     key.lift(|b, k| random::randint(b, k, shape, lo, hi, dtype))
 }

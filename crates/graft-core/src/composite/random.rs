@@ -1,6 +1,6 @@
 //! Random-number composites over the counter-based primitives
 //! (`random_split`, `random_uniform`): key creation from a seed, splitting,
-//! uniform draws in `[lo, hi)`, standard normals (Box–Muller), Bernoulli,
+//! uniform draws in `[lo, hi)`, standard normals (`sqrt(2) erf_inv(u)`, as JAX), Bernoulli,
 //! integers in `[lo, hi)` and categorical draws (the Gumbel-max trick).
 //!
 //! Keys are `i32[2]` tensors (two u32 words as bit patterns), as the
@@ -9,7 +9,6 @@
 //! [`split`]ting keys, never from hidden state.
 
 use super::broadcast;
-use super::shape::reshape_to;
 use crate::dtype::DType;
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
@@ -129,29 +128,21 @@ pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f
     broadcast::binary(b, Binary::Max, y, lo_v)
 }
 
-/// Standard normal samples by Box–Muller: from independent uniforms
-/// `u1, u2` in `[0, 1)`, `sqrt(-2 ln(1 - u1)) cos(2π u2)`. Using `1 - u1`
-/// (in `(0, 1]`, exact in binary floating point) keeps `ln` away from 0, so
-/// every sample is finite; the largest magnitude is about 5.6 for f32 and
-/// 8.5 for f64 (set by the uniform grids `2^-23`, `2^-52`).
+/// Standard normal samples as `jax.random.normal` draws them:
+/// `sqrt(2) erfinv(u)` for `u` uniform in `(-1, 1)` (`uniform` from the
+/// float after -1 up to 1, so `u` is never -1 and every sample finite), with
+/// [`erf_inv`](super::math::erf_inv). The uniforms are JAX's bits; f32
+/// samples agree with JAX's up to the rounding of `log1p`, f64 samples to
+/// about 1e-15 relative (1e-7 for the 1e-5 of draws in the far tails).
 pub fn normal(b: &mut Builder, key: Value, shape: &[usize], dtype: DType) -> Result<Value, IrError> {
     check_key(b, "random.normal", key)?;
     check_float("random.normal", dtype)?;
-    let n: usize = shape.iter().product();
-    let u = b.random_uniform(key, &[2, n], dtype)?;
-    let u1 = b.slice(u, &[0, 0], &[1, n], &[1, 1])?;
-    let u2 = b.slice(u, &[1, 0], &[2, n], &[1, 1])?;
-    let one = b.scalar(1.0, dtype)?;
-    let m2 = b.scalar(-2.0, dtype)?;
-    let tau = b.scalar(std::f64::consts::TAU, dtype)?;
-    let q = broadcast::binary(b, Binary::Sub, one, u1)?;
-    let l = b.log(q)?;
-    let l = broadcast::binary(b, Binary::Mul, m2, l)?;
-    let r = b.sqrt(l)?;
-    let a = broadcast::binary(b, Binary::Mul, tau, u2)?;
-    let c = b.cos(a)?;
-    let z = b.mul(r, c)?;
-    reshape_to(b, z, shape)
+    // nextafter(-1, 0) in the dtype.
+    let lo = if dtype == DType::F32 { -1.0 + f64::from(f32::EPSILON) / 2.0 } else { -1.0 + f64::EPSILON / 2.0 };
+    let u = uniform(b, key, shape, dtype, lo, 1.0)?;
+    let z = super::math::erf_inv(b, u)?;
+    let s = b.scalar(std::f64::consts::SQRT_2, dtype)?;
+    broadcast::binary(b, Binary::Mul, s, z)
 }
 
 /// Bools that are `true` with probability `p` (`jax.random.bernoulli`):
@@ -167,12 +158,15 @@ pub fn bernoulli(b: &mut Builder, key: Value, p: f64, shape: &[usize]) -> Result
     broadcast::compare(b, Compare::Lt, u, pv)
 }
 
-/// Integers uniform in `[lo, hi)` (`jax.random.randint`'s range; not its
-/// bit stream): each element is `lo + (u mod (hi - lo))` for 32 uniform
-/// random bits `u`, computed in i64. For a span `s` the modulo favours
-/// the first `2^32 mod s` values by at most `s / 2^32` relative (none for
-/// a power of two). `dtype` is i32 or i64; requires `lo < hi`, both in its
-/// range, and `hi - lo <= 2^32`.
+/// Integers uniform in `[lo, hi)`, bit for bit `jax.random.randint(key,
+/// shape, lo, hi, jnp.int32)`: two streams of 32 random bits from the two
+/// halves of `split(key)`, `hb` and `lb`, combined as JAX does in uint32
+/// arithmetic (wrapping), here emulated in i64 with 32-bit masks:
+/// `m = (2^16 mod s)^2 mod 2^32 mod s`, `off = (((hb mod s) m mod 2^32) +
+/// (lb mod s)) mod 2^32 mod s`, the result `lo + off` for the span
+/// `s = hi - lo`. An i64 result holds the same numbers (JAX's int64 stream
+/// draws 64-bit words instead, so it differs from this). Requires
+/// `lo < hi`, both in the dtype's range, and `hi - lo < 2^32`.
 pub fn randint(b: &mut Builder, key: Value, shape: &[usize], lo: i64, hi: i64, dtype: DType) -> Result<Value, IrError> {
     check_key(b, "random.randint", key)?;
     if !matches!(dtype, DType::I32 | DType::I64) {
@@ -180,21 +174,38 @@ pub fn randint(b: &mut Builder, key: Value, shape: &[usize], lo: i64, hi: i64, d
     }
     let (min, max) = if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
     let span = (hi as i128) - (lo as i128);
-    if span <= 0 || span > 1i128 << 32 || lo < min || hi - 1 > max {
+    if span <= 0 || span >= 1i128 << 32 || lo < min || hi - 1 > max {
         return Err(IrError::invalid(
             "random.randint",
-            format!("need lo < hi within {dtype} and hi - lo <= 2^32, got lo={lo}, hi={hi}"),
+            format!("need lo < hi within {dtype} and hi - lo < 2^32, got lo={lo}, hi={hi}"),
         ));
     }
-    let bits = b.random_bits(key, shape)?;
-    let wide = b.convert(bits, DType::I64)?;
-    // The bit pattern as an unsigned 32-bit number.
+    let span = span as i64;
+    // JAX's multiplier, computed on the host with the same wrapping.
+    let half = (1i64 << 16) % span;
+    let mult = ((half * half) & 0xFFFF_FFFF) % span;
+    let keys = split_keys(b, key, 2)?;
     let mask = b.scalar(4294967295.0, DType::I64)?;
-    let u = broadcast::binary(b, Binary::And, wide, mask)?;
     let s = b.scalar(span as f64, DType::I64)?;
-    let r = broadcast::binary(b, Binary::Rem, u, s)?;
+    let unsigned_rem = |b: &mut Builder, k: Value| -> Result<Value, IrError> {
+        let bits = b.random_bits(k, shape)?;
+        let wide = b.convert(bits, DType::I64)?;
+        // The bit pattern as an unsigned 32-bit number.
+        let u = broadcast::binary(b, Binary::And, wide, mask)?;
+        broadcast::binary(b, Binary::Rem, u, s)
+    };
+    let high = unsigned_rem(b, keys[0])?;
+    let low = unsigned_rem(b, keys[1])?;
+    // high < 2^32 and mult < 2^16 (it is 0 once the span passes 2^16), so
+    // the product fits in i64 before the 32-bit wrap.
+    let m = b.scalar(mult as f64, DType::I64)?;
+    let t = broadcast::binary(b, Binary::Mul, high, m)?;
+    let t = broadcast::binary(b, Binary::And, t, mask)?;
+    let t = broadcast::binary(b, Binary::Add, t, low)?;
+    let t = broadcast::binary(b, Binary::And, t, mask)?;
+    let off = broadcast::binary(b, Binary::Rem, t, s)?;
     let lo_v = b.scalar(lo as f64, DType::I64)?;
-    let y = broadcast::binary(b, Binary::Add, r, lo_v)?;
+    let y = broadcast::binary(b, Binary::Add, off, lo_v)?;
     if dtype == DType::I64 {
         Ok(y)
     } else {

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _graft as _g
-from .numpy import _eager, _unary
-from ._tracer import Tracer, to_array
+from .. import _graft as _g
+from ..numpy import _eager, _unary
+from .._tracer import Tracer, to_array
 
 __all__ = ["relu", "sigmoid", "silu", "swish", "gelu", "softplus", "log_sigmoid", "leaky_relu", "elu",
            "softmax", "log_softmax", "logsumexp"]
@@ -79,6 +79,6 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """``log(sum(exp(x)))`` over ``axis``, stable."""
-    from .numpy import _reduce
+    from ..numpy import _reduce
 
     return _reduce("logsumexp", x, axis, keepdims)

@@ -1,0 +1,305 @@
+"""Against JAX: tuple argnums for jacfwd/jacrev/hessian, nondiff_argnums
+for custom rules, ``.at[]`` updates, cumsum/cumprod, graft.load with the
+GIL released."""
+
+import functools
+import threading
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import graft
+import graft.numpy as gnp
+
+rng = np.random.default_rng(7)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def close(a, b, tol=1e-10):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+# ---- tuple argnums ----
+
+def _f_g(x, y):
+    return gnp.sin(x) * gnp.sum(y ** 2) + x * gnp.sum(y[:3])
+
+
+def _f_j(x, y):
+    return jnp.sin(x) * jnp.sum(y ** 2) + x * jnp.sum(y[:3])
+
+
+@pytest.mark.parametrize("kind", ["jacfwd", "jacrev", "jacobian"])
+def test_jacobians_with_tuple_argnums_match_jax(kind):
+    x, y = rng.standard_normal(3), rng.standard_normal(4)
+    ours = getattr(graft, kind)(_f_g, argnums=(0, 1))(x, y)
+    theirs = getattr(jax, "jacrev" if kind == "jacobian" else kind)(_f_j, argnums=(0, 1))(x, y)
+    assert isinstance(ours, tuple) and len(ours) == 2
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        close(a, b)
+    one = getattr(graft, kind)(_f_g, argnums=(1,))(x, y)
+    assert isinstance(one, tuple) and len(one) == 1
+    close(one[0], theirs[1])
+
+
+def test_hessian_with_tuple_argnums_matches_jax():
+    def fg(x, y):
+        return gnp.sum(gnp.sin(x) * y[:3]) + gnp.sum(y ** 3) * gnp.sum(x * x)
+
+    def fj(x, y):
+        return jnp.sum(jnp.sin(x) * y[:3]) + jnp.sum(y ** 3) * jnp.sum(x * x)
+
+    x, y = rng.standard_normal(3), rng.standard_normal(4)
+    ours = graft.hessian(fg, argnums=(0, 1))(x, y)
+    theirs = jax.hessian(fj, argnums=(0, 1))(x, y)
+    for i in range(2):
+        for j in range(2):
+            assert ours[i][j].shape == theirs[i][j].shape
+            close(ours[i][j], theirs[i][j])
+    with pytest.raises(TypeError, match="argnums"):
+        graft.hessian(fg, argnums=())
+
+
+# ---- nondiff_argnums ----
+
+def test_custom_jvp_nondiff_argnums_matches_jax():
+    @functools.partial(graft.custom_jvp, nondiff_argnums=(0,))
+    def f(n, x):
+        return gnp.sin(x) * n
+
+    @f.defjvp
+    def f_jvp(n, primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(n, x), gnp.cos(x) * t * n * 2.0  # deliberately twice the true derivative
+
+    @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+    def fj(n, x):
+        return jnp.sin(x) * n
+
+    @fj.defjvp
+    def fj_jvp(n, primals, tangents):
+        (x,), (t,) = primals, tangents
+        return fj(n, x), jnp.cos(x) * t * n * 2.0
+
+    x = rng.standard_normal(5)
+    close(f(3.0, x), fj(3.0, x))
+    for n in (2.0, 3.0):
+        close(graft.grad(lambda v: gnp.sum(f(n, v)))(x), jax.grad(lambda v: jnp.sum(fj(n, v)))(x))
+    close(graft.jvp(lambda v: f(2.0, v), (x,), (np.ones(5),))[1], jax.jvp(lambda v: fj(2.0, v), (x,), (jnp.ones(5),))[1])
+
+
+def test_custom_vjp_nondiff_argnums_matches_jax():
+    @functools.partial(graft.custom_vjp, nondiff_argnums=(1,))
+    def clip_grad(x, bound):
+        return x * 1.0
+
+    def fwd(x, bound):
+        return x * 1.0, ()
+
+    def bwd(bound, res, g):
+        return (gnp.clip(g, -bound, bound),)
+
+    clip_grad.defvjp(fwd, bwd)
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+    def clip_j(x, bound):
+        return x
+
+    clip_j.defvjp(lambda x, bound: (x, ()), lambda bound, res, g: (jnp.clip(g, -bound, bound),))
+
+    x = rng.standard_normal(6)
+    ours = graft.grad(lambda v: gnp.sum(clip_grad(v, 0.5) * gnp.arange(6.0)))(x)
+    theirs = jax.grad(lambda v: jnp.sum(clip_j(v, 0.5) * jnp.arange(6.0)))(x)
+    close(ours, theirs)
+    assert np.max(np.abs(ours)) == 0.5
+    with pytest.raises(TypeError, match="nondiff_argnums"):
+        clip_grad(x, np.ones(2))
+
+
+# ---- .at[] updates ----
+
+AT_CASES = [
+    (lambda a: a.at[1].set(5.0), "set int"),
+    (lambda a: a.at[1:3].add(1.5), "add slice"),
+    (lambda a: a.at[:, 0].mul(-2.0), "mul column"),
+    (lambda a: a.at[np.array([0, 2, 0])].add(1.0), "add repeated rows"),
+    (lambda a: a.at[np.array([3, 1]), np.array([0, 2])].min(-1.0), "min pairs"),
+    (lambda a: a.at[..., 1].max(0.0), "max ellipsis"),
+    (lambda a: a.at[np.array([2, 2])].set(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])), "set repeated last wins"),
+    (lambda a: a.at[a.shape[0] - 1].get(), "get"),
+]
+
+
+@pytest.mark.parametrize("fn,name", AT_CASES, ids=[n for _, n in AT_CASES])
+def test_at_updates_match_jax(fn, name):
+    x = rng.standard_normal((4, 3))
+    close(graft.jit(fn)(x), fn(jnp.asarray(x)), 0)
+
+
+def test_at_update_gradients_match_jax():
+    def f(a, v):
+        return (a.at[np.array([0, 2, 0])].add(v * v).at[1, 1:].set(v[0, :2]) ** 2).sum()
+
+    a, v = rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    for i in (0, 1):
+        close(graft.grad(f, argnums=i)(a, v), jax.grad(f, argnums=i)(jnp.asarray(a), jnp.asarray(v)))
+
+
+def test_at_rejects_traced_indices():
+    with pytest.raises(TypeError, match="static index"):
+        graft.jit(lambda a, i: a.at[i].set(0.0))(np.ones(3), np.int32(1))
+
+
+# ---- cumulative ----
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_cumulative_matches_jax(name, axis):
+    x = rng.standard_normal((3, 4)) * 0.5 + 1.0
+    ours, theirs = getattr(gnp, name), getattr(jnp, name)
+    close(ours(x, axis=axis), theirs(x, axis=axis), 1e-12)
+    close(graft.jit(lambda v: ours(v, axis=axis))(x), theirs(x, axis=axis), 1e-12)
+    g = graft.grad(lambda v: gnp.sum(ours(v, axis=axis) ** 2))(x)
+    close(g, jax.grad(lambda v: jnp.sum(theirs(v, axis=axis) ** 2))(x), 1e-10)
+
+
+def test_cumulative_sum_include_initial_and_ints():
+    x = np.arange(1, 6, dtype=np.int32)
+    close(gnp.cumsum(x), jnp.cumsum(x), 0)
+    assert gnp.cumsum(x).dtype == np.int32
+    close(gnp.cumulative_sum(x.astype(np.float64), include_initial=True),
+          jnp.cumulative_sum(x.astype(np.float64), include_initial=True), 0)
+    close(gnp.cumulative_prod(x.astype(np.float64)), jnp.cumulative_prod(x.astype(np.float64)), 0)
+
+
+# ---- graft.load releases the GIL ----
+
+def test_load_releases_the_gil_while_running(tmp_path):
+    src = tmp_path / "p.graft"
+    src.write_text("def f(a: tensor[n, n, f64]) -> tensor[n, n, f64] {\n  (a @ a) @ a\n}\n")
+    prog = graft.load(str(src))
+    a = rng.standard_normal((64, 64)) / 8
+    np.testing.assert_allclose(prog.f(a), a @ a @ a, rtol=1e-12)  # lowered and planned once here
+    big = rng.standard_normal((1200, 1200)) / 40
+    stop = threading.Event()
+    seen = []
+
+    def spin():  # runs only while the main thread lets go of the GIL
+        i = 0
+        while not stop.is_set():
+            i += 1
+            if i % 256 == 0:
+                seen.append(time.perf_counter())
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        time.sleep(0.01)
+        t0 = time.perf_counter()
+        out = prog.f(big)
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        t.join()
+    np.testing.assert_allclose(out, big @ big @ big, rtol=1e-9, atol=1e-9)
+    assert t1 - t0 > 0.01, "the call was too short to tell"
+    # The other thread ran in the middle half of the call.
+    lo, hi = t0 + (t1 - t0) / 4, t1 - (t1 - t0) / 4
+    assert any(lo < s < hi for s in seen)
+
+
+# ---- random.randint: jax.random's bits ----
+
+@pytest.mark.parametrize("seed", [0, 1, 42, 123456])
+def test_randint_is_bitwise_jax(seed):
+    for lo, hi in [(0, 10), (-3, 5), (0, 70000), (-2**31, 2**31 - 1), (5, 6), (0, 2**16), (0, 65537)]:
+        for shape in [(7,), (3, 4), ()]:
+            ours = graft.random.randint(graft.random.key(seed), shape, lo, hi)
+            theirs = np.asarray(jax.random.randint(jax.random.PRNGKey(seed), shape, lo, hi, dtype=jnp.int32))
+            assert ours.dtype == np.int32
+            np.testing.assert_array_equal(ours, theirs)
+    k = graft.random.split(graft.random.key(seed))[1]
+    np.testing.assert_array_equal(graft.random.randint(k, (5,), 0, 9, dtype=np.int64),
+                                  graft.random.randint(k, (5,), 0, 9).astype(np.int64))
+
+
+# ---- erf_inv and random.normal against JAX ----
+
+def _ulps(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    it = np.int32 if a.dtype == np.float32 else np.int64
+    return np.abs(a.view(it).astype(np.int64) - b.view(it).astype(np.int64))
+
+
+def test_erf_inv_matches_jax():
+    x32 = np.linspace(-0.999999, 0.999999, 20001).astype(np.float32)
+    u = _ulps(graft.lax.erf_inv(x32), jax.lax.erf_inv(x32))
+    # JAX's own f32 algorithm; only log1p's rounding differs.
+    assert u.max() <= 2 and (u == 0).mean() > 0.9
+    x64 = np.linspace(-0.9, 0.9, 20001)
+    assert _ulps(graft.lax.erf_inv(x64), jax.lax.erf_inv(x64)).max() <= 32
+    tail = np.linspace(0.9, 0.99999, 2001)
+    np.testing.assert_allclose(graft.lax.erf_inv(tail), jax.lax.erf_inv(tail), rtol=2e-12)
+    edge = np.array([-1.0, 1.0, 0.0, 1.5])
+    out = graft.lax.erf_inv(edge)
+    assert out[0] == -np.inf and out[1] == np.inf and out[2] == 0.0 and np.isnan(out[3])
+
+
+def test_erf_inv_derivative_matches_finite_differences_and_jax():
+    x = np.array([-0.95, -0.5, 0.0, 0.3, 0.8, 0.99])
+    g = graft.vmap(graft.grad(graft.lax.erf_inv))(x)
+    np.testing.assert_allclose(g, np.sqrt(np.pi) / 2 * np.exp(np.asarray(jax.lax.erf_inv(x)) ** 2), rtol=1e-9)
+    h = 1e-6
+    fd = (graft.lax.erf_inv(x + h) - graft.lax.erf_inv(x - h)) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+    x32 = x.astype(np.float32)
+    g32 = graft.vmap(graft.grad(graft.lax.erf_inv))(x32)
+    np.testing.assert_allclose(g32, jax.vmap(jax.grad(jax.lax.erf_inv))(x32), rtol=2e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2024])
+def test_normal_matches_jax(seed):
+    for shape in [(1000,), (30, 40), ()]:
+        k = graft.random.split(graft.random.key(seed))[1]
+        kj = jax.random.split(jax.random.PRNGKey(seed))[1]
+        g32 = graft.random.normal(k, shape, np.float32)
+        u = _ulps(g32, jax.random.normal(kj, shape, jnp.float32))
+        assert g32.dtype == np.float32 and u.max() <= 4 and (u == 0).mean() >= (0.9 if shape else 0.0)
+        g64 = graft.random.normal(k, shape, np.float64)
+        np.testing.assert_allclose(g64, jax.random.normal(kj, shape, jnp.float64), rtol=1e-11, atol=1e-12)
+
+
+# ---- implicit promotion between arrays (JAX's rules on graft's dtypes) ----
+
+DTS = [np.bool_, np.int32, np.int64, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("da", DTS)
+@pytest.mark.parametrize("db", DTS)
+def test_binary_promotion_matches_jax(da, db):
+    a = (np.arange(1, 5) % 2 == 0).astype(da) if da is np.bool_ else np.arange(1, 5).astype(da)
+    b = np.array([3, 1, 2, 5]).astype(db)
+    for name in ("add", "multiply", "maximum", "less"):
+        if name != "less" and da is np.bool_ and db is np.bool_:
+            continue  # graft has no bool arithmetic
+        ours = graft.jit(lambda x, y: getattr(gnp, name)(x, y))(a, b)
+        theirs = getattr(jnp, name)(a, b)
+        assert ours.dtype == theirs.dtype, (name, da, db)
+        np.testing.assert_array_equal(ours, np.asarray(theirs))
+    assert gnp.result_type(da, db) == jnp.result_type(da, db)
+
+
+def test_promotion_gradients_keep_input_dtypes():
+    a, b = np.ones(3, np.float32), np.arange(3.0)
+    ga, gb = graft.grad(lambda x, y: gnp.sum(x * y), argnums=(0, 1))(a, b)
+    ja, jb = jax.grad(lambda x, y: jnp.sum(x * y), argnums=(0, 1))(a, b)
+    assert ga.dtype == np.float32 == ja.dtype and gb.dtype == np.float64 == jb.dtype
+    np.testing.assert_array_equal(ga, ja)
+    np.testing.assert_array_equal(gb, jb)
+    # A Python number stays weak: it takes the array's dtype.
+    assert graft.jit(lambda x: x * 2.5)(a).dtype == np.float32
