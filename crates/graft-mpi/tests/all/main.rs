@@ -6,7 +6,6 @@
 //! names another launcher); with the feature, a missing launcher fails.
 
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 fn selftest() -> Command {
     Command::new(env!("CARGO_BIN_EXE_graft-mpi-selftest"))
@@ -33,6 +32,7 @@ fn a_launcher_with_several_processes_is_refused_without_mpi() {
 #[cfg(feature = "mpi")]
 mod mpi {
     use super::*;
+    use std::time::{Duration, Instant};
 
     /// `mpirun -np N graft-mpi-selftest MODE`, allowed to run as root and
     /// to place more processes than cores (OpenMPI's variables; other
