@@ -892,7 +892,11 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
         // base from the outer dims once per vector.
         let p = table.len();
         let entries: Vec<String> = table.iter().map(|t| t.to_string()).collect();
-        let _ = write!(s, " else if (m == GL && (i % {p}) + GL <= {p}) {{ static const int32_t t[{p}] = {{{}}};", entries.join(","));
+        let _ = write!(
+            s,
+            " else if (m == GL && (i % {p}) + GL <= {p}) {{ static const int32_t t[{p}] = {{{}}};",
+            entries.join(",")
+        );
         let _ = write!(s, " int64_t w = i / {p}, j = i % {p}, e1 = {};", n(offset));
         address(&mut s, "w", "e1", &odims, &ostrides);
         let _ = write!(

@@ -647,10 +647,10 @@ const WIDE_MIN: usize = 32;
 
 /// Runs an ungrouped convolution of small images whose plan has a gather
 /// table with the batch in the product's columns: for a chunk of `nb` batch
-/// elements, im2col row `(c, tap)` holds the `p` positions of every batch
-/// element side by side (`[cg * kprod, nb * p]`, each piece one
-/// `gather_row`), one GEMM `w[O, (c, tap)] x cols` gives `[O, (b, P)]`,
-/// moved to `[b, O, P]`. This is what a weight gradient wants (few output
+/// elements, the input is transposed to `[c, i, b]`, so that im2col row
+/// `(c, tap)` (`[cg * kprod, p * nb]`) is `p` contiguous copies of `nb`
+/// elements (or zeros where the tap reads padding), one GEMM
+/// `w[O, (c, tap)] x cols` gives `[O, (P, b)]`, moved to `[b, O, P]`. This is what a weight gradient wants (few output
 /// positions, many taps: per batch element the product would be only `p`
 /// columns wide, and the swapped form's transposed operand is packed by
 /// `gemm` element by element at a stride of `cg * kprod`). Every output
@@ -663,20 +663,33 @@ fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
     let kdim = cin * kprod;
     let per_in = cin * isz;
     let chunk = (WIDE_CHUNK / (kdim * p).max(1)).clamp(1, plan.n);
-    // Both buffers are overwritten before they are read: reused per thread
+    // The buffers are overwritten before they are read: reused per thread
     // (zeroing a fresh megabyte cost 6% of a convolution).
+    let mut xt = take_scratch::<T>(per_in * chunk);
     let mut cols = take_scratch::<T>(kdim * chunk * p);
     let mut tmp = take_scratch::<T>(og * chunk * p);
     for b0 in (0..plan.n).step_by(chunk) {
         let nb = chunk.min(plan.n - b0);
         let width = nb * p;
+        // The chunk's input with the batch innermost, `[c, i, b]`: the nb
+        // elements an im2col entry (c, tap, P) takes from the batch
+        // elements are then one contiguous copy.
+        let xt = &mut xt[..per_in * nb];
+        transpose_into(&x[b0 * per_in..(b0 + nb) * per_in], nb, per_in, nb, xt);
+        let xt = &*xt;
         let cols = &mut cols[..kdim * width];
+        // Row (c, tap), column (P, b).
         let fill = |(r, row): (usize, &mut [T])| {
             let (c, tap) = (r / kprod, r % kprod);
             let idx = &gather[tap * p..(tap + 1) * p];
-            for (b, piece) in row.chunks_mut(p).enumerate() {
-                let at = (b0 + b) * per_in + c * isz;
-                gather_row(&x[at..at + isz], idx, piece);
+            for (piece, &src) in row.chunks_mut(nb).zip(idx) {
+                let src = src as usize;
+                if src < isz {
+                    let at = (c * isz + src) * nb;
+                    piece.copy_from_slice(&xt[at..at + nb]);
+                } else {
+                    piece.fill(T::zero());
+                }
             }
         };
         if super::kernel::worth_parallel(cols.len()) {
@@ -688,15 +701,34 @@ fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
         let a = MatRef { data: w, rs: kdim, cs: 1 };
         let bm = MatRef { data: &*cols, rs: width, cs: 1 };
         gemm_into(og, width, kdim, tmp, a, bm, true);
+        // [O, (P, b)] -> [b, O, P]: per output channel a `p x nb` transpose
+        // into rows `og * p` apart.
+        let ob = &mut o[b0 * og * p..(b0 + nb) * og * p];
         for (oc, trow) in tmp.chunks(width).enumerate() {
-            for (b, tb) in trow.chunks(p).enumerate() {
-                let at = ((b0 + b) * og + oc) * p;
-                o[at..at + p].copy_from_slice(tb);
+            transpose_into(trow, p, nb, og * p, &mut ob[oc * p..]);
+        }
+    }
+    put_scratch(xt);
+    put_scratch(cols);
+    put_scratch(tmp);
+}
+
+/// Writes the transpose of the row-major `rows x cols` matrix `a` to `dst`:
+/// element `(i, j)` of `a` goes to `dst[j * ld + i]` (`ld >= rows`), in
+/// tiles of 8 x 8 so that neither side walks memory a whole row apart per
+/// element.
+fn transpose_into<T: Copy>(a: &[T], rows: usize, cols: usize, ld: usize, dst: &mut [T]) {
+    const TILE: usize = 8;
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..cols).step_by(TILE) {
+            for j in j0..(j0 + TILE).min(cols) {
+                let d = &mut dst[j * ld + i0..j * ld + (i0 + TILE).min(rows)];
+                for (k, y) in d.iter_mut().enumerate() {
+                    *y = a[(i0 + k) * cols + j];
+                }
             }
         }
     }
-    put_scratch(cols);
-    put_scratch(tmp);
 }
 
 thread_local! {
@@ -723,11 +755,11 @@ fn take_scratch<T: Real + 'static>(len: usize) -> Vec<T> {
     }
 }
 
-/// Hands a vector back to this thread's scratch (at most four are kept).
+/// Hands a vector back to this thread's scratch (at most eight are kept).
 fn put_scratch<T: Real + 'static>(v: Vec<T>) {
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
-        if s.len() < 4 {
+        if s.len() < 8 {
             s.push(Box::new(v));
         }
     });
