@@ -939,7 +939,7 @@ fn period_table(dims: &[usize], strides: &[isize], last: usize) -> Option<(Vec<u
     }
     let at = dims.len().checked_sub(k + 1)?;
     let d = dims[at];
-    let f = (1..=d).find(|f| d % f == 0 && p * f >= PERIOD_MIN)?;
+    let f = (1..=d).find(|&f| d.is_multiple_of(f) && p * f >= PERIOD_MIN)?;
     let period = p * f;
     if period > PERIOD_MAX {
         return None;
