@@ -1,5 +1,6 @@
-"""The digits CNN of examples/digits_cnn.graft trained by JAX + optax, by
-PyTorch (eager, torch.optim.Adam) and by `graft train`, side by side: same
+"""The digits CNN of examples/digits_cnn.graft (or, with `--model mlp`, the
+MLP of examples/digits_mlp.graft) trained by JAX + optax, by PyTorch
+(eager, torch.optim.Adam) and by `graft train`, side by side: same
 architecture, initial scales, data split (the same SplitMix64 shuffle as
 graft train), batch order, optimizer (Adam with warm-up + cosine), epochs
 and batch size. PyTorch starts from JAX's initial parameters. Prints wall
@@ -8,7 +9,7 @@ evaluation) and the final test accuracy of each.
 
     pip install jax optax numpy torch
     cargo build --release -p graft-cli
-    python3 bench/train_digits.py [--epochs 30] [--threads 1|all]
+    python3 bench/train_digits.py [--model cnn|mlp] [--epochs 30] [--threads 1|all]
 
 Without torch installed the PyTorch row says so and the rest still runs.
 """
@@ -17,6 +18,7 @@ import argparse, os, re, subprocess, sys, time
 ap = argparse.ArgumentParser()
 ap.add_argument("--epochs", type=int, default=30)
 ap.add_argument("--threads", default="1")
+ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
 args = ap.parse_args()
 if args.threads == "1":
     os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -53,23 +55,37 @@ test_idx, train_idx = order[:n_test], order[n_test:]
 steps = len(train_idx) // BS
 total = steps * args.epochs
 
-def init(key):
+def init_cnn(key):
     k1, k = jax.random.split(key)
     k2, k3 = jax.random.split(k)
     n = jax.random.normal
     return (n(k1, (16, 1, 3, 3)) * np.sqrt(2 / 9), jnp.zeros(16), n(k2, (32, 16, 3, 3)) * np.sqrt(2 / 144),
             jnp.zeros(32), n(k3, (128, 10)) * np.sqrt(1 / 128), jnp.zeros(10))
 
+def init_mlp(key):
+    # examples/digits_mlp.graft: 64 -> 128 (relu) -> 10.
+    k1, k2 = jax.random.split(key)
+    n = jax.random.normal
+    return (n(k1, (64, 128)) * np.sqrt(2 / 64), jnp.zeros(128), n(k2, (128, 10)) * np.sqrt(1 / 128), jnp.zeros(10))
+
+init = init_cnn if args.model == "cnn" else init_mlp
+
 def pool(h):
     return jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
 
-def logits(p, x):
+def logits_cnn(p, x):
     c1, b1, c2, b2, w, bw = p
     img = x.reshape(-1, 1, 8, 8)
     conv = lambda a, k: jax.lax.conv_general_dilated(a, k, (1, 1), ((1, 1), (1, 1)))
     h1 = pool(jax.nn.relu(conv(img, c1) + b1[None, :, None, None]))
     h2 = pool(jax.nn.relu(conv(h1, c2) + b2[None, :, None, None]))
     return h2.reshape(-1, 128) @ w + bw
+
+def logits_mlp(p, x):
+    w1, b1, w2, b2 = p
+    return jax.nn.relu(x @ w1 + b1) @ w2 + b2
+
+logits = logits_cnn if args.model == "cnn" else logits_mlp
 
 def loss(p, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(logits(p, x), y).mean()
@@ -118,6 +134,9 @@ def torch_run(p0):
         torch.set_num_threads(1)
     tp = [torch.tensor(np.asarray(a), dtype=torch.float32).requires_grad_() for a in p0]
     def t_logits(x):
+        if args.model == "mlp":
+            w1, b1, w2, b2 = tp
+            return F.relu(x @ w1 + b1) @ w2 + b2
         c1, b1, c2, b2, w, bw = tp
         img = x.reshape(-1, 1, 8, 8)
         h1 = F.max_pool2d(F.relu(F.conv2d(img, c1, b1, padding=1)), 2)
@@ -145,13 +164,13 @@ def torch_run(p0):
 torch_res = torch_run(init(jax.random.PRNGKey(SEED)))
 
 exe = os.path.join(ROOT, "target/release/graft")
-out = subprocess.run([exe, "train", os.path.join(ROOT, "examples/digits_cnn.graft"), "--data",
+out = subprocess.run([exe, "train", os.path.join(ROOT, f"examples/digits_{args.model}.graft"), "--data",
                       os.path.join(ROOT, "examples/data/digits.npz"), "--epochs", str(args.epochs), "--lr", str(LR),
                       "--schedule", "warmup-cosine", "--batch-size", str(BS), "--out-dir", "/tmp/graft_digits_bench"],
                      capture_output=True, text=True, check=True).stdout
 m = re.search(r"\((\d+) steps, ([\d.]+) s\).*test accuracy ([\d.]+)%", out)
 g_steps, g_s, g_acc = int(m.group(1)), float(m.group(2)), float(m.group(3))
-print(f"{'':8} {'ms/step':>8} {'test accuracy':>14}")
+print(f"{args.model:8} {'ms/step':>8} {'test accuracy':>14}")
 print(f"{'JAX':8} {1e3 * jax_s / total:8.3f} {100 * acc:13.2f}%")
 if torch_res is None:
     print(f"{'PyTorch':8} (not installed: pip install torch)")

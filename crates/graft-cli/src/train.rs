@@ -255,30 +255,39 @@ fn entry_fn(func: Arc<graft::Func>) -> impl Fn(&[Tr]) -> Tr {
     }
 }
 
-/// `entry(params, data...)` instantiated once at the test rows' types.
+/// The test metrics: `loss` and, when the program defines it, `accuracy`,
+/// instantiated at the test rows' types and run as one compiled function of
+/// `(params..., data...)`: one pass over the test rows, whose forward pass
+/// the two share (the executor inlines both calls and merges their common
+/// work).
 struct Eval {
-    entry: &'static str,
-    compiled: graft_lang::Compiled,
+    entries: Vec<&'static str>,
+    jit: graft::Jit<EvalFn>,
 }
 
+type EvalFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
+
 impl Eval {
-    fn new(m: &Module, entry: &'static str, tree: &Tree, data: &[Tensor]) -> Result<Eval, Fail> {
+    fn new(m: &Module, entries: Vec<&'static str>, tree: &Tree, data: &[Tensor]) -> Result<Eval, Fail> {
         let mut args = vec![tree.clone()];
         args.extend(data.iter().map(|d| Tree::Leaf(d.ty())));
-        let compiled = m.instantiate_nested(entry, &args).map_err(|d| crate::render_all(&[d], m.file(), m.source()))?;
-        Ok(Eval { entry, compiled })
+        let mut funcs = Vec::new();
+        for e in &entries {
+            let c = m.instantiate_nested(e, &args).map_err(|d| crate::render_all(&[d], m.file(), m.source()))?;
+            funcs.push(c.func.clone());
+        }
+        let f: EvalFn = Box::new(move |v: &[Tr]| funcs.iter().map(|f| entry_fn(f.clone())(v)).collect());
+        Ok(Eval { entries, jit: jit_n("eval", f) })
     }
 
-    /// The scalar it returns for these parameters.
-    fn run(&self, m: &Module, params: &[Tensor], data: &[Tensor]) -> Result<f64, Fail> {
-        let mut ins: Vec<Tensor> = params.to_vec();
-        ins.extend(data.iter().cloned());
-        let out = m
-            .run_compiled(self.entry, &self.compiled, &ins)
-            .map_err(|d| fail(format!("`{}`: {}", self.entry, d.message)))?;
-        out.tensor()
-            .and_then(|t| t.to_scalar_f64().ok())
-            .ok_or_else(|| fail(format!("`{}` must return one scalar", self.entry)))
+    /// Each entry's scalar for these parameters, in order.
+    fn run(&self, params: &[Tensor], data: &[Tensor]) -> Result<Vec<f64>, Fail> {
+        let ins: Vec<&Tensor> = params.iter().chain(data).collect();
+        let out = self.jit.call(&ins).map_err(|e| fail(format!("`{}`: {e}", self.entries.join("`, `"))))?;
+        out.iter()
+            .zip(&self.entries)
+            .map(|(t, e)| t.to_scalar_f64().map_err(|_| fail(format!("`{e}` must return one scalar"))))
+            .collect()
     }
 }
 
@@ -462,10 +471,10 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         .open(&metrics_path)
         .map_err(|e| fail(format!("{}: {e}", metrics_path.display())))?;
     // Only the first process evaluates, writes and shows anything.
-    let test_loss = if n_test > 0 && lead { Some(Eval::new(&m, "loss", &tree, &test)?) } else { None };
-    let test_acc = match (&test_loss, m.def("accuracy")) {
-        (Some(_), Some(_)) => Some(Eval::new(&m, "accuracy", &tree, &test)?),
-        _ => None,
+    let eval = match (n_test > 0 && lead, m.def("accuracy").is_some()) {
+        (false, _) => None,
+        (true, false) => Some(Eval::new(&m, vec!["loss"], &tree, &test)?),
+        (true, true) => Some(Eval::new(&m, vec!["loss", "accuracy"], &tree, &test)?),
     };
     let tty = lead && std::io::stderr().is_terminal();
     let bar = if tty {
@@ -530,15 +539,15 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         let train_loss = if taken == 0 { f64::NAN } else { sum / taken as f64 };
         let mut row = format!("{{\"step\": {}, \"epoch\": {}, \"loss\": {}", tr.count, epoch + 1, json(train_loss));
         let mut line = format!("epoch {}/{}: loss {train_loss:.4}", epoch + 1, a.epochs);
-        if let Some(e) = &test_loss {
-            let tl = e.run(&m, &tr.params, &test)?;
+        if let Some(e) = &eval {
+            let vals = e.run(&tr.params, &test)?;
+            let tl = vals[0];
             row.push_str(&format!(", \"test_loss\": {}", json(tl)));
             line.push_str(&format!(", test loss {tl:.4}"));
-        }
-        if let Some(e) = &test_acc {
-            let acc = e.run(&m, &tr.params, &test)?;
-            row.push_str(&format!(", \"test_accuracy\": {}", json(acc)));
-            line.push_str(&format!(", test accuracy {:.2}%", 100.0 * acc));
+            if let Some(&acc) = vals.get(1) {
+                row.push_str(&format!(", \"test_accuracy\": {}", json(acc)));
+                line.push_str(&format!(", test accuracy {:.2}%", 100.0 * acc));
+            }
         }
         row.push_str(&format!(", \"seconds\": {:.3}}}\n", started.elapsed().as_secs_f64()));
         if !lead {
@@ -562,12 +571,18 @@ pub fn train(a: &TrainArgs) -> Result<String, Fail> {
         return Ok(String::new());
     }
     crate::plot::curves(&metrics_path, &a.out_dir)?;
+    let seconds = started.elapsed().as_secs_f64();
+    // Kernels still compiling in the background (a short run can end before
+    // its step's library is built) are finished and cached before the
+    // process exits, so the next run of this program starts on native code.
+    // Not part of the training time.
+    graft_core::kernel::native::wait_idle(std::time::Duration::from_secs(120));
     let procs_note = if procs > 1 { format!(" on {procs} processes") } else { String::new() };
     Ok(format!(
-        "trained {} epochs ({} steps{procs_note}, {:.1} s): {last}; wrote checkpoint.safetensors, metrics.jsonl, curves.png and curves.svg to {}\n",
+        "trained {} epochs ({} steps{procs_note}, {:.3} s): {last}; wrote checkpoint.safetensors, metrics.jsonl, curves.png and curves.svg to {}\n",
         a.epochs,
         tr.count,
-        started.elapsed().as_secs_f64(),
+        seconds,
         a.out_dir.display()
     ))
 }

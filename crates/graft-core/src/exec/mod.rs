@@ -175,8 +175,15 @@ impl Executable {
         verify(&func)?;
         // Flattened first, so parameter-free work inside calls (a loss
         // differentiated by a trainer's step) is folded too.
+        // Inlined calls may repeat each other's work (two metrics of one
+        // model's forward pass): CSE shares it, as it would have had the
+        // caller been written inline. Results are unchanged (every merged
+        // equation is pure and computes the same bits).
         let func = match crate::opt::flatten(&func) {
-            Some(f) => Arc::new(f),
+            Some(f) => {
+                let merged = crate::opt::cse(&f);
+                Arc::new(if merged.eqns.len() < f.eqns.len() { merged } else { f })
+            }
             None => func,
         };
         // Parameter-free work is done once, here, by the interpreter (see

@@ -884,12 +884,83 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
             get(&format!("e0 + l * {}", n(ls)))
         ),
     };
-    let last = n(last);
-    let _ = write!(s, " if (m == GL && (i % {last}) + GL <= {last}) {{ {fast} }} else {{");
+    let last_n = n(last);
+    let _ = write!(s, " if (m == GL && (i % {last_n}) + GL <= {last_n}) {{ {fast} }}");
+    if let Some((odims, ostrides, table)) = period_table(dims, strides, last) {
+        // Lanes that cross a short last dimension: the addresses within one
+        // period (the trailing `k` dims) come from a table, the period's
+        // base from the outer dims once per vector.
+        let p = table.len();
+        let entries: Vec<String> = table.iter().map(|t| t.to_string()).collect();
+        let _ = write!(
+            s,
+            " else if (m == GL && (i % {p}) + GL <= {p}) {{ static const int32_t t[{p}] = {{{}}};",
+            entries.join(",")
+        );
+        let _ = write!(s, " int64_t w = i / {p}, j = i % {p}, e1 = {};", n(offset));
+        address(&mut s, "w", "e1", &odims, &ostrides);
+        let _ = write!(
+            s,
+            " {lt} b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = {}; __builtin_memcpy(&v, b, sizeof v); }}",
+            get("e1 + t[j + l]")
+        );
+    }
+    let _ = write!(s, " else {{");
     let _ = write!(s, " {lt} b[GL] = {{0}}; for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {};", n(offset));
     address(&mut s, "r", "e", dims, strides);
     let _ = write!(s, " b[l] = {}; }} __builtin_memcpy(&v, b, sizeof v); }} v; }})", get("e"));
     s
+}
+
+/// Fewest points in a period of [`period_table`]: with 16 lanes, at least
+/// three vectors in four then lie inside one period.
+const PERIOD_MIN: usize = 64;
+/// Most entries of a [`period_table`] (16 KiB of `int32_t`).
+const PERIOD_MAX: usize = 4096;
+
+/// For a strided load whose last (coalesced) dimension is shorter than
+/// [`PERIOD_MIN`] points, where most vectors of lanes cross rows: a period
+/// of the index space (the trailing dims, the first of them cut down to a
+/// divisor of its size) of at least `PERIOD_MIN` points (at most
+/// [`PERIOD_MAX`]), as the outer dims and strides that address a period's
+/// first point and the address offset of every point of the period
+/// relative to it. Constant sizes only (a size-generic kernel reads its
+/// sizes at run time and keeps the per-lane path), offsets within i32.
+fn period_table(dims: &[usize], strides: &[isize], last: usize) -> Option<(Vec<usize>, Vec<isize>, Vec<i64>)> {
+    if sized() || last >= PERIOD_MIN {
+        return None;
+    }
+    // Trailing dims whose product stays below the minimum, then the
+    // smallest divisor `f` of the next dim that reaches it.
+    let (mut p, mut k) = (1usize, 0usize);
+    while k < dims.len() && p * dims[dims.len() - 1 - k] < PERIOD_MIN {
+        p *= dims[dims.len() - 1 - k];
+        k += 1;
+    }
+    let at = dims.len().checked_sub(k + 1)?;
+    let d = dims[at];
+    let f = (1..=d).find(|&f| d.is_multiple_of(f) && p * f >= PERIOD_MIN)?;
+    let period = p * f;
+    if period > PERIOD_MAX {
+        return None;
+    }
+    let mut tdims = vec![f];
+    tdims.extend_from_slice(&dims[at + 1..]);
+    let tstrides = &strides[at..];
+    let mut table = Vec::with_capacity(period);
+    for j in 0..period {
+        let (mut q, mut e) = (j, 0i64);
+        for (&dd, &st) in tdims.iter().zip(tstrides).rev() {
+            e += (q % dd) as i64 * st as i64;
+            q /= dd;
+        }
+        table.push(e);
+    }
+    let mut odims = dims[..at].to_vec();
+    odims.push(d / f);
+    let mut ostrides = strides[..at].to_vec();
+    ostrides.push(strides[at] * f as isize);
+    table.iter().all(|&e| i32::try_from(e).is_ok()).then_some((odims, ostrides, table))
 }
 
 /// Appends C that adds the address of point `var` (decomposed row-major

@@ -375,6 +375,13 @@ impl Plan {
         }
     }
 
+    /// Whether [`wide_kernel`] can run this plan (a gather table, the
+    /// window not the identity) and its products are wide enough to gain.
+    fn wide(&self) -> bool {
+        let chunk = (WIDE_CHUNK / (self.cg * self.kprod * self.p).max(1)).clamp(1, self.n.max(1));
+        self.gather.is_some() && !self.identity && chunk * self.p >= WIDE_MIN
+    }
+
     /// Fills im2col row `row` (= channel * kprod + tap) from one group's input
     /// `xg` (`[cg, *in_sp]`). `out` has `p` elements. `pos` is scratch of
     /// two entries per spatial dim (rows are filled by the hundred thousand
@@ -526,16 +533,25 @@ fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> 
         return Ok(());
     }
     if let Some(sw) = &plan.swapped {
-        swapped_kernel(plan, sw, x, w, o);
+        if plan.wide() {
+            wide_kernel(plan, x, w, o);
+        } else {
+            swapped_kernel(plan, sw, x, w, o);
+        }
         return Ok(());
     }
     if plan.gathered {
         gathered_kernel(plan, x, w, o);
         return Ok(());
     }
+    let flops = plan.groups * plan.og * plan.cg * plan.kprod * plan.p;
+    let serial = parallelism(plan.n, flops) == Parallelism::Serial;
+    if serial && plan.groups == 1 && plan.wide() {
+        wide_kernel(plan, x, w, o);
+        return Ok(());
+    }
     let per_in = plan.groups * plan.cg * plan.in_size;
     let col_len = if plan.identity { 0 } else { plan.cg * plan.kprod * plan.p };
-    let flops = plan.groups * plan.og * plan.cg * plan.kprod * plan.p;
     match parallelism(plan.n, flops) {
         Parallelism::Batch { items } => o.par_chunks_mut(items * per_out).enumerate().for_each(|(t, chunk)| {
             let mut col = vec![T::zero(); col_len];
@@ -619,6 +635,134 @@ fn swapped_kernel<T: Real>(plan: &Plan, sw: &Plan, x: &[T], w: &[T], o: &mut [T]
             }
         }
     }
+}
+
+/// Elements of the im2col matrix [`wide_kernel`] builds at once (1 MiB of
+/// f32: it stays in L2 while the product reads it).
+const WIDE_CHUNK: usize = 1 << 18;
+
+/// Fewest product columns (`nb * p`) for which [`wide_kernel`] beats the
+/// swapped form: with narrower rows `gemm` packs many short rows.
+const WIDE_MIN: usize = 32;
+
+/// Runs an ungrouped convolution of small images whose plan has a gather
+/// table with the batch in the product's columns: for a chunk of `nb` batch
+/// elements, the input is transposed to `[c, i, b]`, so that im2col row
+/// `(c, tap)` (`[cg * kprod, p * nb]`) is `p` contiguous copies of `nb`
+/// elements (or zeros where the tap reads padding), one GEMM
+/// `w[O, (c, tap)] x cols` gives `[O, (P, b)]`, moved to `[b, O, P]`. This is what a weight gradient wants (few output
+/// positions, many taps: per batch element the product would be only `p`
+/// columns wide, and the swapped form's transposed operand is packed by
+/// `gemm` element by element at a stride of `cg * kprod`). Every output
+/// element is one dot product over `(c, tap)` in `gemm`'s order, which
+/// does not depend on the chunking or the thread count (the chunk size
+/// depends on the shapes only).
+fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
+    let Some(gather) = &plan.gather else { unreachable!("wide_kernel needs a gather table") };
+    let (cin, kprod, p, og, isz) = (plan.cg, plan.kprod, plan.p, plan.og, plan.in_size);
+    let kdim = cin * kprod;
+    let per_in = cin * isz;
+    let chunk = (WIDE_CHUNK / (kdim * p).max(1)).clamp(1, plan.n);
+    // The buffers are overwritten before they are read: reused per thread
+    // (zeroing a fresh megabyte cost 6% of a convolution).
+    let mut xt = take_scratch::<T>(per_in * chunk);
+    let mut cols = take_scratch::<T>(kdim * chunk * p);
+    let mut tmp = take_scratch::<T>(og * chunk * p);
+    for b0 in (0..plan.n).step_by(chunk) {
+        let nb = chunk.min(plan.n - b0);
+        let width = nb * p;
+        // The chunk's input with the batch innermost, `[c, i, b]`: the nb
+        // elements an im2col entry (c, tap, P) takes from the batch
+        // elements are then one contiguous copy.
+        let xt = &mut xt[..per_in * nb];
+        transpose_into(&x[b0 * per_in..(b0 + nb) * per_in], nb, per_in, nb, xt);
+        let xt = &*xt;
+        let cols = &mut cols[..kdim * width];
+        // Row (c, tap), column (P, b).
+        let fill = |(r, row): (usize, &mut [T])| {
+            let (c, tap) = (r / kprod, r % kprod);
+            let idx = &gather[tap * p..(tap + 1) * p];
+            for (piece, &src) in row.chunks_mut(nb).zip(idx) {
+                let src = src as usize;
+                if src < isz {
+                    let at = (c * isz + src) * nb;
+                    piece.copy_from_slice(&xt[at..at + nb]);
+                } else {
+                    piece.fill(T::zero());
+                }
+            }
+        };
+        if super::kernel::worth_parallel(cols.len()) {
+            cols.par_chunks_mut(width).enumerate().for_each(fill);
+        } else {
+            cols.chunks_mut(width).enumerate().for_each(fill);
+        }
+        let tmp = &mut tmp[..og * width];
+        let a = MatRef { data: w, rs: kdim, cs: 1 };
+        let bm = MatRef { data: &*cols, rs: width, cs: 1 };
+        gemm_into(og, width, kdim, tmp, a, bm, true);
+        // [O, (P, b)] -> [b, O, P]: per output channel a `p x nb` transpose
+        // into rows `og * p` apart.
+        let ob = &mut o[b0 * og * p..(b0 + nb) * og * p];
+        for (oc, trow) in tmp.chunks(width).enumerate() {
+            transpose_into(trow, p, nb, og * p, &mut ob[oc * p..]);
+        }
+    }
+    put_scratch(xt);
+    put_scratch(cols);
+    put_scratch(tmp);
+}
+
+/// Writes the transpose of the row-major `rows x cols` matrix `a` to `dst`:
+/// element `(i, j)` of `a` goes to `dst[j * ld + i]` (`ld >= rows`), in
+/// tiles of 8 x 8 so that neither side walks memory a whole row apart per
+/// element.
+fn transpose_into<T: Copy>(a: &[T], rows: usize, cols: usize, ld: usize, dst: &mut [T]) {
+    const TILE: usize = 8;
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..cols).step_by(TILE) {
+            for j in j0..(j0 + TILE).min(cols) {
+                let d = &mut dst[j * ld + i0..j * ld + (i0 + TILE).min(rows)];
+                for (k, y) in d.iter_mut().enumerate() {
+                    *y = a[(i0 + k) * cols + j];
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Scratch vectors of [`wide_kernel`] kept between calls, any element type.
+    static SCRATCH: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A vector of at least `len` elements (contents unspecified) from this
+/// thread's scratch, or a new zeroed one. Taken out, not borrowed, so a
+/// rayon task run on this thread while it waits may take another.
+fn take_scratch<T: Real + 'static>(len: usize) -> Vec<T> {
+    let found = SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        // The smallest that is long enough.
+        let at = (0..s.len())
+            .filter_map(|i| s[i].downcast_ref::<Vec<T>>().filter(|v| v.len() >= len).map(|v| (v.len(), i)))
+            .min()?
+            .1;
+        s.swap_remove(at).downcast::<Vec<T>>().ok()
+    });
+    match found {
+        Some(v) => *v,
+        None => vec![T::zero(); len],
+    }
+}
+
+/// Hands a vector back to this thread's scratch (at most eight are kept).
+fn put_scratch<T: Real + 'static>(v: Vec<T>) {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < 8 {
+            s.push(Box::new(v));
+        }
+    });
 }
 
 /// Which outputs of one row a tap of [`gathered_kernel`] adds to, and from

@@ -289,7 +289,9 @@ fn results_do_not_depend_on_thread_count() {
 fn small_images_gather_and_row_runs_match_the_reference() {
     let threads = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
     let mut cases: Vec<(ConvGeneral, Vec<usize>, Vec<usize>)> = Vec::new();
-    for n in [1, 3] {
+    // Batch 8 takes the wide form (the batch in the product's columns) where
+    // the plan gathers; 1 and 3 the per-element and swapped forms as well.
+    for n in [1, 3, 8] {
         for width in [4, 7, 8, 15, 16, 17] {
             cases.push((conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1), vec![n, 3, 5, width], vec![4, 3, 3, 3]));
             cases.push((conv(&[2, 2], &[(1, 0), (0, 1)], &[1, 1], &[1, 1], 1), vec![n, 2, 6, width], vec![2, 2, 3, 2]));

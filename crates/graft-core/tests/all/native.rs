@@ -422,3 +422,43 @@ fn size_generic_kernels_share_one_library_across_sizes() {
         }
     }
 }
+
+/// Strided loads whose rows are shorter than a vector (a stride-2 slice of
+/// 4-8 element rows, an upsampling broadcast, a transpose to a short last
+/// dim) read their lanes through a per-load table of a period's offsets
+/// (`render_c::period_table`), a period being a divisor of the first dim it
+/// reaches into: f32, f64, i32 and bool operands, periods cut from a dim
+/// and whole, and index spaces too small for one, all bitwise equal to the
+/// interpreter.
+#[test]
+fn short_row_strided_loads_read_through_period_tables_bitwise_equal() {
+    if skip() {
+        return;
+    }
+    for dt in [DType::F32, DType::F64, DType::I32] {
+        for (n, c, h, w) in [(64, 16, 8, 8), (2, 3, 8, 8), (5, 7, 6, 10), (3, 1, 4, 4), (1, 2, 2, 2)] {
+            let (h2, w2) = (h / 2, w / 2);
+            let mut b = Builder::new("short_rows");
+            let x = b.param(TensorType::new(dt, vec![n, c, h, w]));
+            let p = b.param(TensorType::new(DType::Bool, vec![n, c, h2, w2]));
+            let s = b.slice(x, &[0, 0, 1, 0], &[n, c, h, w], &[1, 1, 2, 2]).unwrap();
+            let up = |b: &mut Builder, v| {
+                let u = b.broadcast_in_dim(v, &[n, c, h2, 2, w2, 2], &[0, 1, 2, 4]).unwrap();
+                b.reshape(u, &[n, c, h, w]).unwrap()
+            };
+            let su = up(&mut b, s);
+            let pu = up(&mut b, p);
+            let m = b.mul(su, x).unwrap();
+            let sel = b.select(pu, m, x).unwrap();
+            let t = b.transpose(x, &[0, 2, 3, 1]).unwrap();
+            let t = b.reshape(t, &[n, c, h, w]).unwrap();
+            let out = b.add(sel, t).unwrap();
+            let f = b.finish(&[out]).unwrap();
+            let inputs = [
+                data(&TensorType::new(dt, vec![n, c, h, w]), 3),
+                data(&TensorType::new(DType::Bool, vec![n, c, h2, w2]), 4),
+            ];
+            check_native(&f, &inputs);
+        }
+    }
+}
