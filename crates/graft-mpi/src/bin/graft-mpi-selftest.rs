@@ -56,11 +56,14 @@ fn input(shape: &[usize], r: usize) -> Tensor {
     f64s(shape, |i| ((r * 7 + i * 3) % 11) as f64 * 0.1 - 0.4)
 }
 
-fn stacked(shape: &[usize], n: usize) -> Tensor {
-    let mut s = vec![n];
-    s.extend_from_slice(shape);
-    let per: usize = shape.iter().product();
-    f64s(&s, |i| input(shape, i / per).to_f64_vec()[i % per])
+/// Every rank's value (`of(rank)`) stacked along a new leading axis: what
+/// the vmap over all ranks takes.
+fn stacked(n: usize, of: impl Fn(usize) -> Tensor) -> Tensor {
+    let per_rank: Vec<Tensor> = (0..n).map(of).collect();
+    let mut shape = vec![n];
+    shape.extend_from_slice(per_rank[0].shape());
+    let data: Vec<f64> = per_rank.iter().flat_map(Tensor::to_f64_vec).collect();
+    f64s(&shape, |i| data[i])
 }
 
 fn collectives(world: &World) -> Result<usize, String> {
@@ -84,18 +87,8 @@ fn collectives(world: &World) -> Result<usize, String> {
         let g = vjp_func(&f, &Wrt::All).map_err(|e| e.to_string())?;
         let ct = |rank: usize| f64s(&f.output_types()[0].shape, |i| 1.0 + 0.5 * ((rank + i) % 3) as f64);
         for (h, mine, all) in [
-            (&f, vec![input(&shape, r)], vec![stacked(&shape, n)]),
-            (
-                &g,
-                vec![input(&shape, r), ct(r)],
-                vec![stacked(&shape, n), {
-                    let one = ct(0);
-                    let per = one.numel();
-                    let mut s = vec![n];
-                    s.extend_from_slice(one.shape());
-                    f64s(&s, |i| ct(i / per).to_f64_vec()[i % per])
-                }],
-            ),
+            (&f, vec![input(&shape, r)], vec![stacked(n, |q| input(&shape, q))]),
+            (&g, vec![input(&shape, r), ct(r)], vec![stacked(n, |q| input(&shape, q)), stacked(n, ct)]),
         ] {
             let got = run(h, &mine)?;
             let axes = vec![Some(0); h.params.len()];
