@@ -91,6 +91,14 @@ enum Cmd {
         /// transfers on stderr.
         #[arg(long)]
         verbose: bool,
+        /// Bind the named axis to the processes of an MPI job
+        /// (`mpirun -np N graft run prog.graft --axis data ...`), so the
+        /// program's collectives over it (`psum(x, "data")`) communicate
+        /// between the processes. `{rank}` in an --input or --out value
+        /// becomes the process's rank; only rank 0 prints the results.
+        /// Without mpirun: one process, and the collectives see one rank.
+        #[arg(long, value_name = "NAME")]
+        axis: Option<String>,
     },
     /// Parse and type-check only.
     Check { file: PathBuf },
@@ -235,7 +243,16 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Ok(out)
         }
-        Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout, device, verbose } => {
+        Cmd::Run { file, entry, inputs, out, raw, seed, max_memory, timeout, device, verbose, axis } => {
+            // The world is bound before the entry is instantiated: an axis
+            // name takes its size from what it is bound to.
+            let world = axis.as_deref().map(start_world).transpose()?;
+            let rank = world.as_ref().map_or(0, graft_mpi::World::rank);
+            let per_rank = |s: &str| s.replace("{rank}", &rank.to_string());
+            let inputs: Vec<String> = inputs.iter().map(|s| per_rank(s)).collect();
+            // Ranks other than 0 write only to a path of their own.
+            let own_out = out.as_ref().is_some_and(|p| p.to_string_lossy().contains("{rank}"));
+            let out = out.map(|p| PathBuf::from(per_rank(&p.to_string_lossy()))).filter(|_| rank == 0 || own_out);
             let device = match device {
                 Some(d) => graft_gpu::Device::parse(&d),
                 None => graft_gpu::Device::from_env().map(|d| d.unwrap_or(graft_gpu::Device::Cpu)),
@@ -281,6 +298,10 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
                 graft_core::npy::save_npz(&path, &arrays)
                     .map_err(|e| Fail::new(format!("error: cannot write {}: {e}", path.display())))?;
             }
+            // Every rank computes; rank 0 speaks for the job.
+            if rank != 0 {
+                return Ok(String::new());
+            }
             Ok(results::show(m.def(&entry), &res, raw))
         }
         Cmd::Bench { file, entry, inputs, seed, runs, warmup, json } => bench::bench(&bench::BenchArgs {
@@ -325,6 +346,24 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             Ok(out)
         }
     }
+}
+
+/// Starts the distributed runtime for `graft run --axis NAME` and binds
+/// `NAME` to it for the whole process (see `graft_mpi::World`).
+fn start_world(name: &str) -> Result<graft_mpi::World, Fail> {
+    let ok = name.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if !ok {
+        return Err(Fail::usage(format!(
+            "error: --axis {name:?}: expected a name such as `data` (letters, digits, _)"
+        )));
+    }
+    let world = graft_mpi::World::start().map_err(|e| Fail::new(format!("error: {e}")))?;
+    if let Some(note) = world.note() {
+        eprintln!("{note}");
+    }
+    world.bind(name);
+    Ok(world)
 }
 
 /// The kernels of a function's plan (planned as `run` plans it, without

@@ -17,10 +17,12 @@
 //!   [`CommError::Mismatch`] on every rank instead of corrupting data or
 //!   hanging.
 //! - Calls are serialised by a mutex (MPI is initialised with
-//!   `Threading::Serialized`).
+//!   `Threading::Serialized`), and all of them run on one background thread
+//!   ([`Queued`]), in the order the program issues them, so an all-reduce
+//!   started by the executor overlaps with the work after it.
 
 use crate::MpiError;
-use graft_core::comm::{default_timeout, CommError, Communicator, ReduceOp};
+use graft_core::comm::{default_timeout, CommError, Communicator, Queued, ReduceOp};
 use graft_core::tensor::Storage;
 use graft_core::types::TensorType;
 use mpi::collective::SystemOperation;
@@ -36,16 +38,24 @@ use std::time::{Duration, Instant};
 
 /// Initialises MPI and returns it with the world as a communicator.
 pub(crate) fn start() -> Result<(Universe, Arc<dyn Communicator>), MpiError> {
-    let (universe, _level) = mpi::initialize_with_threading(Threading::Serialized)
+    let (universe, level) = mpi::initialize_with_threading(Threading::Serialized)
         .ok_or_else(|| MpiError::Init("MPI is already initialised in this process".into()))?;
     let w = universe.world();
-    let comm = MpiWorld {
+    let comm = Arc::new(MpiWorld {
         rank: w.rank() as usize,
         size: w.size() as usize,
         timeout: default_timeout(),
         checked: Mutex::new(HashSet::new()),
-    };
-    Ok((universe, Arc::new(comm)))
+    });
+    // Collectives run on one background thread (`Queued`), so an
+    // all-reduce overlaps with the computation after it. That needs an MPI
+    // that may be called from a thread other than the one that initialised
+    // it; with less, every collective runs on the caller's thread.
+    if level >= Threading::Serialized {
+        let queued = Queued::new(comm).map_err(|e| MpiError::Init(e.to_string()))?;
+        return Ok((universe, Arc::new(queued)));
+    }
+    Ok((universe, comm))
 }
 
 /// The blocking collective in progress: its deadline, name, rank, world size and limit.

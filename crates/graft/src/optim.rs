@@ -425,13 +425,19 @@ pub const BUCKET_BYTES: usize = 4 << 20;
 /// The step's `(loss, metrics..., buffers..., grads...)` averaged over the
 /// data-parallel `axis`: every float value goes through `pmean`, the
 /// gradients in buckets of at most [`BUCKET_BYTES`] (flattened, joined,
-/// averaged, split again; a larger gradient is a bucket of its own). With
+/// averaged, split again; a larger gradient is a bucket of its own), filled
+/// in reverse order. With
 /// equal shards, the mean of the ranks' mean gradients is the gradient of
 /// the whole batch's mean loss, and every rank applies the same update.
 fn averaged(outs: Vec<Tr>, axis: &Axis) -> Vec<Tr> {
     let float = |x: &Tr| x.ty().is_some_and(|t| t.dtype.is_float());
+    // Buckets fill from the last gradient back (PyTorch DDP's order): the
+    // backward pass makes the last layers' gradients first, so the first
+    // bucket is complete early and its all-reduce, moved up to where its
+    // operands are ready (`opt::hoist_collectives`), overlaps with the rest
+    // of the backward pass.
     let mut buckets: Vec<(graft_core::DType, usize, Vec<usize>)> = Vec::new();
-    for (i, x) in outs.iter().enumerate() {
+    for (i, x) in outs.iter().enumerate().rev() {
         let Some(t) = x.ty().filter(|t| t.dtype.is_float() && t.rank() > 0) else { continue };
         let bytes = t.numel() * t.dtype.size_bytes();
         match buckets.iter_mut().rev().find(|(d, b, _)| *d == t.dtype && b + bytes <= BUCKET_BYTES) {

@@ -46,6 +46,39 @@ fn distributed_without_mpirun_is_one_process_and_says_so() {
     assert!(read("a") == read("b"), "one process with --distributed trains exactly like without it");
 }
 
+/// A program whose collectives run over the axis `data` that
+/// `graft run --axis data` binds.
+const RUN_PROGRAM: &str = r#"
+def main(x: tensor[n, f64]) -> (tensor[n, f64], f64, i32) =
+  (psum(x * x, "data"), pmax(sum(x), "data"), axis_index("data"))
+"#;
+
+#[test]
+fn run_with_an_axis_without_mpirun_is_one_rank_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("p.graft");
+    std::fs::write(&prog, RUN_PROGRAM).unwrap();
+    let a: Vec<String> = ["run", &prog.display().to_string(), "--axis", "data", "--input", "x=[1, 2, 3]", "--raw"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let o = graft(&a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not started by mpirun"));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0: [1. 4. 9.]\n1: 6.\n2: 0\n");
+    // Without --axis the name is unbound: an error that says how to bind it.
+    let o = graft(&a.iter().filter(|s| *s != "--axis" && *s != "data").cloned().collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the axis name \"data\" is not bound") && err.contains("--axis data"), "{err}");
+    // A bad name is a usage error.
+    let mut bad = a.clone();
+    bad[3] = "da ta".into();
+    let o = graft(&bad);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--axis \"da ta\""));
+}
+
 #[cfg(not(feature = "mpi"))]
 #[test]
 fn several_processes_need_a_build_with_mpi() {
@@ -109,6 +142,44 @@ def accuracy(p: (tensor[64, 32, f64], tensor[32, f64], tensor[32, 10, f64], tens
             .filter(|(k, _)| !k.contains(".opt."))
             .map(|(k, v)| (k, v.data().chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()))
             .collect()
+    }
+
+    #[test]
+    fn run_with_an_axis_under_mpirun_communicates_between_the_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = dir.path().join("p.graft");
+        std::fs::write(&prog, RUN_PROGRAM).unwrap();
+        for r in 0..3 {
+            let x =
+                Tensor::from_fn(&graft_core::TensorType::new(graft_core::DType::F64, vec![2]), |i| (10 * r + i) as f64);
+            graft_core::npy::save_npy(dir.path().join(format!("x{r}.npy")), &x).unwrap();
+        }
+        let a: Vec<String> = [
+            "run",
+            &prog.display().to_string(),
+            "--axis",
+            "data",
+            "--input",
+            &format!("x={}/x{{rank}}.npy", dir.path().display()),
+            "--out",
+            &format!("{}/out{{rank}}.npz", dir.path().display()),
+            "--raw",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let o = mpirun(3, &a);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
+        // Rank 0 prints: the sums of squares over the ranks ([0, 1], [10,
+        // 11], [20, 21]), the largest per-rank sum, and its own index.
+        assert_eq!(stdout, "0: [500. 563.]\n1: 41.\n2: 0\n");
+        // Every rank wrote its own results.
+        for r in 0..3 {
+            let got = graft_core::npy::load_npz(dir.path().join(format!("out{r}.npz"))).unwrap();
+            let idx = got.iter().find(|(k, _)| k == "2").map(|(_, t)| t.to_f64_vec()).unwrap();
+            assert_eq!(idx, vec![r as f64]);
+        }
     }
 
     #[test]

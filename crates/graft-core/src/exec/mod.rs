@@ -26,6 +26,7 @@ use crate::error::ExecError;
 use crate::ir::{verify, Func, Value};
 use crate::kernel::loops::{NativeLoop, NativeWhile};
 use crate::kernel::CompileMode;
+use crate::ops::collective::Started;
 use crate::ops::Op;
 use crate::tensor::Tensor;
 use crate::types::TensorType;
@@ -47,6 +48,9 @@ pub struct RunStats {
     /// group (however many equations it holds). Constants folded into fused
     /// groups at plan time launch nothing.
     pub kernels: usize,
+    /// All-reduces started in the background and waited for at their first
+    /// reader ([`ExecOptions::overlap`]).
+    pub collectives_started: usize,
 }
 
 /// Planning choices of an [`Executable`]. They reach the sub-functions it
@@ -73,11 +77,18 @@ pub struct ExecOptions {
     /// default: constant sizes let the C compiler strength-reduce index
     /// arithmetic. Results do not depend on it.
     pub shapeless: bool,
+    /// Overlap all-reduces with the work after them (default true; off with
+    /// `GRAFT_NO_OVERLAP=1`): a `psum`/`pmean`/`pmax`/`pmin` moves as early
+    /// as its operand allows (`opt::hoist_collectives`), starts there
+    /// through [`crate::comm::Communicator::all_reduce_start`] and is waited
+    /// for at its first reader, so gradient buckets travel while the
+    /// backward pass goes on. Results do not depend on it.
+    pub overlap: bool,
 }
 
 impl Default for ExecOptions {
     fn default() -> Self {
-        ExecOptions { fuse: true, block_elems: None, compile: CompileMode::Async, shapeless: false }
+        ExecOptions { fuse: true, block_elems: None, compile: CompileMode::Async, shapeless: false, overlap: true }
     }
 }
 
@@ -94,7 +105,8 @@ impl ExecOptions {
         }
         let off = env_flag("GRAFT_NO_FUSION");
         let shapeless = env_flag("GRAFT_SHAPELESS");
-        ExecOptions { fuse: !off, compile: CompileMode::from_env(), shapeless, ..ExecOptions::default() }
+        let overlap = !env_flag("GRAFT_NO_OVERLAP");
+        ExecOptions { fuse: !off, compile: CompileMode::from_env(), shapeless, overlap, ..ExecOptions::default() }
     }
 }
 
@@ -216,6 +228,12 @@ impl Executable {
         };
         // Per-step sums of products leave their loops (`opt::hoist_accumulations`).
         let func = match crate::opt::hoist_accumulations(&func) {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
+        // All-reduces start as early as their operands allow, so they
+        // overlap with what follows (`ExecOptions::overlap`).
+        let func = match options.overlap.then(|| crate::opt::hoist_collectives(&func)).flatten() {
             Some(f) => Arc::new(f),
             None => func,
         };
@@ -493,6 +511,7 @@ impl Executable {
             }
             if let Some(r) = regions.peek().filter(|r| r.start == i) {
                 if let Some(native) = r.native.as_ref().and_then(|s| s.get()) {
+                    settle(&mut env, r.inputs.iter().copied(), pool)?;
                     let mut outs: Vec<Tensor> =
                         r.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect::<Result<_, _>>()?;
                     let ins: Vec<&Tensor> = r.inputs.iter().map(|&v| env[v.index()].get()).collect::<Result<_, _>>()?;
@@ -509,6 +528,19 @@ impl Executable {
                 }
             }
             let step = &self.plan.steps[i];
+            match *step {
+                Step::Eqn(e) => settle(&mut env, f.eqns[e].inputs.iter().copied(), pool)?,
+                Step::Group(g) => settle(&mut env, self.plan.groups[g].reads(), pool)?,
+            }
+            if let Some(started) = self.start_collective(step, &env)? {
+                let Step::Eqn(e) = *step else { unreachable!("start_collective only starts equations") };
+                env[f.eqns[e].outputs[0].index()] = Slot::Pending(started);
+                stats.kernels += 1;
+                stats.collectives_started += 1;
+                self.release(i, &mut env, pool);
+                i += 1;
+                continue;
+            }
             let (outputs, outs) = match *step {
                 Step::Eqn(e) => {
                     let eqn = &f.eqns[e];
@@ -545,6 +577,7 @@ impl Executable {
             self.release(i, &mut env, pool);
             i += 1;
         }
+        settle(&mut env, f.outputs.iter().copied(), pool)?;
         let mut results = Vec::with_capacity(f.outputs.len());
         for (k, &v) in f.outputs.iter().enumerate() {
             let repeated_later = f.outputs[k + 1..].contains(&v);
@@ -563,6 +596,7 @@ impl Executable {
                     t.clone()
                 }
                 Slot::Empty => return Err(internal(format!("output {v} was released before the end"))),
+                Slot::Pending(_) => return Err(internal(format!("output {v} was not waited for"))),
             };
             results.push(t);
         }
@@ -644,11 +678,47 @@ impl Executable {
     /// a region's kernel never produced are simply absent).
     fn release(&self, i: usize, env: &mut [Slot<'_>], pool: &mut Pool) {
         for &v in &self.release_after[i] {
-            if let Slot::Owned(t) = std::mem::replace(&mut env[v.index()], Slot::Empty) {
-                pool.put(t);
+            match std::mem::replace(&mut env[v.index()], Slot::Empty) {
+                Slot::Owned(t) => pool.put(t),
+                // A collective nobody reads (dead code elimination removes
+                // most): it must still complete, since the other ranks take
+                // part in it; its result, or its failure, is dropped.
+                Slot::Pending(s) => drop(s.wait()),
+                Slot::Empty | Slot::Borrowed(_) => {}
             }
         }
     }
+
+    /// Starts step `step` in the background when it is an all-reduce and
+    /// [`ExecOptions::overlap`] is on (see [`crate::ops::collective::Started`]).
+    fn start_collective(&self, step: &Step, env: &[Slot<'_>]) -> Result<Option<Started>, ExecError> {
+        if !self.options.overlap {
+            return Ok(None);
+        }
+        let Step::Eqn(e) = *step else { return Ok(None) };
+        let eqn = &self.func.eqns[e];
+        match &eqn.prim {
+            crate::ops::Prim::Collective(c) if c.is_all_reduce() => c.start(env[eqn.inputs[0].index()].get()?),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Waits for the collectives in flight among `values` and puts their
+/// results in place (a fresh buffer each, counted like a pool allocation).
+fn settle(env: &mut [Slot<'_>], values: impl Iterator<Item = Value>, pool: &mut Pool) -> Result<(), ExecError> {
+    for v in values {
+        if let Slot::Pending(_) = env[v.index()] {
+            let Slot::Pending(s) = std::mem::replace(&mut env[v.index()], Slot::Empty) else {
+                unreachable!("the slot was just matched as pending")
+            };
+            let t = s.wait()?;
+            pool.held += t.size_bytes();
+            pool.peak = pool.peak.max(pool.held);
+            env[v.index()] = Slot::Owned(t);
+        }
+    }
+    Ok(())
 }
 
 /// A group's one-element operands: run-time values from `env`, folded
@@ -787,6 +857,9 @@ enum Slot<'a> {
     Empty,
     Borrowed(&'a Tensor),
     Owned(Tensor),
+    /// A collective in flight ([`ExecOptions::overlap`]), waited for by
+    /// [`settle`] before its first reader.
+    Pending(Started),
 }
 
 impl Slot<'_> {
@@ -795,6 +868,7 @@ impl Slot<'_> {
             Slot::Borrowed(t) => Ok(t),
             Slot::Owned(t) => Ok(t),
             Slot::Empty => Err(internal("operand read after release (liveness plan is wrong)".into())),
+            Slot::Pending(_) => Err(internal("collective result read before it was waited for".into())),
         }
     }
 }

@@ -197,42 +197,20 @@ impl Op for Collective {
     fn kernel(&self, ins: &[&Tensor], outs: &mut [Tensor]) -> Result<(), ExecError> {
         let name = self.name();
         let fail = |msg: String| ExecError::kernel(name, msg);
-        let comm = comm::lookup(&self.axis.name).ok_or_else(|| {
-            fail(format!(
-                "the axis `{}` is not bound: run it under `vmap` with axis_name = \"{}\", or under a distributed runtime (`mpirun ... graft train`) that binds it",
-                self.axis.name, self.axis.name
-            ))
-        })?;
-        if comm.size() != self.axis.size {
-            return Err(fail(format!(
-                "the program was traced for {} ranks on axis `{}` but it is bound to a {}",
-                self.axis.size,
-                self.axis.name,
-                comm.describe()
-            )));
-        }
+        let comm = self.communicator()?;
         let comm_err = |e: comm::CommError| fail(e.to_string());
         let out = &mut outs[0];
         if matches!(self.kind, Kind::AxisIndex) {
             *out.storage_mut() = Storage::I32(vec![comm.rank() as i32]);
             return Ok(());
         }
+        if let Some(started) = self.start(ins[0])? {
+            *out = started.wait()?;
+            return Ok(());
+        }
         let x = ins[0];
         let ty = x.ty();
         let data = match &self.kind {
-            Kind::Psum => comm.all_reduce(ReduceOp::Sum, &ty, x.storage()).map_err(comm_err)?,
-            Kind::Pmax => comm.all_reduce(ReduceOp::Max, &ty, x.storage()).map_err(comm_err)?,
-            Kind::Pmin => comm.all_reduce(ReduceOp::Min, &ty, x.storage()).map_err(comm_err)?,
-            Kind::Pmean => {
-                let mut s = comm.all_reduce(ReduceOp::Sum, &ty, x.storage()).map_err(comm_err)?;
-                let n = self.axis.size;
-                match &mut s {
-                    Storage::F32(v) => v.iter_mut().for_each(|a| *a /= n as f32),
-                    Storage::F64(v) => v.iter_mut().for_each(|a| *a /= n as f64),
-                    other => return Err(fail(format!("pmean of {} values", other.dtype()))),
-                }
-                s
-            }
             Kind::AllGather { dim } => {
                 let all = comm.all_gather(&ty, x.storage()).map_err(comm_err)?;
                 // `all` is [ranks, x...]; move the rank axis to `dim`.
@@ -260,18 +238,107 @@ impl Op for Collective {
                 res
             }
             Kind::Ppermute { perm } => comm.permute(&ty, x.storage(), perm).map_err(comm_err)?,
-            Kind::AxisIndex => unreachable!("axis_index returned above"),
+            Kind::AxisIndex | Kind::Psum | Kind::Pmean | Kind::Pmax | Kind::Pmin => {
+                unreachable!("axis_index and the all-reduce kinds returned above")
+            }
         };
-        if data.len() != out.numel() || data.dtype() != out.dtype() {
-            return Err(fail(format!(
-                "the transport returned {} {} elements for a {} result",
-                data.len(),
-                data.dtype(),
-                out.ty()
-            )));
-        }
+        check_returned(name, &data, out)?;
         *out.storage_mut() = data;
         Ok(())
+    }
+}
+
+/// Checks what a transport returned against the result's type.
+fn check_returned(name: &str, data: &Storage, out: &Tensor) -> Result<(), ExecError> {
+    if data.len() != out.numel() || data.dtype() != out.dtype() {
+        return Err(ExecError::kernel(
+            name,
+            format!("the transport returned {} {} elements for a {} result", data.len(), data.dtype(), out.ty()),
+        ));
+    }
+    Ok(())
+}
+
+/// An all-reduce collective in flight ([`Collective::start`]): the executor
+/// starts it when its operand is ready and waits at its first reader.
+pub struct Started {
+    name: &'static str,
+    pending: comm::Pending,
+    ty: TensorType,
+    /// `pmean`'s divisor (applied on arrival), else `None`.
+    mean_of: Option<usize>,
+}
+
+impl Started {
+    /// The result: waits for the transport, then finishes it (`pmean`
+    /// divides the sum by the number of ranks).
+    pub fn wait(self) -> Result<Tensor, ExecError> {
+        let fail = |msg: String| ExecError::kernel(self.name, msg);
+        let mut data = self.pending.wait().map_err(|e| fail(e.to_string()))?;
+        if let Some(n) = self.mean_of {
+            match &mut data {
+                Storage::F32(v) => v.iter_mut().for_each(|a| *a /= n as f32),
+                Storage::F64(v) => v.iter_mut().for_each(|a| *a /= n as f64),
+                other => return Err(fail(format!("pmean of {} values", other.dtype()))),
+            }
+        }
+        if data.dtype() != self.ty.dtype {
+            return Err(fail(format!("the transport returned {} elements for a {} result", data.dtype(), self.ty)));
+        }
+        Tensor::from_storage(self.ty.shape.clone(), data).map_err(|e| fail(format!("the transport's result: {e}")))
+    }
+
+    /// Whether the result is there without waiting (a transport without a
+    /// background thread finishes at once).
+    pub fn is_ready(&self) -> bool {
+        self.pending.is_ready()
+    }
+}
+
+impl Collective {
+    /// The communicator bound to the axis, checked against the traced size.
+    fn communicator(&self) -> Result<Arc<dyn comm::Communicator>, ExecError> {
+        let name = self.name();
+        let fail = |msg: String| ExecError::kernel(name, msg);
+        let comm = comm::lookup(&self.axis.name).ok_or_else(|| {
+            fail(format!(
+                "the axis `{}` is not bound: run it under `vmap` with axis_name = \"{}\", or under a distributed runtime (`mpirun ... graft train`) that binds it",
+                self.axis.name, self.axis.name
+            ))
+        })?;
+        if comm.size() != self.axis.size {
+            return Err(fail(format!(
+                "the program was traced for {} ranks on axis `{}` but it is bound to a {}",
+                self.axis.size,
+                self.axis.name,
+                comm.describe()
+            )));
+        }
+        Ok(comm)
+    }
+
+    /// Whether this collective is an all-reduce (`psum`, `pmean`, `pmax`,
+    /// `pmin`), which [`Collective::start`] can run in the background.
+    pub fn is_all_reduce(&self) -> bool {
+        matches!(self.kind, Kind::Psum | Kind::Pmean | Kind::Pmax | Kind::Pmin)
+    }
+
+    /// Starts an all-reduce on `x` without waiting for it (through
+    /// [`comm::Communicator::all_reduce_start`]); `None` for the other kinds.
+    /// The kernel is `start` then [`Started::wait`], so both paths give the
+    /// same bits.
+    pub fn start(&self, x: &Tensor) -> Result<Option<Started>, ExecError> {
+        let op = match self.kind {
+            Kind::Psum | Kind::Pmean => ReduceOp::Sum,
+            Kind::Pmax => ReduceOp::Max,
+            Kind::Pmin => ReduceOp::Min,
+            _ => return Ok(None),
+        };
+        let comm = self.communicator()?;
+        let ty = x.ty();
+        let pending = comm.all_reduce_start(op, &ty, x.storage().clone());
+        let mean_of = matches!(self.kind, Kind::Pmean).then_some(self.axis.size);
+        Ok(Some(Started { name: self.name(), pending, ty, mean_of }))
     }
 }
 

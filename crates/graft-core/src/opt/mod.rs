@@ -12,6 +12,7 @@ mod hoist;
 mod ifconv;
 mod merge_jvp;
 mod noop;
+mod schedule;
 
 pub use algebra::fold_identities;
 pub use cse::cse;
@@ -22,6 +23,7 @@ pub use hoist::{hoist_accumulations, HOIST_MAX_BYTES};
 pub use ifconv::if_convert;
 pub use merge_jvp::merge_while_jvp;
 pub use noop::remove_noops;
+pub use schedule::hoist_collectives;
 
 use crate::error::IrError;
 use crate::ir::{lookup, Builder, Eqn, Func, Value};

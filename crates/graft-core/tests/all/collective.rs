@@ -407,3 +407,179 @@ fn vmap_over_another_axis_keeps_the_batch_on_every_rank() {
         }
     }
 }
+
+/// `x -> (psum(x * x), pmean(exp(sin(x))) + psum(x * x))` with both
+/// all-reduces emitted after all the per-rank work, as a training step
+/// emits its gradient buckets after the backward pass.
+fn late_all_reduces() -> Func {
+    let mut b = Builder::new("late");
+    let x = b.param(t64(&[64]));
+    let sq = b.mul(x, x).unwrap();
+    let s = b.sin(x).unwrap();
+    let e = b.exp(s).unwrap();
+    let p = coll(&mut b, Kind::Psum, sq).unwrap();
+    let m = coll(&mut b, Kind::Pmean, e).unwrap();
+    let y = b.add(m, p).unwrap();
+    b.finish(&[p, y]).unwrap()
+}
+
+#[test]
+fn all_reduces_move_up_to_their_operands_and_keep_their_order() {
+    let f = late_all_reduces();
+    let h = graft_core::opt::hoist_collectives(&f).expect("the psum can move up");
+    let ops: Vec<&str> = h.eqns.iter().map(|e| graft_core::Op::name(&e.prim)).collect();
+    let at = |name: &str| ops.iter().position(|o| o.starts_with(name)).unwrap_or_else(|| panic!("{name} in {ops:?}"));
+    assert!(at("psum") < at("sin"), "the psum follows its operand at once: {ops:?}");
+    assert!(at("psum") < at("pmean"), "all-reduces keep their order: {ops:?}");
+    assert_eq!(at("mul") + 1, at("psum"), "{ops:?}");
+    // Nothing to move: none.
+    assert!(graft_core::opt::hoist_collectives(&h).is_none());
+    let plain = func("plain", t64(&[3]), |b, x| b.sin(x));
+    assert!(graft_core::opt::hoist_collectives(&plain).is_none());
+}
+
+/// Runs `f` on a thread group whose ranks queue their collectives on a
+/// background thread each (`comm::Queued`, as the MPI world does), with
+/// `options`; each rank's results and run statistics.
+fn run_queued(f: &Func, inputs: &[Vec<Tensor>], options: graft_core::ExecOptions) -> Vec<(Vec<Tensor>, usize)> {
+    let comms = LocalGroup::ranks(inputs.len(), Duration::from_secs(60));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .zip(inputs)
+            .map(|(c, ins)| {
+                s.spawn(move || {
+                    let q = std::sync::Arc::new(comm::Queued::new(c).expect("a thread starts"));
+                    let _bound = comm::bind_thread("i", q);
+                    let refs: Vec<&Tensor> = ins.iter().collect();
+                    let exe = Executable::with_options(f.clone(), options).unwrap_or_else(|e| panic!("{e}"));
+                    let (out, stats) = exe.run_with_stats(&refs).unwrap_or_else(|e| panic!("{e}"));
+                    (out, stats.collectives_started)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank's thread panicked")).collect()
+    })
+}
+
+#[test]
+fn overlapped_all_reduces_give_the_bits_of_waiting_at_once() {
+    let f = late_all_reduces();
+    let mut rng = Rng(11);
+    let xs = rank_inputs(&t64(&[64]), &mut rng);
+    let inputs: Vec<Vec<Tensor>> = xs.iter().map(|x| vec![x.clone()]).collect();
+    let base = graft_core::ExecOptions::default();
+    let on = run_queued(&f, &inputs, graft_core::ExecOptions { overlap: true, ..base });
+    let off = run_queued(&f, &inputs, graft_core::ExecOptions { overlap: false, ..base });
+    let plain = group(&f, &inputs);
+    for r in 0..N {
+        assert_eq!(on[r].1, 2, "rank {r}: both all-reduces start in the background");
+        assert_eq!(off[r].1, 0, "rank {r}: without overlap none does");
+        for k in 0..2 {
+            assert_eq!(crate::common::native::bits(&on[r].0[k]), crate::common::native::bits(&off[r].0[k]));
+            assert_eq!(crate::common::native::bits(&on[r].0[k]), crate::common::native::bits(&plain[r][k]));
+        }
+    }
+}
+
+#[test]
+fn a_queued_all_reduce_returns_before_the_other_ranks_arrive() {
+    // Rank 0 starts an all-reduce, then tells rank 1 to start its own. If
+    // starting waited for the other ranks, rank 0 would never send and the
+    // group would time out.
+    let comms = LocalGroup::ranks(2, Duration::from_secs(20));
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let mut rx = Some(rx);
+    let ty = t64(&[3]);
+    let results: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let (tx, ty) = (tx.clone(), ty.clone());
+                let rx = if r == 1 { rx.take() } else { None };
+                s.spawn(move || {
+                    let q = comm::Queued::new(c).map_err(|e| e.to_string())?;
+                    let x = graft_core::tensor::Storage::F64(vec![r as f64 + 1.0; 3]);
+                    let second = graft_core::tensor::Storage::F64(vec![10.0 * (r as f64 + 1.0); 3]);
+                    use graft_core::comm::Communicator;
+                    if let Some(rx) = rx {
+                        rx.recv().map_err(|e| e.to_string())?;
+                    }
+                    let a = q.all_reduce_start(comm::ReduceOp::Sum, &ty, x);
+                    let b = q.all_reduce_start(comm::ReduceOp::Max, &ty, second);
+                    if r == 0 {
+                        tx.send(()).map_err(|e| e.to_string())?;
+                    }
+                    // Waited for in the other order: both are done by then.
+                    let b = b.wait().map_err(|e| e.to_string())?;
+                    let a = a.wait().map_err(|e| e.to_string())?;
+                    match (a, b) {
+                        (graft_core::tensor::Storage::F64(a), graft_core::tensor::Storage::F64(b)) => {
+                            Ok([a, b].concat())
+                        }
+                        _ => Err("dtype changed".into()),
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("a rank's thread panicked")).collect()
+    });
+    for r in results {
+        assert_eq!(r.unwrap(), vec![3.0, 3.0, 3.0, 20.0, 20.0, 20.0]);
+    }
+}
+
+/// `x -> while psum(sum(x * x)) < 1e3: x = 1.5 x + pmean(x) + axis_index`:
+/// collectives in both the predicate (so every rank runs the same trips,
+/// as MPI needs) and the body.
+fn collective_while() -> Func {
+    let v = t64(&[4]);
+    let s = TensorType::new(DType::F64, vec![]);
+    let cond = func("cond", v.clone(), |b, x| {
+        let sq = b.mul(x, x)?;
+        let tot = b.reduce_sum(sq, &[0])?;
+        let all = coll(b, Kind::Psum, tot)?;
+        let lim = b.full(1e3, &s)?;
+        b.compare(graft_core::ops::binary::Compare::Lt, all, lim)
+    });
+    let body = func("body", v.clone(), |b, x| {
+        let k = b.full(1.5, &v)?;
+        let kx = b.mul(k, x)?;
+        let m = coll(b, Kind::Pmean, x)?;
+        let r = b.axis_index(&axis())?;
+        let rf = b.convert(r, DType::F64)?;
+        let rv = b.broadcast_in_dim(rf, &[4], &[])?;
+        let y = b.add(kx, m)?;
+        b.add(y, rv)
+    });
+    let mut b = Builder::new("collective_while");
+    let x = b.param(v);
+    let out = b.while_loop(std::sync::Arc::new(cond), std::sync::Arc::new(body), &[], &[x]).unwrap();
+    let sq = b.mul(out[0], x).unwrap();
+    b.finish(&[sq]).unwrap()
+}
+
+#[test]
+fn named_vmap_runs_collectives_inside_while_loops() {
+    let f = collective_while();
+    let mut rng = Rng(5);
+    let xs = rank_inputs(&t64(&[4]), &mut rng);
+    let per_rank = group(&f, &xs.iter().map(|x| vec![x.clone()]).collect::<Vec<_>>());
+    let vf = vmap_func_named(&f, &[Some(0)], &[Some(0)], N, Some("i")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!vf.to_string().contains("axis=i"), "a collective survived vmap:\n{vf}");
+    let out = crate::common::run(&vf, &[stack(&xs)]);
+    let want = stack(&per_rank.iter().map(|o| o[0].clone()).collect::<Vec<_>>());
+    close(&out[0], &want, 1e-12, "vmap of a while with collectives");
+    // Reverse mode through the loop: the vmapped VJP equals the group's.
+    let g = vjp_func(&f, &Wrt::All).unwrap_or_else(|e| panic!("{e}"));
+    let cts = rank_inputs(&t64(&[4]), &mut rng);
+    let ins: Vec<Vec<Tensor>> = xs.iter().zip(&cts).map(|(x, c)| vec![x.clone(), c.clone()]).collect();
+    let per_rank = group(&g, &ins);
+    let vg = vmap_func_named(&g, &[Some(0), Some(0)], &[Some(0), Some(0)], N, Some("i")).unwrap();
+    let out = crate::common::run(&vg, &[stack(&xs), stack(&cts)]);
+    for k in 0..2 {
+        let want = stack(&per_rank.iter().map(|o| o[k].clone()).collect::<Vec<_>>());
+        close(&out[k], &want, 1e-10, &format!("vmap of the loop's vjp, output {k}"));
+    }
+}

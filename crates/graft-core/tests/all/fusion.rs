@@ -13,7 +13,7 @@ use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorTy
 use proptest::prelude::*;
 
 fn fused(block: Option<usize>) -> ExecOptions {
-    ExecOptions { fuse: true, block_elems: block, compile: CompileMode::Off, shapeless: false }
+    ExecOptions { fuse: true, block_elems: block, compile: CompileMode::Off, ..ExecOptions::default() }
 }
 
 fn unfused() -> ExecOptions {
@@ -240,7 +240,7 @@ proptest! {
         }
         let built = build(&s);
         let plain = run(&built.func, unfused(), &built.inputs);
-        let opts = ExecOptions { fuse: true, block_elems: s.block, compile: CompileMode::Sync, shapeless: false };
+        let opts = ExecOptions { fuse: true, block_elems: s.block, compile: CompileMode::Sync, ..ExecOptions::default() };
         let exe = Executable::with_options(built.func.clone(), opts).unwrap();
         let (ready, total) = exe.native_status();
         prop_assert_eq!(ready, total, "a kernel did not compile (see the warning)");

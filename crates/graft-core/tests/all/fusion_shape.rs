@@ -13,7 +13,7 @@ use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorTy
 use proptest::prelude::*;
 
 fn opts(fuse: bool, block: Option<usize>) -> ExecOptions {
-    ExecOptions { fuse, block_elems: block, compile: CompileMode::Off, shapeless: false }
+    ExecOptions { fuse, block_elems: block, compile: CompileMode::Off, ..ExecOptions::default() }
 }
 
 fn data(ty: &TensorType, seed: u64) -> Tensor {

@@ -39,7 +39,7 @@ fn bits(t: &Tensor) -> Vec<u64> {
 fn same_at_both_levels(name: &str, f: graft_core::Func, ins: &[Tensor]) {
     let exe = Executable::with_options(
         f,
-        ExecOptions { fuse: false, block_elems: None, compile: CompileMode::Off, shapeless: false },
+        ExecOptions { fuse: false, block_elems: None, compile: CompileMode::Off, ..ExecOptions::default() },
     )
     .unwrap();
     let refs: Vec<&Tensor> = ins.iter().collect();

@@ -212,7 +212,9 @@ fn named_axis(l: &mut Lower<'_>, a: &A) -> Result<graft_core::ops::collective::A
     let size = size.or(l.placeholder_sizes.then_some(PLACEHOLDER_RANKS));
     let Some(size) = size else {
         return Err(l.err(Stage::Type, &arg.span, format!("the axis name \"{s}\" is not bound here")).with_note(
-            format!("help: call this inside `vmap(f, axis_name=\"{s}\")`, or in a distributed run that binds \"{s}\""),
+            format!(
+                "help: call this inside `vmap(f, axis_name=\"{s}\")`, or bind \"{s}\" to the processes of a distributed run (`mpirun -np N graft run ... --axis {s}`)"
+            ),
         ));
     };
     l.axis_uses += 1;

@@ -10,10 +10,16 @@
 //!
 //! The derivative primitives batch every operand: their results include
 //! per-example cotangents of the consts, which a shared const would sum.
+//!
+//! Under a vmap that names its axis (`axis_name`), a body or predicate
+//! running collectives over that name is batched as a whole: a collective
+//! makes batched values out of unbatched ones (`axis_index`) and the
+//! dependency fixed point does not see that, so every carry is batched and
+//! the name is passed on to the vmapped body and predicate.
 
 use super::{Loop, While, WhileHvp, WhileJvp, WhileVjp};
 use crate::batch::helpers::{all_to_front, materialize, move_bdim};
-use crate::batch::{vmap_func, Batch, BatchCx, Batched};
+use crate::batch::{binds_axis, vmap_func_named, Batch, BatchCx, Batched};
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
 use crate::transform::rewrite::outputs_depending as depends;
@@ -26,8 +32,14 @@ pub(super) fn batch_loop(
     const_b: &[bool],
     carry_b: &[bool],
     size: usize,
+    axis: Option<&str>,
 ) -> Result<(Loop, Vec<bool>), IrError> {
-    let mut carry_b = carry_b.to_vec();
+    let vmap_func = |f: &crate::ir::Func, ins: &[Option<usize>], outs: &[Option<usize>], size| {
+        vmap_func_named(f, ins, outs, size, axis)
+    };
+    let collective =
+        axis.is_some_and(|a| [&lp.body, &lp.cond].iter().any(|f| f.eqns.iter().any(|e| binds_axis(&e.prim, a))));
+    let mut carry_b = if collective { vec![true; carry_b.len()] } else { carry_b.to_vec() };
     loop {
         let outs = depends(&lp.body, &[const_b, &carry_b].concat());
         let next: Vec<bool> = carry_b.iter().zip(&outs).map(|(&a, &b)| a || b).collect();
@@ -36,7 +48,7 @@ pub(super) fn batch_loop(
         }
         carry_b = next;
     }
-    let masked = depends(&lp.cond, &[const_b, &carry_b].concat()).first().copied().unwrap_or(false);
+    let masked = collective || depends(&lp.cond, &[const_b, &carry_b].concat()).first().copied().unwrap_or(false);
     if masked {
         carry_b = vec![true; carry_b.len()];
     }
@@ -73,9 +85,9 @@ pub(super) fn batch_loop(
 }
 
 /// The loop with every const and carry batched.
-fn all_batched(lp: &Loop, size: usize) -> Result<Loop, IrError> {
+fn all_batched(lp: &Loop, size: usize, axis: Option<&str>) -> Result<Loop, IrError> {
     let nc = lp.carry_types().len();
-    Ok(batch_loop(lp, &vec![true; lp.n_consts], &vec![true; nc], size)?.0)
+    Ok(batch_loop(lp, &vec![true; lp.n_consts], &vec![true; nc], size, axis)?.0)
 }
 
 fn at0(outs: Vec<Value>) -> Batched {
@@ -95,7 +107,7 @@ impl Batch for While {
             })
             .collect::<Result<_, _>>()?;
         let isb: Vec<bool> = cx.bdims.iter().map(Option::is_some).collect();
-        let (lp, carry_b) = batch_loop(&self.lp, &isb[..nk], &isb[nk..], cx.size)?;
+        let (lp, carry_b) = batch_loop(&self.lp, &isb[..nk], &isb[nk..], cx.size, cx.axis)?;
         for (j, &bt) in carry_b.iter().enumerate() {
             if bt && !isb[nk + j] {
                 args[nk + j] = materialize(b, args[nk + j], 0, cx.size)?;
@@ -110,20 +122,20 @@ impl Batch for WhileJvp {
     fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
         self.untransformable("batch")?;
         let args = all_to_front(b, cx)?;
-        Ok(at0(b.emit(WhileJvp::new(all_batched(&self.lp, cx.size)?)?, &args)?))
+        Ok(at0(b.emit(WhileJvp::new(all_batched(&self.lp, cx.size, cx.axis)?)?, &args)?))
     }
 }
 
 impl Batch for WhileVjp {
     fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
         let args = all_to_front(b, cx)?;
-        Ok(at0(b.emit(WhileVjp::new(all_batched(&self.lp, cx.size)?)?, &args)?))
+        Ok(at0(b.emit(WhileVjp::new(all_batched(&self.lp, cx.size, cx.axis)?)?, &args)?))
     }
 }
 
 impl Batch for WhileHvp {
     fn batch(&self, b: &mut Builder, cx: &BatchCx<'_>) -> Result<Batched, IrError> {
         let args = all_to_front(b, cx)?;
-        Ok(at0(b.emit(WhileHvp::new(all_batched(&self.lp, cx.size)?)?, &args)?))
+        Ok(at0(b.emit(WhileHvp::new(all_batched(&self.lp, cx.size, cx.axis)?)?, &args)?))
     }
 }

@@ -16,6 +16,16 @@
 //! transport moves [`Storage`]; the kernels do the layout (the gathered
 //! axis's position, the scattered slice).
 //!
+//! Overlap: [`Communicator::all_reduce_start`] lets the executor start a
+//! `psum`/`pmean` as soon as its operand is ready and wait for it at its
+//! first reader, so gradient buckets travel while the backward pass goes on
+//! (PyTorch DDP's overlap). A transport that cannot run in the background
+//! keeps the default, which finishes the collective at once; [`Queued`]
+//! gives any communicator a background thread that runs its collectives
+//! one by one in the order they were started (the order is what keeps
+//! ranks matched: every rank starts the same collectives in the same
+//! order).
+//!
 //! Invariants every implementation keeps:
 //! - every rank gets the same bits from `all_reduce` (parameters updated
 //!   from all-reduced gradients stay identical on every rank);
@@ -23,6 +33,10 @@
 //!   [`CommError::Timeout`] instead of waiting forever;
 //! - the first collective whose operand types differ across ranks fails on
 //!   every rank with [`CommError::Mismatch`], naming the ranks and types.
+
+mod queued;
+
+pub use queued::Queued;
 
 use crate::tensor::Storage;
 use crate::types::TensorType;
@@ -90,6 +104,46 @@ pub trait Communicator: Send + Sync {
     /// (each rank appears at most once as a source and once as a
     /// destination); a rank that is no destination receives zeros.
     fn permute(&self, ty: &TensorType, x: &Storage, pairs: &[(usize, usize)]) -> Result<Storage, CommError>;
+    /// Starts [`Communicator::all_reduce`] and returns without waiting where
+    /// the transport can run it in the background ([`Queued`]); the default
+    /// runs it now. Collectives complete in the order they were started, so
+    /// a rank may start several before it waits for any.
+    fn all_reduce_start(&self, op: ReduceOp, ty: &TensorType, x: Storage) -> Pending {
+        Pending::ready(self.all_reduce(op, ty, &x))
+    }
+}
+
+/// A collective that was started and not yet waited for
+/// ([`Communicator::all_reduce_start`]).
+pub struct Pending(PendingState);
+
+enum PendingState {
+    Ready(Result<Storage, CommError>),
+    Queued { op: String, rx: std::sync::mpsc::Receiver<Result<Storage, CommError>> },
+}
+
+impl Pending {
+    /// A collective that has already finished.
+    pub fn ready(result: Result<Storage, CommError>) -> Pending {
+        Pending(PendingState::Ready(result))
+    }
+
+    /// Whether the result is there without waiting.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.0, PendingState::Ready(_))
+    }
+
+    /// Waits for the result. The transport enforces the timeout (a rank that
+    /// stops answering fails the collective), so this does not hang on its
+    /// own.
+    pub fn wait(self) -> Result<Storage, CommError> {
+        match self.0 {
+            PendingState::Ready(r) => r,
+            PendingState::Queued { op, rx } => rx.recv().unwrap_or_else(|_| {
+                Err(CommError::Transport { op, msg: "the communication thread ended before answering".into() })
+            }),
+        }
+    }
 }
 
 type Bound = (String, Arc<dyn Communicator>);
