@@ -11,9 +11,12 @@
 //! name.
 //!
 //! Adding a transform touches three files: this one (the variant, its
-//! [`Kind`], `apply`, `inner_types`), the language's
-//! `graft-lang/src/lower/transform/mod.rs` (its keyword) and the Rust front
-//! end's `graft/src/function.rs` (its method). The test
+//! [`Kind`], `apply`, `inner_types`, [`Transform::from_name`]), the
+//! language's `graft-lang/src/lower/transform/mod.rs` (its keyword) and the
+//! Python wrapper in `python/graft/_api.py`. The Rust front end reaches
+//! every transform through `Jit::transform` and the Python binding through
+//! `from_name`, so neither changes (a named `Jit` method is a convenience,
+//! not a requirement). The test
 //! `transforms::every_transform_is_reachable_from_every_front_end`
 //! (graft crate) enumerates [`Kind::ALL`] and fails when a front end lacks
 //! one.
@@ -239,6 +242,77 @@ impl fmt::Debug for Transform {
             Transform::CustomJvp { rule } => write!(f, "custom_jvp(rule=@{})", rule.name),
             Transform::CustomVjp { fwd, bwd } => write!(f, "custom_vjp(fwd=@{}, bwd=@{})", fwd.name, bwd.name),
         }
+    }
+}
+
+/// A transform's arguments as a front end that names transforms by string
+/// gathers them (the Python binding): every field any transform takes,
+/// each read only by the transforms it belongs to
+/// ([`Transform::from_name`]).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `grad`, `value_and_grad`, `jvp`, `vjp`, `linearize`: the parameter
+    /// positions (`None`: all).
+    pub wrt: Option<Vec<usize>>,
+    /// `jacfwd`, `jacrev`, `jacobian`, `hessian`: the parameter position.
+    pub index: usize,
+    /// `vmap`: the arguments' batch axes (required).
+    pub in_axes: Option<VmapAxes>,
+    /// `vmap`: the outputs' batch axes (default: axis 0 for every output).
+    pub out_axes: Option<VmapAxes>,
+    /// `vmap`: the axis's name for collectives (`axis_name`).
+    pub axis_name: Option<String>,
+    /// `checkpoint`: the policy's name (`nothing`, the default, or `dots`).
+    pub policy: Option<String>,
+}
+
+impl Transform {
+    /// The transform called `name` (its [`Kind::name`]) with the arguments
+    /// in `options`: the one place that maps names to transforms, so a
+    /// front end naming transforms by string needs no change when one is
+    /// added. The custom rules hold functions, which a front end traces
+    /// itself, so they are built as values ([`Transform::CustomJvp`],
+    /// [`Transform::CustomVjp`]) and refused here.
+    pub fn from_name(name: &str, options: Options) -> Result<Transform, IrError> {
+        let kind = Kind::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+            IrError::invalid("transform", format!("graft has no transform `{name}` (it has {})", names.join(", ")))
+        })?;
+        let wrt = || options.wrt.clone().map_or(Wrt::All, Wrt::Positions);
+        Ok(match kind {
+            Kind::Grad => Transform::Grad { wrt: wrt() },
+            Kind::ValueAndGrad => Transform::ValueAndGrad { wrt: wrt() },
+            Kind::Jvp => Transform::Jvp { wrt: wrt() },
+            Kind::Vjp => Transform::Vjp { wrt: wrt() },
+            Kind::Linearize => Transform::Linearize { wrt: wrt() },
+            Kind::Vmap => Transform::Vmap {
+                in_axes: options
+                    .in_axes
+                    .ok_or_else(|| IrError::invalid("vmap", "vmap needs in_axes (one entry per argument)"))?,
+                out_axes: options.out_axes.unwrap_or(VmapAxes::All(0)),
+                axis_name: options.axis_name,
+            },
+            Kind::Jacfwd => Transform::Jacfwd { wrt: options.index },
+            Kind::Jacrev => Transform::Jacrev { wrt: options.index },
+            Kind::Jacobian => Transform::Jacobian { wrt: options.index },
+            Kind::Hessian => Transform::Hessian { wrt: options.index },
+            Kind::Checkpoint => {
+                let name = options.policy.as_deref().unwrap_or("nothing");
+                let policy = Policy::parse(name).ok_or_else(|| {
+                    IrError::invalid(
+                        "checkpoint",
+                        format!("unknown checkpoint policy `{name}` (expected nothing or dots)"),
+                    )
+                })?;
+                Transform::Checkpoint { policy }
+            }
+            Kind::CustomJvp | Kind::CustomVjp => {
+                return Err(IrError::invalid(
+                    name,
+                    format!("{name} holds its rule functions: build Transform::{kind:?} with the traced rules"),
+                ))
+            }
+        })
     }
 }
 

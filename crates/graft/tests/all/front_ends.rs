@@ -7,7 +7,7 @@
 //! The function: `f(x, w) = sum(sin(x) * w)` (and its elementwise form
 //! `h(x, w) = sin(x) * w` for Jacobians), at fixed f64 points.
 
-use graft::{jit, jit_n, Tensor, Tr, Transform, TransformKind, Wrt};
+use graft::{jit, jit_n, Tensor, Tr, Transform, TransformKind, VmapAxes, Wrt};
 use graft_lang::Module;
 
 const X: [f64; 3] = [0.3, -1.2, 2.0];
@@ -209,4 +209,43 @@ fn transforms_name_what_they_reject() {
     assert!(e.to_string().contains("jacfwd"), "{e}");
     let staged = Transform::Grad { wrt: Wrt::All }.stage(&graft::trace("f", &[t(&X).ty()], |v| v[0].sum(())).unwrap());
     assert!(staged.expect_err("grad is not a linear map").to_string().contains("linearize and vjp"));
+}
+
+#[test]
+fn transforms_by_name_cover_every_kind_but_the_custom_rules() {
+    use graft::transform::Options;
+    for kind in TransformKind::ALL {
+        let options = Options { in_axes: Some(VmapAxes::All(0)), ..Options::default() };
+        match Transform::from_name(kind.name(), options) {
+            Ok(t) => assert_eq!(t.kind(), kind),
+            Err(e) => {
+                assert!(matches!(kind, TransformKind::CustomJvp | TransformKind::CustomVjp), "{kind}: {e}");
+                assert!(e.to_string().contains("rule functions"), "{e}");
+            }
+        }
+    }
+    // The arguments reach the transform.
+    let t = Transform::from_name(
+        "vmap",
+        Options {
+            in_axes: Some(VmapAxes::Each(vec![Some(1), None])),
+            axis_name: Some("i".into()),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(format!("{t:?}"), "vmap(in_axes=Each([Some(1), None]), out_axes=All(0), axis_name=\"i\")");
+    let t = Transform::from_name("grad", Options { wrt: Some(vec![1]), ..Options::default() }).unwrap();
+    assert_eq!(format!("{t:?}"), "grad(wrt=Positions([1]))");
+    let t = Transform::from_name("checkpoint", Options { policy: Some("dots".into()), ..Options::default() }).unwrap();
+    assert_eq!(format!("{t:?}"), "checkpoint(policy=dots)");
+    // What it refuses, named.
+    let e = Transform::from_name("gard", Options::default()).unwrap_err().to_string();
+    assert!(e.contains("no transform `gard`") && e.contains("value_and_grad"), "{e}");
+    let e = Transform::from_name("vmap", Options::default()).unwrap_err().to_string();
+    assert!(e.contains("vmap needs in_axes"), "{e}");
+    let e = Transform::from_name("checkpoint", Options { policy: Some("all".into()), ..Options::default() })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown checkpoint policy `all`"), "{e}");
 }
