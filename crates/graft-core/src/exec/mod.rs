@@ -295,8 +295,9 @@ impl Executable {
         let entry = match loops.iter().find(|(k, _)| *k == key) {
             Some((_, l)) => l.clone(),
             None => {
-                let l =
-                    self.loop_program(n_consts, n_carry, reverse).map(|p| NativeLoop::start(p, self.options.compile));
+                let l = self
+                    .loop_program(n_consts, n_carry, reverse)
+                    .map(|p| NativeLoop::start(p, self.options.compile, self.options.shapeless));
                 loops.push((key, l.clone()));
                 l
             }
@@ -340,7 +341,7 @@ impl Executable {
             None => {
                 let w = self
                     .while_program(cond_exe, n_consts, n_carry)
-                    .map(|p| NativeWhile::start(p, self.options.compile));
+                    .map(|p| NativeWhile::start(p, self.options.compile, self.options.shapeless));
                 whiles.push(((cond.clone(), n_consts, n_carry), w.clone()));
                 w
             }

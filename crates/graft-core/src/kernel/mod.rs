@@ -109,15 +109,7 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode, shapeless
     } else {
         (render_c::render_unit(&kernels, lanes), Vec::new())
     };
-    let job = native::Job { source, kernels: slots, tables };
-    if job.fill_if_loaded() {
-        return;
-    }
-    match mode {
-        CompileMode::Sync => job.run(),
-        CompileMode::Async => native::submit(job),
-        CompileMode::Off => {}
-    }
+    native::Job { source, kernels: slots, tables }.start(mode);
 }
 
 /// For each written argument of elementwise kernel `k` (in order), the

@@ -446,6 +446,21 @@ impl Job {
         }
     }
 
+    /// Fills the slots from a unit this process has loaded before (the same
+    /// function planned again, or a size-generic unit at new sizes), else
+    /// compiles now ([`super::CompileMode::Sync`]), on the background thread
+    /// (`Async`) or not at all (`Off`).
+    pub(crate) fn start(self, mode: super::CompileMode) {
+        if mode == super::CompileMode::Off || self.fill_if_loaded() {
+            return;
+        }
+        match mode {
+            super::CompileMode::Sync => self.run(),
+            super::CompileMode::Async => submit(self),
+            super::CompileMode::Off => {}
+        }
+    }
+
     /// Fills the slots now if this process already loaded the unit (see
     /// [`Toolchain::loaded`]); true if it did.
     pub(crate) fn fill_if_loaded(&self) -> bool {
@@ -619,6 +634,10 @@ pub(crate) fn run_program(
     ptrs.extend(work.iter_mut().map(ptr_of_mut));
     ptrs.extend(statics.iter().map(ptr_of));
     ptrs.push(&table as *const super::host::HostTable as *mut u8);
+    // A size-generic loop (`render_c::render_loop_sized`) takes its table last.
+    if let Some(t) = &f.table {
+        ptrs.push(t.as_ptr() as *mut u8);
+    }
     // SAFETY: see the function docs (buffers checked, none aliased by a
     // write); `table` and `cx` outlive the call.
     unsafe { f.call(0, steps, &ptrs) };

@@ -17,7 +17,7 @@
 //! in and out of memory with `memcpy` (no alignment assumed).
 
 use super::ir::{body_types, Access, Index, Inner, Inst, Kernel, Lit, Reduction};
-use super::loops::{blocks, Callee, Loc, LoopProgram, WhileProgram};
+use super::loops::{self, blocks, Callee, Loc, LoopProgram, WhileProgram};
 use crate::dtype::DType;
 use crate::ops::reduce::ReduceKind;
 use crate::ops::Op;
@@ -148,7 +148,7 @@ fn lit(l: &Lit) -> String {
 // renderer takes on a value (a stride of 0 or 1, a dimension of size 1
 // dropped by coalescing, an empty window) changes the text, so two
 // kernels sharing text took the same decisions. A number printed as a
-// constant instead (as loops still do) only costs sharing, never
+// constant instead only costs sharing, never
 // correctness: the texts then differ.
 thread_local! {
     /// The table of the kernel being rendered size-generic, else `None`.
@@ -215,6 +215,44 @@ fn unit_head(lanes: usize) -> String {
     s
 }
 
+/// The kernels of a loop unit and, when rendering size-generic, where each
+/// kernel's table starts in the loop's table (see [`loop_unit`]).
+type KernelTables = Option<Vec<usize>>;
+
+/// The start of a loop's unit: its kernels, rendered size-generic when
+/// `sized`. Size-generic, the loop function gets one table holding every
+/// kernel's table and then its own numbers (byte counts, extents, block
+/// sizes), so the thread-local table is left holding the kernels' tables
+/// and the loop function appends to it; each call passes its kernel
+/// `S + offset`. The offsets depend only on the kernels' text, so they are
+/// constants of the text (see Note [Size-generic kernels]).
+fn loop_unit(kernels: &[Kernel], lanes: usize, sized: bool) -> (String, KernelTables) {
+    if !sized {
+        return (render_unit(kernels, lanes), None);
+    }
+    let (s, tables) = render_unit_sized(kernels, lanes);
+    let mut all = Vec::new();
+    let mut offsets = Vec::with_capacity(tables.len());
+    for t in tables {
+        offsets.push(all.len());
+        all.extend(t);
+    }
+    TABLE.with(|t| *t.borrow_mut() = Some(all));
+    (s, Some(offsets))
+}
+
+/// Ends a loop unit: the loop's table when rendering size-generic.
+fn loop_table(offsets: &KernelTables) -> Option<Vec<i64>> {
+    offsets.as_ref().map(|_| TABLE.with(|t| t.borrow_mut().take()).unwrap_or_default())
+}
+
+/// Declares the loop function's table `S` (argument `at`) when sized.
+fn table_setup(s: &mut String, offsets: &KernelTables, at: usize) {
+    if offsets.is_some() {
+        let _ = writeln!(s, "  const int64_t *S = (const int64_t *)args[{at}];\n  (void)S;");
+    }
+}
+
 /// Renders a compiled loop (see `kernel::loops`): its kernels, then the
 /// loop function `NAME(start, end, args)` running steps `0..end - start`.
 /// Arguments: the scan's operands (consts, initial carry, stacked `xs`),
@@ -222,9 +260,21 @@ fn unit_head(lanes: usize) -> String {
 /// sets swapped after each step), the scratch buffers, the static values,
 /// the host-call table (`kernel::host`).
 pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
-    let mut s = render_unit(&p.kernels, lanes);
+    render_loop_unit(p, lanes, false).0
+}
+
+/// [`render_loop`] size-generic (see Note [Size-generic kernels]): the
+/// source, whose loop function takes one more argument after the host-call
+/// table, and that argument's table.
+pub fn render_loop_sized(p: &LoopProgram, lanes: usize) -> (String, Vec<i64>) {
+    let (s, t) = render_loop_unit(p, lanes, true);
+    (s, t.unwrap_or_default())
+}
+
+fn render_loop_unit(p: &LoopProgram, lanes: usize, sized: bool) -> (String, Option<Vec<i64>>) {
+    let (mut s, offsets) = loop_unit(&p.kernels, lanes, sized);
     let (nc, nk, nx, ny) = (p.n_consts, p.n_carry, p.n_xs, p.n_ys);
-    let bytes = |(d, n): (DType, usize)| n * d.size_bytes();
+    let bytes = |(d, n): (DType, usize)| self::n(n * d.size_bytes());
     let out0 = nc + nk + nx;
     let pp0 = out0 + nk + ny;
     let sc0 = pp0 + 2 * nk;
@@ -241,11 +291,12 @@ pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
     let _ = writeln!(s, "\nvoid {}(int64_t start, int64_t end, void *const *args) {{", p.name);
     let _ = writeln!(s, "  const int64_t n = end - start;");
     host_setup(&mut s, st0 + p.statics.len());
+    table_setup(&mut s, &offsets, st0 + p.statics.len() + 1);
     carry_setup(&mut s, p, pp0);
     let _ = writeln!(s, "  for (int64_t it = 0; it < n; it++) {{");
     let t = if p.reverse { "n - 1 - it" } else { "it" };
     let _ = writeln!(s, "    const int64_t t = {t};\n    (void)t;");
-    step_calls(&mut s, p, 0, &ptr);
+    step_calls(&mut s, p, 0, offsets.as_deref(), &ptr);
     // Results not written in place: ys first (they may read the next
     // carry set), then the carries, then the swap.
     for j in 0..ny {
@@ -259,7 +310,8 @@ pub fn render_loop(p: &LoopProgram, lanes: usize) -> String {
     let _ = writeln!(s, "  }}");
     carry_results(&mut s, p, out0);
     let _ = writeln!(s, "}}");
-    s
+    let table = loop_table(&offsets);
+    (s, table)
 }
 
 /// The two carry sets of a loop function (`cin` read by a step, `cout`
@@ -270,10 +322,10 @@ fn carry_setup(s: &mut String, p: &LoopProgram, pp0: usize) {
     let _ = writeln!(s, "  char *cin[{0}], *cout[{0}], *sw;", nk.max(1));
     let _ = writeln!(s, "  (void)sw; (void)cin; (void)cout;");
     for j in 0..nk {
-        let (d, n) = p.params[nc + j];
+        let (d, len) = p.params[nc + j];
         let _ =
             writeln!(s, "  cin[{j}] = (char *)args[{}]; cout[{j}] = (char *)args[{}];", pp0 + 2 * j, pp0 + 2 * j + 1);
-        let _ = writeln!(s, "  __builtin_memcpy(cin[{j}], args[{}], {});", nc + j, n * d.size_bytes());
+        let _ = writeln!(s, "  __builtin_memcpy(cin[{j}], args[{}], {});", nc + j, n(len * d.size_bytes()));
     }
 }
 
@@ -283,32 +335,48 @@ fn host_setup(s: &mut String, at: usize) {
     let _ = writeln!(s, "  const graft_host *host = (const graft_host *)args[{at}];\n  (void)host;");
 }
 
+/// A kernel call's argument list: its buffers at `ptr` of their
+/// locations, then its table when rendering size-generic (`offsets`: where
+/// each of the program's kernels' tables starts in the loop's `S`).
+fn call_args(call: &loops::Call, k: usize, offsets: Option<&[usize]>, ptr: &dyn Fn(&Loc) -> String) -> String {
+    let mut args: Vec<String> = call.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
+    if let Some(o) = offsets {
+        args.push(format!("(void *)(S + {})", o[k]));
+    }
+    args.join(", ")
+}
+
 /// One step's calls, each argument at `ptr` of its location: kernels
 /// directly, host calls through the table (`p`'s host `j` is the table's
 /// `host_base + j`).
-fn step_calls(s: &mut String, p: &LoopProgram, host_base: usize, ptr: &dyn Fn(&Loc) -> String) {
+fn step_calls(
+    s: &mut String,
+    p: &LoopProgram,
+    host_base: usize,
+    offsets: Option<&[usize]>,
+    ptr: &dyn Fn(&Loc) -> String,
+) {
     let runs = blocks::runs(p);
     let mut c = 0;
     while c < p.calls.len() {
         if let Some(run) = runs.iter().find(|r| r.calls.start == c) {
-            blocked_run(s, p, run, ptr);
+            blocked_run(s, p, run, offsets, ptr);
             c = run.calls.end;
             continue;
         }
         let call = &p.calls[c];
-        let args: Vec<String> = call.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
         match call.callee {
             Callee::Kernel(k) => {
-                let k = &p.kernels[k];
                 let _ = writeln!(
                     s,
                     "    {{ void *const a[] = {{ {} }}; {}(0, {}, a); }}",
-                    args.join(", "),
-                    k.name,
-                    k.extent
+                    call_args(call, k, offsets, ptr),
+                    p.kernels[k].name,
+                    n(p.kernels[k].extent)
                 );
             }
             Callee::Host(j) => {
+                let args: Vec<String> = call.args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
                 let _ = writeln!(
                     s,
                     "    {{ void *const a[] = {{ {} }}; host->call(host->ctx, {}, a); }}",
@@ -324,23 +392,34 @@ fn step_calls(s: &mut String, p: &LoopProgram, host_base: usize, ptr: &dyn Fn(&L
 /// A run of calls executed block by block (see `loops::blocks`): for each
 /// block end `e`, call `j` continues from where it stopped (`dj`) up to
 /// `e + lead_j`.
-fn blocked_run(s: &mut String, p: &LoopProgram, run: &blocks::Run, ptr: &dyn Fn(&Loc) -> String) {
+fn blocked_run(
+    s: &mut String,
+    p: &LoopProgram,
+    run: &blocks::Run,
+    offsets: Option<&[usize]>,
+    ptr: &dyn Fn(&Loc) -> String,
+) {
     let _ = writeln!(s, "    {{");
-    for (j, c) in run.calls.clone().enumerate() {
-        let args: Vec<String> = p.calls[c].args.iter().map(|l| format!("(void *)({})", ptr(l))).collect();
-        let _ = writeln!(s, "      void *const a{j}[] = {{ {} }}; int64_t d{j} = 0;", args.join(", "));
-    }
-    let n = run.extent;
-    let _ = writeln!(s, "      for (int64_t e = {}; ; e += {}) {{", run.block, run.block);
     for (j, c) in run.calls.clone().enumerate() {
         let Callee::Kernel(k) = p.calls[c].callee else { unreachable!("loops::blocks runs hold kernel calls only") };
         let _ = writeln!(
             s,
-            "        {{ int64_t h = e + {}; if (h > {n}) h = {n}; if (h > d{j}) {{ {}(d{j}, h, a{j}); d{j} = h; }} }}",
-            run.leads[j], p.kernels[k].name
+            "      void *const a{j}[] = {{ {} }}; int64_t d{j} = 0;",
+            call_args(&p.calls[c], k, offsets, ptr)
         );
     }
-    let _ = writeln!(s, "        if (e >= {n}) break;\n      }}\n    }}");
+    let _ = writeln!(s, "      const int64_t bn = {}, bs = {};", n(run.extent), n(run.block));
+    let _ = writeln!(s, "      for (int64_t e = bs; ; e += bs) {{");
+    for (j, c) in run.calls.clone().enumerate() {
+        let Callee::Kernel(k) = p.calls[c].callee else { unreachable!("loops::blocks runs hold kernel calls only") };
+        let _ = writeln!(
+            s,
+            "        {{ int64_t h = e + {}; if (h > bn) h = bn; if (h > d{j}) {{ {}(d{j}, h, a{j}); d{j} = h; }} }}",
+            n(run.leads[j]),
+            p.kernels[k].name
+        );
+    }
+    let _ = writeln!(s, "        if (e >= bn) break;\n      }}\n    }}");
 }
 
 /// The end of a step: carries the body did not write in place are copied
@@ -350,8 +429,8 @@ fn carry_swap(s: &mut String, p: &LoopProgram, ptr: &dyn Fn(&Loc) -> String) {
     for j in 0..nk {
         let l = p.out_loc[j];
         if l != Loc::CarryOut(j) {
-            let (d, n) = p.outputs[j];
-            let _ = writeln!(s, "    __builtin_memcpy(cout[{j}], {}, {});", ptr(&l), n * d.size_bytes());
+            let (d, len) = p.outputs[j];
+            let _ = writeln!(s, "    __builtin_memcpy(cout[{j}], {}, {});", ptr(&l), n(len * d.size_bytes()));
         }
     }
     for j in 0..nk {
@@ -363,8 +442,8 @@ fn carry_swap(s: &mut String, p: &LoopProgram, ptr: &dyn Fn(&Loc) -> String) {
 /// arguments `out0..out0 + nk`.
 fn carry_results(s: &mut String, p: &LoopProgram, out0: usize) {
     for j in 0..p.n_carry {
-        let (d, n) = p.outputs[j];
-        let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, n * d.size_bytes());
+        let (d, len) = p.outputs[j];
+        let _ = writeln!(s, "  __builtin_memcpy(args[{}], cin[{j}], {});", out0 + j, n(len * d.size_bytes()));
     }
 }
 
@@ -376,13 +455,28 @@ fn carry_results(s: &mut String, p: &LoopProgram, out0: usize) {
 /// (`nk`), final carries (`nk`), the two carry sets (`2 nk`, interleaved),
 /// the body's scratch, `cond`'s scratch, the trip count (one `int64_t`
 /// written at the end), the body's statics, `cond`'s statics, the
-/// host-call table (the body's host calls, then `cond`'s). `start` and
-/// `end` are unused.
+/// host-call table (the body's host calls, then `cond`'s), and when
+/// size-generic ([`render_while_sized`]) the table. `start` and `end` are
+/// unused.
 pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
+    render_while_unit(w, lanes, false).0
+}
+
+/// [`render_while`] size-generic: the source and the table it takes.
+pub fn render_while_sized(w: &WhileProgram, lanes: usize) -> (String, Vec<i64>) {
+    let (s, t) = render_while_unit(w, lanes, true);
+    (s, t.unwrap_or_default())
+}
+
+fn render_while_unit(w: &WhileProgram, lanes: usize, sized: bool) -> (String, Option<Vec<i64>>) {
     let (c, b) = (&w.cond, &w.body);
     let mut kernels = b.kernels.clone();
     kernels.extend(c.kernels.iter().cloned());
-    let mut s = render_unit(&kernels, lanes);
+    let (mut s, offsets) = loop_unit(&kernels, lanes, sized);
+    let (body_offsets, cond_offsets) = match &offsets {
+        Some(o) => (Some(&o[..b.kernels.len()]), Some(&o[b.kernels.len()..])),
+        None => (None, None),
+    };
     let (nc, nk) = (b.n_consts, b.n_carry);
     let out0 = nc + nk;
     let pp0 = out0 + nk;
@@ -408,18 +502,20 @@ pub fn render_while(w: &WhileProgram, lanes: usize) -> String {
     let _ = writeln!(s, "  int64_t trips = 0;");
     let _ = writeln!(s, "  (void)pred;");
     host_setup(&mut s, cst0 + c.statics.len());
+    table_setup(&mut s, &offsets, cst0 + c.statics.len() + 1);
     carry_setup(&mut s, b, pp0);
     let _ = writeln!(s, "  for (;;) {{");
-    step_calls(&mut s, c, b.hosts.len(), &|l| ptr(l, true));
+    step_calls(&mut s, c, b.hosts.len(), cond_offsets, &|l| ptr(l, true));
     let _ = writeln!(s, "    if (!*(const uint8_t *)({})) break;", ptr(&c.out_loc[0], true));
-    step_calls(&mut s, b, 0, &|l| ptr(l, false));
+    step_calls(&mut s, b, 0, body_offsets, &|l| ptr(l, false));
     carry_swap(&mut s, b, &|l| ptr(l, false));
     let _ = writeln!(s, "    trips++;");
     let _ = writeln!(s, "  }}");
     carry_results(&mut s, b, out0);
     let _ = writeln!(s, "  *(int64_t *)args[{trips}] = trips;");
     let _ = writeln!(s, "}}");
-    s
+    let table = loop_table(&offsets);
+    (s, table)
 }
 
 fn render_kernel(s: &mut String, k: &Kernel) {

@@ -16,35 +16,42 @@ use graft_core::kernel::CompileMode;
 use graft_core::ops::binary::Compare;
 use graft_core::ops::remat::Remat;
 use graft_core::ops::scan::ScanOpts;
-use graft_core::{Builder, DType, Executable, Func, Op, Tensor, TensorType, Value};
+use graft_core::{Builder, DType, ExecOptions, Executable, Func, Op, Tensor, TensorType, Value};
 use std::sync::Arc;
 
 fn t64(shape: &[usize]) -> TensorType {
     TensorType::new(DType::F64, shape.to_vec())
 }
 
-/// Runs `f` interpreted and compiled, checks the bits, and returns how
-/// many loops ran compiled in the compiled run.
+/// Runs `f` interpreted and compiled (with constant sizes and
+/// size-generic, `ExecOptions::shapeless`), checks the bits, and returns
+/// how many loops ran compiled in the compiled run (the same in both).
 fn compare(f: &Func, inputs: &[Tensor]) -> usize {
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let want = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run(&refs).unwrap();
-    let exe = Executable::with_options(f.clone(), opts(CompileMode::Sync)).unwrap();
-    let before = native_loop_runs();
-    let got = exe.run(&refs).unwrap();
-    let ran = native_loop_runs() - before;
-    assert_eq!(got.len(), want.len());
-    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(a.ty(), b.ty(), "output {k}");
-        let (x, y) = (bits(a), bits(b));
-        if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
-            panic!(
-                "output {k} differs at {i}: compiled {:?} vs interpreted {:?}",
-                a.storage().get_f64(i),
-                b.storage().get_f64(i)
-            );
+    let mut runs = Vec::new();
+    for shapeless in [false, true] {
+        let options = ExecOptions { shapeless, ..opts(CompileMode::Sync) };
+        let exe = Executable::with_options(f.clone(), options).unwrap();
+        let before = native_loop_runs();
+        let got = exe.run(&refs).unwrap();
+        runs.push(native_loop_runs() - before);
+        let how = if shapeless { "size-generic compiled" } else { "compiled" };
+        assert_eq!(got.len(), want.len());
+        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(a.ty(), b.ty(), "output {k}");
+            let (x, y) = (bits(a), bits(b));
+            if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+                panic!(
+                    "output {k} differs at {i}: {how} {:?} vs interpreted {:?}",
+                    a.storage().get_f64(i),
+                    b.storage().get_f64(i)
+                );
+            }
         }
     }
-    ran
+    assert_eq!(runs[0], runs[1], "size-generic loops run compiled exactly where constant-size ones do");
+    runs[0]
 }
 
 fn inputs(f: &Func, seed: u64) -> Vec<Tensor> {
@@ -113,6 +120,36 @@ fn ode_steps_run_compiled_and_bitwise() {
         // One step is inlined (`opt::flatten`), so no loop runs then.
         let loops = usize::from(s != 1);
         assert_eq!(compare(&f, &inputs(&f, 7)), loops, "n = {n}, s = {s}: the loop did not run compiled");
+    }
+}
+
+#[test]
+fn a_size_generic_loop_compiles_once_for_every_size() {
+    if skip() {
+        return;
+    }
+    let shapeless = |compile| ExecOptions { shapeless: true, ..opts(compile) };
+    // The first size compiles; the others find its library at their first
+    // run, even with background compilation, and give the interpreter's
+    // bits (while loops: `while_loops_run_compiled_and_bitwise` through
+    // `compare`).
+    let first = ode(41, 4);
+    let refs_of = |v: &[Tensor]| v.iter().cloned().collect::<Vec<_>>();
+    let ins = refs_of(&inputs(&first, 1));
+    let r: Vec<&Tensor> = ins.iter().collect();
+    Executable::with_options(first, shapeless(CompileMode::Sync)).unwrap().run(&r).unwrap();
+    for n in [29, 63] {
+        let f = ode(n, 5);
+        let ins = inputs(&f, 2);
+        let r: Vec<&Tensor> = ins.iter().collect();
+        let want = Executable::with_options(f.clone(), opts(CompileMode::Off)).unwrap().run(&r).unwrap();
+        let exe = Executable::with_options(f.clone(), shapeless(CompileMode::Async)).unwrap();
+        let before = native_loop_runs();
+        let got = exe.run(&r).unwrap();
+        assert_eq!(native_loop_runs() - before, 1, "n = {n}: the loop ran compiled from its first call");
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(bits(a), bits(b), "n = {n}");
+        }
     }
 }
 

@@ -716,19 +716,20 @@ pub fn native_loop_runs() -> usize {
 
 impl NativeLoop {
     /// Starts compiling `program` (now, or on the background thread).
-    pub(crate) fn start(program: LoopProgram, mode: super::CompileMode) -> Arc<NativeLoop> {
+    /// `shapeless` renders it size-generic (`render_c::render_loop_sized`):
+    /// the same loop at other sizes then shares the compiled library.
+    pub(crate) fn start(program: LoopProgram, mode: super::CompileMode, shapeless: bool) -> Arc<NativeLoop> {
         let nl = Arc::new(NativeLoop { program, slot: Arc::new(Slot::default()), spare: Mutex::new(Vec::new()) });
-        let source = super::render_c::render_loop(&nl.program, super::unit_lanes(&nl.program.kernels));
-        let job = super::native::Job {
-            source,
-            kernels: vec![(nl.program.name.clone(), Arc::downgrade(&nl.slot))],
-            tables: Vec::new(),
+        let lanes = super::unit_lanes(&nl.program.kernels);
+        let (source, tables) = if shapeless {
+            let (source, table) = super::render_c::render_loop_sized(&nl.program, lanes);
+            (source, vec![Arc::from(table)])
+        } else {
+            (super::render_c::render_loop(&nl.program, lanes), Vec::new())
         };
-        match mode {
-            super::CompileMode::Sync => job.run(),
-            super::CompileMode::Async => super::native::submit(job),
-            super::CompileMode::Off => {}
-        }
+        let job =
+            super::native::Job { source, kernels: vec![(nl.program.name.clone(), Arc::downgrade(&nl.slot))], tables };
+        job.start(mode);
         nl
     }
 

@@ -80,10 +80,21 @@ pub(crate) struct NativeWhile {
 
 impl NativeWhile {
     /// Starts compiling `program` (now, or on the background thread).
-    pub(crate) fn start(mut program: WhileProgram, mode: crate::kernel::CompileMode) -> Arc<NativeWhile> {
+    /// `shapeless` renders it size-generic (`render_c::render_while_sized`).
+    pub(crate) fn start(
+        mut program: WhileProgram,
+        mode: crate::kernel::CompileMode,
+        shapeless: bool,
+    ) -> Arc<NativeWhile> {
         let mut kernels = program.body.kernels.clone();
         kernels.extend(program.cond.kernels.iter().cloned());
-        let source = crate::kernel::render_c::render_while(&program, crate::kernel::unit_lanes(&kernels));
+        let lanes = crate::kernel::unit_lanes(&kernels);
+        let (source, tables) = if shapeless {
+            let (source, table) = crate::kernel::render_c::render_while_sized(&program, lanes);
+            (source, vec![Arc::from(table)])
+        } else {
+            (crate::kernel::render_c::render_while(&program, lanes), Vec::new())
+        };
         let mut statics = std::mem::take(&mut program.body.statics);
         statics.append(&mut program.cond.statics);
         let hosts = program.body.hosts.iter().chain(&program.cond.hosts).cloned().collect();
@@ -97,13 +108,9 @@ impl NativeWhile {
         let job = crate::kernel::native::Job {
             source,
             kernels: vec![(nw.program.name.clone(), Arc::downgrade(&nw.slot))],
-            tables: Vec::new(),
+            tables,
         };
-        match mode {
-            crate::kernel::CompileMode::Sync => job.run(),
-            crate::kernel::CompileMode::Async => crate::kernel::native::submit(job),
-            crate::kernel::CompileMode::Off => {}
-        }
+        job.start(mode);
         nw
     }
 
