@@ -56,10 +56,49 @@ pub fn launcher_size() -> Option<usize> {
 /// Whether this build can run on several processes (the `mpi` feature).
 pub const MPI_BUILT: bool = cfg!(feature = "mpi");
 
+/// Whether collectives should run on a background thread that overlaps
+/// them with computation, for a process sharing its machine with `local`
+/// ranks: `GRAFT_OVERLAP=1` or `0` decides; otherwise (`auto`) only when
+/// the process has at least two cores of its own (the cores it may run on,
+/// which `mpirun`'s binding limits, shared among the local ranks when they
+/// are not bound), since the communication thread needs a core.
+pub fn overlap_wanted(local: usize) -> bool {
+    match std::env::var("GRAFT_OVERLAP").ok().as_deref().map(str::trim) {
+        Some("1") => return true,
+        Some("0") => return false,
+        _ => {}
+    }
+    let mine = std::thread::available_parallelism().map_or(1, usize::from);
+    let online = online_cores().unwrap_or(mine);
+    // Bound by the launcher to fewer cores than the machine has: those are
+    // this process's own; unbound: the machine's, shared by the local ranks.
+    let per_rank = if mine < online { mine } else { online / local.max(1) };
+    per_rank >= 2
+}
+
+/// The machine's online cores (Linux: `/sys/devices/system/cpu/online`,
+/// ranges such as `0-3,8-11`), or `None` where that cannot be read.
+fn online_cores() -> Option<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    let mut n = 0;
+    for part in text.trim().split(',') {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse::<usize>().ok()?)? + 1,
+            None => {
+                part.parse::<usize>().ok()?;
+                1
+            }
+        };
+    }
+    (n > 0).then_some(n)
+}
+
 /// The processes of this job, as a communicator.
 pub struct World {
     comm: Arc<dyn Communicator>,
     launched: bool,
+    /// Collectives run on a background thread (`comm::Queued`).
+    queued: bool,
     /// Keeps MPI initialised while the world lives (finalised on drop).
     #[cfg(feature = "mpi")]
     _universe: Option<mpi::environment::Universe>,
@@ -73,14 +112,14 @@ impl World {
         let launched = launcher_size().is_some();
         #[cfg(feature = "mpi")]
         {
-            let (universe, comm) = mpi_world::start()?;
-            Ok(World { comm, launched, _universe: Some(universe) })
+            let (universe, comm, queued) = mpi_world::start()?;
+            Ok(World { comm, launched, queued, _universe: Some(universe) })
         }
         #[cfg(not(feature = "mpi"))]
         {
             match launcher_size() {
                 Some(size) if size > 1 => Err(MpiError::NotBuilt { size }),
-                _ => Ok(World { comm: Arc::new(SingleProcess), launched }),
+                _ => Ok(World { comm: Arc::new(SingleProcess), launched, queued: false }),
             }
         }
     }
@@ -90,6 +129,7 @@ impl World {
         World {
             comm: Arc::new(SingleProcess),
             launched: false,
+            queued: false,
             #[cfg(feature = "mpi")]
             _universe: None,
         }
@@ -103,6 +143,13 @@ impl World {
     /// The number of processes.
     pub fn size(&self) -> usize {
         self.comm.size()
+    }
+
+    /// Whether collectives run on a background thread, so that the
+    /// executor's all-reduces overlap with computation (see
+    /// [`overlap_wanted`]).
+    pub fn overlaps(&self) -> bool {
+        self.queued
     }
 
     /// The world as a communicator.

@@ -37,7 +37,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Initialises MPI and returns it with the world as a communicator.
-pub(crate) fn start() -> Result<(Universe, Arc<dyn Communicator>), MpiError> {
+/// The communicator is `Queued` (collectives on a background thread)
+/// when the flag is true.
+pub(crate) fn start() -> Result<(Universe, Arc<dyn Communicator>, bool), MpiError> {
     let (universe, level) = mpi::initialize_with_threading(Threading::Serialized)
         .ok_or_else(|| MpiError::Init("MPI is already initialised in this process".into()))?;
     let w = universe.world();
@@ -50,12 +52,17 @@ pub(crate) fn start() -> Result<(Universe, Arc<dyn Communicator>), MpiError> {
     // Collectives run on one background thread (`Queued`), so an
     // all-reduce overlaps with the computation after it. That needs an MPI
     // that may be called from a thread other than the one that initialised
-    // it; with less, every collective runs on the caller's thread.
-    if level >= Threading::Serialized {
+    // it (with less, every collective runs on the caller's thread), and it
+    // only pays with a core to spare per process: MPI's shared-memory
+    // transport spins while it waits, so on a core of its own the
+    // communication thread slows the computation down (measured in
+    // docs/PERFORMANCE.md). `GRAFT_OVERLAP` = auto (default), 1 or 0.
+    let local = w.split_shared(w.rank()).size().max(1) as usize;
+    if level >= Threading::Serialized && crate::overlap_wanted(local) {
         let queued = Queued::new(comm).map_err(|e| MpiError::Init(e.to_string()))?;
-        return Ok((universe, Arc::new(queued)));
+        return Ok((universe, Arc::new(queued), true));
     }
-    Ok((universe, comm))
+    Ok((universe, comm, false))
 }
 
 /// The blocking collective in progress: its deadline, name, rank, world size and limit.

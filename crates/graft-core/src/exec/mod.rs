@@ -78,7 +78,7 @@ pub struct ExecOptions {
     /// arithmetic. Results do not depend on it.
     pub shapeless: bool,
     /// Overlap all-reduces with the work after them (default true; off with
-    /// `GRAFT_NO_OVERLAP=1`): a `psum`/`pmean`/`pmax`/`pmin` moves as early
+    /// `GRAFT_OVERLAP=0`): a `psum`/`pmean`/`pmax`/`pmin` moves as early
     /// as its operand allows (`opt::hoist_collectives`), starts there
     /// through [`crate::comm::Communicator::all_reduce_start`] and is waited
     /// for at its first reader, so gradient buckets travel while the
@@ -105,7 +105,7 @@ impl ExecOptions {
         }
         let off = env_flag("GRAFT_NO_FUSION");
         let shapeless = env_flag("GRAFT_SHAPELESS");
-        let overlap = !env_flag("GRAFT_NO_OVERLAP");
+        let overlap = std::env::var("GRAFT_OVERLAP").map_or(true, |v| v.trim() != "0");
         ExecOptions { fuse: !off, compile: CompileMode::from_env(), shapeless, overlap, ..ExecOptions::default() }
     }
 }

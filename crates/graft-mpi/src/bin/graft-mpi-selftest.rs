@@ -158,7 +158,10 @@ fn main() -> ExitCode {
     let (n, r) = (world.size(), world.rank());
     let axis = Axis::new("i", n);
     let outcome: Result<String, String> = match mode.as_str() {
-        "collectives" => collectives(&world).map(|k| format!("{k} checks agree with vmap")),
+        "collectives" => collectives(&world).map(|k| {
+            let how = if world.overlaps() { "on a background thread" } else { "on the caller's thread" };
+            format!("{k} checks agree with vmap (collectives {how})")
+        }),
         "mismatch" => {
             let shape = if r == 1 { vec![3] } else { vec![2] };
             let f = program(&Kind::Psum, &axis, &shape);

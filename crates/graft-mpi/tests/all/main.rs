@@ -38,6 +38,11 @@ mod mpi {
     /// to place more processes than cores (OpenMPI's variables; other
     /// launchers ignore them).
     pub fn mpirun(n: usize, mode: &str, timeout: &str) -> (Output, Duration) {
+        mpirun_with(n, mode, timeout, "auto")
+    }
+
+    /// [`mpirun`] with `GRAFT_OVERLAP` set to `overlap`.
+    pub fn mpirun_with(n: usize, mode: &str, timeout: &str, overlap: &str) -> (Output, Duration) {
         let launcher = std::env::var("MPIRUN").unwrap_or_else(|_| "mpirun".into());
         let start = Instant::now();
         let o = Command::new(&launcher)
@@ -46,6 +51,7 @@ mod mpi {
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
             .env("GRAFT_COLLECTIVE_TIMEOUT", timeout)
+            .env("GRAFT_OVERLAP", overlap)
             .output()
             .unwrap_or_else(|e| panic!("{launcher} could not start ({e}): the `mpi` feature needs an MPI launcher"));
         (o, start.elapsed())
@@ -53,19 +59,23 @@ mod mpi {
 
     #[test]
     fn collectives_and_their_gradients_equal_vmap_on_2_and_3_processes() {
-        for n in [2, 3] {
-            let (o, _) = mpirun(n, "collectives", "60");
-            let t = text(&o);
-            assert!(o.status.success(), "{t}");
-            for r in 0..n {
-                assert!(t.contains(&format!("rank {r} of {n}: ok: 22 checks agree with vmap")), "{t}");
+        // With and without the background communication thread.
+        for (overlap, how) in [("1", "on a background thread"), ("0", "on the caller's thread")] {
+            for n in [2, 3] {
+                let (o, _) = mpirun_with(n, "collectives", "60", overlap);
+                let t = text(&o);
+                assert!(o.status.success(), "{t}");
+                for r in 0..n {
+                    let want = format!("rank {r} of {n}: ok: 22 checks agree with vmap (collectives {how})");
+                    assert!(t.contains(&want), "{t}");
+                }
             }
         }
     }
 
     #[test]
     fn ranks_that_disagree_on_a_shape_all_get_the_error() {
-        let (o, _) = mpirun(3, "mismatch", "60");
+        let (o, _) = mpirun_with(3, "mismatch", "60", "1");
         let t = text(&o);
         assert!(o.status.success(), "{t}");
         assert_eq!(t.matches("rank 1 calls all_reduce(sum) on f64[3]").count(), 3, "{t}");
@@ -73,7 +83,7 @@ mod mpi {
 
     #[test]
     fn a_stalled_rank_ends_the_job_within_the_timeout() {
-        let (o, took) = mpirun(2, "stall", "2");
+        let (o, took) = mpirun_with(2, "stall", "2", "1");
         let t = text(&o);
         assert!(!o.status.success(), "{t}");
         assert!(t.contains("no answer from the other ranks") && t.contains("aborting the MPI job"), "{t}");
