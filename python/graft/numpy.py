@@ -563,6 +563,8 @@ def astype(a: Any, dtype: Any) -> Any:
 
 
 def _many(name: str, arrays: Sequence[Any], fn: Callable[..., Any], *static: Any, promote: bool = False) -> Any:
+    if not arrays:
+        raise ValueError(f"{name} needs at least one array")
     ctx = _ctx(*arrays)
     if ctx is None:
         key = ("many", name, len(arrays), _hashable(static), promote)
