@@ -119,7 +119,8 @@ fn conv1d(
 #[pyfunction]
 #[pyo3(signature = (x, gamma=None, beta=None, eps=1e-5))]
 fn batch_norm(x: H<'_>, gamma: Option<H<'_>>, beta: Option<H<'_>>, eps: f64) -> PyResult<(Handle, Handle, Handle)> {
-    let (y, m, v) = graft::nn::batch_norm(&x.tr, gamma.as_ref().map(|g| &g.tr), beta.as_ref().map(|b| &b.tr), None, eps);
+    let (y, m, v) =
+        graft::nn::batch_norm(&x.tr, gamma.as_ref().map(|g| &g.tr), beta.as_ref().map(|b| &b.tr), None, eps);
     Ok((checked(y)?, checked(m)?, checked(v)?))
 }
 

@@ -443,7 +443,7 @@ def test_conv1d_matches_numpy_and_trains():
          lambda out, b: nn.mse(out, b["y"]))
 
 
-def test_batchnorm_train_eval_running_stats_and_training():
+def test_batchnorm_train_eval_running_stats_and_training(tmp_path):
     r = np.random.default_rng(4)
     x = r.standard_normal((8, 3, 5)) * 2.0 + 1.0
     m = nn.BatchNorm1d(3, momentum=0.25).init(dtype=np.float64)
@@ -469,6 +469,15 @@ def test_batchnorm_train_eval_running_stats_and_training():
     tr.update_model()
     np.testing.assert_array_equal(model.buffers()["1.running_var"], tr.buffers["1.running_var"])
     assert np.isfinite(tr.eval(batch))
+    # Checkpoints carry the buffers: a resumed trainer steps identically.
+    tr.save(tmp_path / "bn.safetensors")
+    tr2 = nn.Trainer(model, nn.optim.adam(1e-2), loss=lambda out, b: nn.mse(out, b["y"]))
+    tr2.load(tmp_path / "bn.safetensors")
+    for k, v in tr.buffers.items():
+        np.testing.assert_array_equal(tr2.buffers[k], v)
+    assert tr2.step(batch) == tr.step(batch)
+    for k, v in tr.buffers.items():
+        np.testing.assert_array_equal(tr2.buffers[k], v)
 
 
 def _np_mha(p, x, heads, causal):
