@@ -404,12 +404,17 @@ impl PyTrainer {
         with_pending(self.tr.finish_step(done))
     }
 
-    /// The loss at the current parameters (evaluation mode), no update.
-    fn eval(&self, batch: Vec<Bound<'_, PyAny>>) -> PyResult<f64> {
+    /// The loss at the current parameters (evaluation mode), no update;
+    /// compiled with the GIL held (tracing calls Python), run with it released.
+    fn eval(&self, py: Python<'_>, batch: Vec<Bound<'_, PyAny>>) -> PyResult<f64> {
         let batch = tensors(&batch, "batch input")?;
         let refs: Vec<&Tensor> = batch.iter().collect();
         take_pending();
-        with_pending(self.tr.eval(&refs))
+        let c = with_pending(self.tr.eval_compiled(&refs))?;
+        let ins: Vec<&Tensor> = self.tr.params.iter().chain(&self.tr.buffers).chain(batch.iter()).collect();
+        let out = with_pending(py.allow_threads(|| c.call(&ins)))?;
+        let loss = out.first().map(|l| l.to_scalar_f64()).transpose().map_err(graft_err)?;
+        Ok(loss.unwrap_or(f64::NAN))
     }
 
     /// Averages the gradients of `parts` micro-batches per step.

@@ -417,3 +417,13 @@ def test_multi_operand_promotion_matches_jax(name, fn):
         ours = np.asarray(ours)
         assert ours.dtype == theirs.dtype, (ours.dtype, theirs.dtype)
         close(ours, theirs, 1e-6 if ours.dtype == np.float32 else 1e-15)
+
+
+def test_solve_promotes_like_jax():
+    a = rng.standard_normal((3, 3)) + 3 * np.eye(3)
+    b = rng.standard_normal(3)
+    for x, y in ((a.astype(np.float32), b), (a, b.astype(np.float32)), (np.round(a * 4).astype(np.int32), b)):
+        ours = np.asarray(graft.jit(gnp.linalg.solve)(x, y))
+        theirs = np.asarray(jnp.linalg.solve(jnp.asarray(x), jnp.asarray(y)))
+        assert ours.dtype == theirs.dtype
+        close(ours, theirs, 1e-9)

@@ -357,7 +357,7 @@ def _big_trainer(seed):
     return nn.Trainer(loss, nn.optim.sgd(0.1), params=params), batch
 
 
-def test_step_releases_the_gil_while_it_runs():
+def test_step_and_eval_release_the_gil_while_they_run():
     import threading
     import time
 
@@ -374,18 +374,21 @@ def test_step_releases_the_gil_while_it_runs():
     th.start()
     try:
         time.sleep(0.02)
-        inside = 0
+        inside = {"step": 0, "eval": 0}
+        tr.eval(batch)
         for _ in range(3):
-            t0 = time.perf_counter()
-            tr._t.step(tr._batch(batch))  # the native step alone
-            t1 = time.perf_counter()
-            # Ticks strictly inside the native call: the other thread ran
-            # Python while the step held no GIL.
-            inside += sum(1 for t in ticks if t0 + 0.1 * (t1 - t0) < t < t1 - 0.1 * (t1 - t0))
+            for what in inside:
+                call = tr._t.step if what == "step" else tr._t.eval  # the native call alone
+                t0 = time.perf_counter()
+                call(tr._batch(batch))
+                t1 = time.perf_counter()
+                # Ticks strictly inside the native call: the other thread
+                # ran Python while the call held no GIL.
+                inside[what] += sum(1 for t in ticks if t0 + 0.1 * (t1 - t0) < t < t1 - 0.1 * (t1 - t0))
     finally:
         stop.set()
         th.join()
-    assert inside > 0
+    assert inside["step"] > 0 and inside["eval"] > 0, inside
 
 
 def test_steps_on_two_threads_match_sequential_steps():
@@ -567,3 +570,10 @@ def test_lstm_and_gru_match_numpy_and_train():
              lambda out, b: nn.mse(out, b["y"]))
     with pytest.raises(graft.GraftError, match="expected an input"):
         nn.LSTM(4, 4)(x)
+
+
+def test_eval_matches_the_loss_of_the_next_step():
+    tr, batch = _big_trainer(5)
+    first = tr.eval(batch)
+    np.testing.assert_allclose(first, tr.step(batch), rtol=1e-12)  # the loss before the update
+    assert tr.eval(batch) < first

@@ -706,6 +706,16 @@ impl Trainer {
         Ok(out.first().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN))
     }
 
+    /// The compiled evaluation loss for `batch`'s types (traced on first
+    /// use): inputs `params..., buffers..., batch...`, the loss first among
+    /// its outputs. [`Trainer::eval`] runs it; a front end may run it
+    /// itself (Python's `Trainer.eval`, with the GIL released).
+    pub fn eval_compiled(&self, batch: &[&Tensor]) -> Result<Compiled, Error> {
+        let types: Vec<TensorType> =
+            self.params.iter().chain(&self.buffers).map(Tensor::ty).chain(batch.iter().map(|x| x.ty())).collect();
+        self.loss.compiled(&types)
+    }
+
     /// The loss and metrics (by name, see [`Trainer::with_metrics`]) at the
     /// current parameters on a batch, without a step.
     pub fn eval_metrics(&self, batch: &[&Tensor]) -> Result<(f64, Vec<(String, f64)>), Error> {
