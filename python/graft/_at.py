@@ -45,12 +45,12 @@ def _is_traced(index: Any) -> bool:
     return any(isinstance(p, Tracer) for p in parts)
 
 
-def _update(x: Any, index: Any, values: Any, op: str) -> Any:
+def _update(x: Any, index: Any, values: Any, op: str, mode: Any = None) -> Any:
     from . import numpy as gnp
     from ._tracer import Tracer, lift
 
     if _is_traced(index):
-        return _dynamic_update(x, index, values, op)
+        return _dynamic_update(x, index, values, op, mode)
     n = int(np.prod(x.shape, dtype=np.int64))
     pos = np.arange(n, dtype=np.int64).reshape(x.shape)[index]
     v = lift(values, x, f"x.at[...].{op}", like=x)
@@ -89,8 +89,21 @@ def _update(x: Any, index: Any, values: Any, op: str) -> Any:
     return flat.reshape(x.shape)
 
 
+_MODES = (None, "promise_in_bounds", "clip", "drop", "fill")
+
+
+def _mode(mode: Any) -> Any:
+    if mode not in _MODES:
+        raise ValueError(f"x.at[...]: mode is one of {', '.join(repr(m) for m in _MODES)}, got {mode!r}")
+    return mode
+
+
 class _Ref:
-    """``x.at[index]``: the update methods."""
+    """``x.at[index]``: the update methods. ``mode`` applies to traced
+    indices out of range (JAX's names): updates drop them by default
+    (``"drop"``, ``"fill"``, ``"promise_in_bounds"``) or clamp them into
+    range (``"clip"``); ``get`` clamps by default and with ``"fill"`` reads
+    ``fill_value`` there. Static indices must be in range."""
 
     __slots__ = ("_x", "_index")
 
@@ -98,45 +111,54 @@ class _Ref:
         self._x = x
         self._index = index
 
-    def get(self) -> Any:
+    def get(self, *, mode: Any = None, fill_value: Any = None) -> Any:
         """``x[index]`` (traced indices: negative ones count from the end,
-        then out-of-range ones are clamped, as in JAX)."""
+        then out-of-range ones are clamped, or with ``mode="fill"`` read
+        ``fill_value``: NaN for floats, the most negative value for
+        integers, ``True`` for bool, as in JAX)."""
         if _is_traced(self._index):
             from . import numpy as gnp
 
-            flat_pos, _, shape = _positions(self._x, self._index)
-            return gnp.take(self._x.reshape(-1), flat_pos).reshape(shape)
+            flat_pos, valid, shape = _positions(self._x, self._index)
+            out = gnp.take(self._x.reshape(-1), flat_pos).reshape(shape)
+            if _mode(mode) == "fill" and valid is not None:
+                dt = self._x.dtype
+                if fill_value is None:
+                    fill_value = np.nan if dt.kind == "f" else True if dt.kind == "b" else int(np.iinfo(dt).min)
+                out = gnp.where(valid, out, fill_value)
+            return out
+        _mode(mode)
         return self._x[self._index]
 
-    def set(self, values: Any) -> Any:
+    def set(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] = values``."""
-        return _update(self._x, self._index, values, "set")
+        return _update(self._x, self._index, values, "set", _mode(mode))
 
-    def add(self, values: Any) -> Any:
+    def add(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] += values`` (repeated positions accumulate)."""
-        return _update(self._x, self._index, values, "add")
+        return _update(self._x, self._index, values, "add", _mode(mode))
 
-    def multiply(self, values: Any) -> Any:
+    def multiply(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] *= values``."""
-        return _update(self._x, self._index, values, "mul")
+        return _update(self._x, self._index, values, "mul", _mode(mode))
 
     mul = multiply
 
-    def divide(self, values: Any) -> Any:
+    def divide(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] /= values``."""
-        return _update(self._x, self._index, values, "divide")
+        return _update(self._x, self._index, values, "divide", _mode(mode))
 
-    def power(self, values: Any) -> Any:
+    def power(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] **= values``."""
-        return _update(self._x, self._index, values, "power")
+        return _update(self._x, self._index, values, "power", _mode(mode))
 
-    def min(self, values: Any) -> Any:
+    def min(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] = minimum(x[index], values)``."""
-        return _update(self._x, self._index, values, "min")
+        return _update(self._x, self._index, values, "min", _mode(mode))
 
-    def max(self, values: Any) -> Any:
+    def max(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] = maximum(x[index], values)``."""
-        return _update(self._x, self._index, values, "max")
+        return _update(self._x, self._index, values, "max", _mode(mode))
 
 
 class At:
@@ -272,7 +294,7 @@ def _positions(x: Any, index: Any) -> Any:
     return pos, valid, shape
 
 
-def _dynamic_update(x: Any, index: Any, values: Any, op: str) -> Any:
+def _dynamic_update(x: Any, index: Any, values: Any, op: str, mode: Any = None) -> Any:
     from . import numpy as gnp
     from ._tracer import Tracer, lift
 
@@ -292,7 +314,8 @@ def _dynamic_update(x: Any, index: Any, values: Any, op: str) -> Any:
     flat = work.reshape(-1)
     pos = pos.reshape(-1)
     v = v.reshape(-1)
-    ok = valid.reshape(-1) if valid is not None else None
+    # mode="clip": out-of-range entries update the clamped position.
+    ok = valid.reshape(-1) if valid is not None and mode != "clip" else None
     drop = pos if ok is None else gnp.where(ok, pos, n)  # n: out of range, dropped by the scatter
     if op == "add":
         out = Tracer(_g_scatter(flat, drop, v))

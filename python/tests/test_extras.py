@@ -427,3 +427,24 @@ def test_solve_promotes_like_jax():
         theirs = np.asarray(jnp.linalg.solve(jnp.asarray(x), jnp.asarray(y)))
         assert ours.dtype == theirs.dtype
         close(ours, theirs, 1e-9)
+
+
+def test_at_modes_with_traced_indices_match_jax():
+    x = rng.standard_normal(5)
+    idx = np.array([1, 7, -2, -9], np.int32)
+    cases = [
+        lambda a, i: a.at[i].add(1.0, mode="clip"),
+        lambda a, i: a.at[i].set(9.0, mode="drop"),
+        lambda a, i: a.at[i].max(5.0, mode="fill"),
+        lambda a, i: a.at[i].get(mode="fill", fill_value=-1.0),
+        lambda a, i: a.at[i].get(mode="clip"),
+    ]
+    for fn in cases:
+        close(graft.jit(fn)(x, idx), jax.jit(fn)(jnp.asarray(x), jnp.asarray(idx)), 0)
+    ours = graft.jit(lambda a, i: a.at[i].get(mode="fill"))(x, idx)
+    assert np.isnan(ours[1]) and np.isnan(ours[3]) and ours[0] == x[1]
+    ints = np.arange(5, dtype=np.int32)
+    close(graft.jit(lambda a, i: a.at[i].get(mode="fill"))(ints, idx),
+          jax.jit(lambda a, i: a.at[i].get(mode="fill"))(jnp.asarray(ints), jnp.asarray(idx)), 0)
+    with pytest.raises(ValueError, match="mode"):
+        graft.jit(lambda a, i: a.at[i].set(0.0, mode="wrap"))(x, idx)
