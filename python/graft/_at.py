@@ -234,7 +234,7 @@ def _positions(x: Any, index: Any) -> Any:
         else:
             raise TypeError(f"x.at[...]: graft cannot index with {type(p).__name__}")
     adv = [i for i, c in enumerate(comps) if c[0] == "adv"]
-    bshape = np.broadcast_shapes(*[np.shape(c[2]) if not isinstance(c[2], Tracer) else c[2].shape for c in (comps[i] for i in adv)])
+    bshape = np.broadcast_shapes(*[comps[i][2].shape for i in adv])
     adjacent = adv == list(range(adv[0], adv[-1] + 1))
     # The result's axes: basic/new components in order, the advanced block
     # at the first advanced component (adjacent) or first.
