@@ -203,16 +203,20 @@ def _run(
     leaves: Sequence[Any],
     tree: Optional[TreeDef],
     tail: Sequence[Any] = (),
+    probe_types: Optional[List[Tuple[List[int], str]]] = None,
 ) -> List[Any]:
     """Runs ``make(k)`` (the transformed function taking ``k`` captured
     values after the leaves) on ``leaves + captured + tail``: compiled and
     run on NumPy arrays at top level, emitted into the enclosing trace when
-    a leaf is a tracer or the function captures traced values."""
+    a leaf is a tracer or the function captures traced values.
+    ``probe_types``: the types the untransformed function is traced at to
+    find its captures (default: the leaves' own; a vmap gives the
+    per-example types)."""
     leaves, tail = list(leaves), list(tail)
     ctx = next((x for x in leaves + tail if isinstance(x, Tracer)), None)
     captured: List[_g.Handle] = []
     if t.capture and _scope.active():
-        captured, _ = t.probe(_leaf_types(leaves, tree))
+        captured, _ = t.probe(probe_types if probe_types is not None else _leaf_types(leaves, tree))
     if ctx is None and not captured:
         fn = t.get((key, 0), lambda: make(0))
         where = [_where(tree, i) if tree is not None else f"argument {i}" for i in range(len(leaves))]
@@ -610,50 +614,63 @@ def _prefix_axes(prefix: Any, tree_value: Any, what: str) -> List[Optional[int]]
 
 
 class _Vmap(_Wrapped):
-    def __init__(self, f: Callable, in_axes: Any, out_axes: Any):
+    def __init__(self, f: Callable, in_axes: Any, out_axes: Any, axis_name: Optional[str]):
         super().__init__(f)
         self._in_axes = in_axes
         self._out_axes = out_axes
+        self._axis_name = axis_name
 
     def __call__(self, *args: Any) -> Any:
         leaves, tree, t = self._flat(args, {})
         in_axes = self._in_axes
         if isinstance(in_axes, list):
             in_axes = tuple(in_axes)
-        if isinstance(in_axes, tuple):
-            axes = _prefix_axes(in_axes, tuple(args), "in_axes")
-        else:
-            axes = _prefix_axes(in_axes, tuple(args), "in_axes")
-        out_axes = self._out_axes
-        if isinstance(out_axes, int):
-            key = ("vmap", tuple(axes), out_axes)
-            make = lambda k: t.fn.transform("vmap", in_axes=axes + [None] * k, out_axis=out_axes)  # noqa: E731
-        else:
-            # The output structure is needed to expand a prefix: trace the
-            # function once per example (the batch axes removed).
-            per = []
-            for i, (x, a) in enumerate(zip(leaves, axes)):
-                shape, dt = _type_of(x, _where(tree, i))
-                if a is not None:
-                    if not -len(shape) <= a < len(shape):
-                        raise ValueError(f"vmap: in_axes {a} is out of range for argument leaf {i} of shape {tuple(shape)}")
-                    shape = shape[: a % len(shape)] + shape[a % len(shape) + 1 :]
-                per.append((shape, dt))
-            t.probe(per)
-            outs_placeholder = tree_unflatten(t.out_tree, [0] * t.out_tree.num_leaves)
-            oaxes = _prefix_axes(out_axes, outs_placeholder, "out_axes")
-            key = ("vmap", tuple(axes), tuple(oaxes))
-            make = lambda k: t.fn.transform("vmap", in_axes=axes + [None] * k, out_axes=oaxes)  # noqa: E731
-        outs = _run(t, key, make, leaves, tree)
+        axes = _prefix_axes(in_axes, tuple(args), "in_axes")
+        # The per-example types (batch axes removed) and the batch size.
+        per: List[Tuple[List[int], str]] = []
+        size: Optional[int] = None
+        for i, (x, a) in enumerate(zip(leaves, axes)):
+            shape, dt = _type_of(x, _where(tree, i))
+            if a is not None:
+                if not -len(shape) <= a < len(shape):
+                    raise ValueError(f"vmap: in_axes {a} is out of range for argument leaf {i} of shape {tuple(shape)}")
+                if size is None:
+                    size = shape[a % len(shape)]
+                shape = shape[: a % len(shape)] + shape[a % len(shape) + 1 :]
+            per.append((shape, dt))
+        name = self._axis_name
+        with _scope.bind_axis(name, size):
+            out_axes = self._out_axes
+            if isinstance(out_axes, int):
+                key: Hashable = ("vmap", tuple(axes), out_axes, name)
+                make = lambda k: t.fn.transform(  # noqa: E731
+                    "vmap", in_axes=axes + [None] * k, out_axis=out_axes, axis_name=name
+                )
+            else:
+                # The output structure is needed to expand a prefix: trace
+                # the function once per example.
+                t.probe(per)
+                outs_placeholder = tree_unflatten(t.out_tree, [0] * t.out_tree.num_leaves)
+                oaxes = _prefix_axes(out_axes, outs_placeholder, "out_axes")
+                key = ("vmap", tuple(axes), tuple(oaxes), name)
+                make = lambda k: t.fn.transform(  # noqa: E731
+                    "vmap", in_axes=axes + [None] * k, out_axes=oaxes, axis_name=name
+                )
+            outs = _run(t, key, make, leaves, tree, probe_types=per)
         return tree_unflatten(t.out_tree, outs)
 
 
-def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0) -> Callable:
+def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Optional[str] = None) -> Callable:
     """Vectorises ``f`` over a batch axis (``jax.vmap``): ``in_axes`` is an
     int, ``None`` (not batched) or a per-argument prefix tree of them;
     ``out_axes`` likewise for the outputs. The batch is a graph rewrite
-    (no loop over examples)."""
-    return _Vmap(f, in_axes, out_axes)
+    (no loop over examples). ``axis_name`` names the batch axis for the
+    collectives of ``graft.lax`` (``psum``, ``pmean``, ``all_gather``,
+    ``axis_index``, ...) inside ``f``: each example is one rank, and a
+    collective over the name becomes an operation over the batch."""
+    if axis_name is not None and not isinstance(axis_name, str):
+        raise TypeError(f"vmap: axis_name is a string, got {axis_name!r}")
+    return _Vmap(f, in_axes, out_axes, axis_name)
 
 
 class _Jac(_Wrapped):

@@ -1,13 +1,23 @@
 """``x.at[index].set/add/mul/min/max/get``: JAX's functional index updates
 on tracers.
 
-The index must be static (ints, slices, ``None``, ``...``, NumPy integer or
-boolean arrays): the positions it selects are computed with NumPy at trace
-time, so the update is a gather of the new values and an elementwise
-``where`` (no scatter), and every transform applies. Repeated positions:
-``set`` keeps the last value written (NumPy's rule; JAX leaves it
-unspecified), ``add``/``mul``/``min``/``max`` combine every value, in index
-order. Out-of-range indices raise ``IndexError`` (JAX drops such updates).
+A static index (ints, slices, ``None``, ``...``, NumPy integer or boolean
+arrays): the positions it selects are computed with NumPy at trace time,
+so the update is a gather of the new values and an elementwise ``where``
+(no scatter), and every transform applies. Out-of-range static indices
+raise ``IndexError``.
+
+An index with traced integer scalars or arrays (with ints, slices,
+``None``, ``...`` and NumPy integer arrays, NumPy's advanced-indexing
+rules): the flat positions are computed in the trace, and the update is a
+``scatter_add`` (fill mode) of the new values plus a ``where``. As in JAX,
+a negative traced index counts from the end once, updates at indices still
+out of range are dropped, and ``get`` clamps them into range.
+
+Repeated positions: ``set`` keeps the last value written (NumPy's rule;
+JAX leaves it unspecified), ``add``/``mul``/``min``/``max`` combine every
+value (with traced indices ``divide`` divides by the product of the values
+and ``power`` raises to it).
 """
 
 from __future__ import annotations
@@ -28,21 +38,19 @@ def _ops() -> Dict[str, Callable[[Any, Any], Any]]:
     return _OPS
 
 
-def _static_index(index: Any) -> Any:
+def _is_traced(index: Any) -> bool:
     from ._tracer import Tracer
 
     parts = index if isinstance(index, tuple) else (index,)
-    for p in parts:
-        if isinstance(p, Tracer):
-            raise TypeError("x.at[...] takes a static index (ints, slices, NumPy arrays); a traced index is not supported")
-    return index
+    return any(isinstance(p, Tracer) for p in parts)
 
 
-def _update(x: Any, index: Any, values: Any, op: str) -> Any:
+def _update(x: Any, index: Any, values: Any, op: str, mode: Any = None) -> Any:
     from . import numpy as gnp
     from ._tracer import Tracer, lift
 
-    index = _static_index(index)
+    if _is_traced(index):
+        return _dynamic_update(x, index, values, op, mode)
     n = int(np.prod(x.shape, dtype=np.int64))
     pos = np.arange(n, dtype=np.int64).reshape(x.shape)[index]
     v = lift(values, x, f"x.at[...].{op}", like=x)
@@ -81,8 +89,21 @@ def _update(x: Any, index: Any, values: Any, op: str) -> Any:
     return flat.reshape(x.shape)
 
 
+_MODES = (None, "promise_in_bounds", "clip", "drop", "fill")
+
+
+def _mode(mode: Any) -> Any:
+    if mode not in _MODES:
+        raise ValueError(f"x.at[...]: mode is one of {', '.join(repr(m) for m in _MODES)}, got {mode!r}")
+    return mode
+
+
 class _Ref:
-    """``x.at[index]``: the update methods."""
+    """``x.at[index]``: the update methods. ``mode`` applies to traced
+    indices out of range (JAX's names): updates drop them by default
+    (``"drop"``, ``"fill"``, ``"promise_in_bounds"``) or clamp them into
+    range (``"clip"``); ``get`` clamps by default and with ``"fill"`` reads
+    ``fill_value`` there. Static indices must be in range."""
 
     __slots__ = ("_x", "_index")
 
@@ -90,39 +111,54 @@ class _Ref:
         self._x = x
         self._index = index
 
-    def get(self) -> Any:
-        """``x[index]``."""
+    def get(self, *, mode: Any = None, fill_value: Any = None) -> Any:
+        """``x[index]`` (traced indices: negative ones count from the end,
+        then out-of-range ones are clamped, or with ``mode="fill"`` read
+        ``fill_value``: NaN for floats, the most negative value for
+        integers, ``True`` for bool, as in JAX)."""
+        if _is_traced(self._index):
+            from . import numpy as gnp
+
+            flat_pos, valid, shape = _positions(self._x, self._index)
+            out = gnp.take(self._x.reshape(-1), flat_pos).reshape(shape)
+            if _mode(mode) == "fill" and valid is not None:
+                dt = self._x.dtype
+                if fill_value is None:
+                    fill_value = np.nan if dt.kind == "f" else True if dt.kind == "b" else int(np.iinfo(dt).min)
+                out = gnp.where(valid, out, fill_value)
+            return out
+        _mode(mode)
         return self._x[self._index]
 
-    def set(self, values: Any) -> Any:
+    def set(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] = values``."""
-        return _update(self._x, self._index, values, "set")
+        return _update(self._x, self._index, values, "set", _mode(mode))
 
-    def add(self, values: Any) -> Any:
+    def add(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] += values`` (repeated positions accumulate)."""
-        return _update(self._x, self._index, values, "add")
+        return _update(self._x, self._index, values, "add", _mode(mode))
 
-    def multiply(self, values: Any) -> Any:
+    def multiply(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] *= values``."""
-        return _update(self._x, self._index, values, "mul")
+        return _update(self._x, self._index, values, "mul", _mode(mode))
 
     mul = multiply
 
-    def divide(self, values: Any) -> Any:
+    def divide(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] /= values``."""
-        return _update(self._x, self._index, values, "divide")
+        return _update(self._x, self._index, values, "divide", _mode(mode))
 
-    def power(self, values: Any) -> Any:
+    def power(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] **= values``."""
-        return _update(self._x, self._index, values, "power")
+        return _update(self._x, self._index, values, "power", _mode(mode))
 
-    def min(self, values: Any) -> Any:
+    def min(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] = minimum(x[index], values)``."""
-        return _update(self._x, self._index, values, "min")
+        return _update(self._x, self._index, values, "min", _mode(mode))
 
-    def max(self, values: Any) -> Any:
+    def max(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] = maximum(x[index], values)``."""
-        return _update(self._x, self._index, values, "max")
+        return _update(self._x, self._index, values, "max", _mode(mode))
 
 
 class At:
@@ -135,3 +171,195 @@ class At:
 
     def __getitem__(self, index: Any) -> _Ref:
         return _Ref(self._x, index)
+
+
+# ---- traced indices ----
+
+# Above this many entries of repeated-position groups (entries squared
+# times values per entry), mul/min/max/divide/power with traced array
+# indices refuse (their duplicates are combined through an n x n mask).
+_MAX_GROUP_MASK = 1 << 24
+
+
+def _positions(x: Any, index: Any) -> Any:
+    """The flat positions ``x[index]`` reads, for an index holding traced
+    integers: ``(clamped positions, valid, result shape)``. ``valid`` is a
+    bool tracer (``None`` when every index is static) marking entries whose
+    traced indices were in range after counting negative ones from the end
+    once; positions are clamped into range per axis. NumPy's rules: the
+    advanced indices (arrays and, among them, integers) broadcast together,
+    and their shape goes where the first of them is when they are adjacent,
+    first otherwise."""
+    from . import numpy as gnp
+    from ._tracer import Tracer
+
+    parts = index if isinstance(index, tuple) else (index,)
+    n_real = len([p for p in parts if p is not None and p is not Ellipsis])
+    if sum(1 for p in parts if p is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if n_real > x.ndim:
+        raise IndexError(f"too many indices ({n_real}) for a traced array of rank {x.ndim}")
+    if Ellipsis in [p for p in parts if not isinstance(p, (Tracer, np.ndarray))]:
+        k = next(i for i, p in enumerate(parts) if p is Ellipsis)
+        parts = parts[:k] + (slice(None),) * (x.ndim - n_real) + parts[k + 1 :]
+    parts = parts + (slice(None),) * (x.ndim - len([p for p in parts if p is not None]))
+    strides = [int(np.prod(x.shape[d + 1 :], dtype=np.int64)) for d in range(x.ndim)]
+    n = int(np.prod(x.shape, dtype=np.int64))
+    idt = np.int32 if n < 2**31 - 1 else np.int64
+    # Classify: (kind, dim, payload) per component; kinds: new, basic, adv.
+    comps = []
+    d = 0
+    for p in parts:
+        if p is None:
+            comps.append(("new", None, None))
+        elif isinstance(p, slice):
+            comps.append(("basic", d, np.arange(x.shape[d], dtype=idt)[p]))
+            d += 1
+        elif isinstance(p, Tracer):
+            if p.dtype.kind not in "iu":
+                raise TypeError(f"x.at[...]: a traced index must be integer, got {p.dtype.name}")
+            comps.append(("adv", d, p))
+            d += 1
+        elif isinstance(p, (bool, np.bool_)):
+            raise TypeError("x.at[...]: a boolean index has no static shape")
+        elif isinstance(p, (int, np.integer, np.ndarray, list)):
+            a = np.asarray(p)
+            if a.dtype.kind not in "iu":
+                raise TypeError(f"x.at[...]: indices are integers, got {a.dtype.name}")
+            size = x.shape[d]
+            if ((a < -size) | (a >= size)).any():
+                raise IndexError(f"index {a.tolist()} is out of bounds for axis {d} with size {size}")
+            comps.append(("adv", d, np.where(a < 0, a + size, a).astype(idt)))
+            d += 1
+        else:
+            raise TypeError(f"x.at[...]: graft cannot index with {type(p).__name__}")
+    adv = [i for i, c in enumerate(comps) if c[0] == "adv"]
+    bshape = np.broadcast_shapes(*[comps[i][2].shape for i in adv])
+    adjacent = adv == list(range(adv[0], adv[-1] + 1))
+    # The result's axes: basic/new components in order, the advanced block
+    # at the first advanced component (adjacent) or first.
+    layout = []  # ("b", comp index) or ("adv",)
+    if not adjacent:
+        layout.append(("adv",))
+    for i, c in enumerate(comps):
+        if c[0] == "adv":
+            if adjacent and i == adv[0]:
+                layout.append(("adv",))
+        else:
+            layout.append(("b", i))
+    shape = []
+    for item in layout:
+        if item[0] == "adv":
+            shape.extend(bshape)
+        else:
+            c = comps[item[1]]
+            shape.append(1 if c[0] == "new" else len(c[2]))
+    shape = tuple(shape)
+    a_at = next(k for k, item in enumerate(layout) if item[0] == "adv")
+    a_off = sum(1 if item[0] == "b" else 0 for item in layout[:a_at])  # result axis of the advanced block
+
+    def placed_adv(v: Any) -> Any:
+        """An advanced index's values, broadcast to the block and placed."""
+        v = gnp.broadcast_to(v, bshape) if not isinstance(v, np.ndarray) else np.broadcast_to(v, bshape)
+        full = (1,) * a_off + tuple(bshape) + (1,) * (len(shape) - a_off - len(bshape))
+        return v.reshape(full)
+
+    pos: Any = np.zeros((1,) * len(shape), idt)
+    valid = None
+    for k, item in enumerate(layout):
+        if item[0] == "b" and comps[item[1]][0] == "basic":
+            _, dim, r = comps[item[1]]
+            ax = k + (len(bshape) - 1 if k > a_at else 0)
+            full = [1] * len(shape)
+            full[ax] = len(r)
+            pos = pos + (r * strides[dim]).astype(idt).reshape(full)
+    for i in adv:
+        _, dim, v = comps[i]
+        size = x.shape[dim]
+        if isinstance(v, Tracer):
+            v = v.astype(idt) if v.dtype != idt else v
+            v = gnp.where(v < 0, v + size, v)
+            c = gnp.clip(v, 0, size - 1)
+            ok = placed_adv(v == c)
+            valid = ok if valid is None else gnp.where(valid, ok, False)
+            v = c
+        pos = pos + placed_adv(v * strides[dim] if isinstance(v, Tracer) else (v * strides[dim]).astype(idt))
+    if not isinstance(pos, Tracer):
+        from ._tracer import lift
+
+        pos = lift(pos, x, "x.at[...]")
+    pos = gnp.broadcast_to(pos, shape)
+    if valid is not None:
+        valid = gnp.broadcast_to(valid, shape)
+    return pos, valid, shape
+
+
+def _dynamic_update(x: Any, index: Any, values: Any, op: str, mode: Any = None) -> Any:
+    from . import numpy as gnp
+    from ._tracer import Tracer, lift
+
+    pos, valid, shape = _positions(x, index)
+    v = lift(values, x, f"x.at[...].{op}", like=x)
+    if v.dtype != x.dtype:
+        v = v.astype(x.dtype)
+    v = gnp.broadcast_to(v, shape)
+    k = int(np.prod(shape, dtype=np.int64))
+    n = x.size
+    if k == 0:
+        return x
+    boolean = x.dtype == np.bool_
+    work = x.astype(np.int32) if boolean else x
+    if boolean:
+        v = v.astype(np.int32)
+    flat = work.reshape(-1)
+    pos = pos.reshape(-1)
+    v = v.reshape(-1)
+    # mode="clip": out-of-range entries update the clamped position.
+    ok = valid.reshape(-1) if valid is not None and mode != "clip" else None
+    drop = pos if ok is None else gnp.where(ok, pos, n)  # n: out of range, dropped by the scatter
+    if op == "add":
+        out = Tracer(_g_scatter(flat, drop, v))
+        return _finish(out, x, boolean)
+    # Which entry writes each position: the last of its group of repeats
+    # (a stable sort of the positions puts each group in index order).
+    perm = gnp.argsort(drop)
+    sp = gnp.take(drop, perm)
+    last_sorted = gnp.concatenate([sp[:-1] != sp[1:], np.ones(1, bool)]) if k > 1 else np.ones(1, bool)
+    keep = gnp.take(last_sorted, gnp.argsort(perm)) if k > 1 else lift(np.ones(1, bool), x, "x.at[...]")
+    if op == "set":
+        new = v
+    else:
+        combine = _ops()[op]
+        group = v
+        if k > 1:
+            if k * k > _MAX_GROUP_MASK:
+                raise NotImplementedError(
+                    f"x.at[...].{op} with {k} traced index entries (repeated positions are combined through a "
+                    f"{k} x {k} mask; at most {int(np.sqrt(_MAX_GROUP_MASK))} entries)"
+                )
+            same = drop[:, None] == drop[None, :]
+            red = {"mul": ("prod", 1.0), "divide": ("prod", 1.0), "power": ("prod", 1.0),
+                   "min": ("min", None), "max": ("max", None)}[op]
+            # Outside its group an entry sees its own value (neutral for min and max).
+            filler = v[:, None] if red[1] is None else red[1]
+            masked = gnp.where(same, v[None, :], filler)
+            group = getattr(gnp, red[0])(masked, axis=1)
+        old = gnp.take(flat, pos)
+        new = combine(old, group)
+        if new.dtype != flat.dtype:
+            new = new.astype(flat.dtype)
+    target = gnp.where(keep, drop, n)
+    upd = Tracer(_g_scatter(gnp.zeros_like(flat), target, new))
+    hit = Tracer(_g_scatter(gnp.full_like(flat, 0, dtype=target.dtype), target, gnp.ones_like(target))) > 0
+    return _finish(gnp.where(hit, upd, flat), x, boolean)
+
+
+def _g_scatter(flat: Any, positions: Any, updates: Any) -> Any:
+    from . import _graft as _g
+
+    return _g.scatter_add(flat._h, positions._h, updates._h)
+
+
+def _finish(flat: Any, x: Any, boolean: bool) -> Any:
+    out = flat.reshape(x.shape)
+    return out != 0 if boolean else out

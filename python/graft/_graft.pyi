@@ -45,6 +45,7 @@ class Function:
         out_axes: Optional[Sequence[Optional[int]]] = None,
         out_axis: Optional[int] = None,
         policy: str = "nothing",
+        axis_name: Optional[str] = None,
     ) -> "Function": ...
     def custom_jvp(self, rule: Body) -> "Function": ...
     def custom_vjp(self, fwd: Body, bwd: Body) -> "Function": ...
@@ -115,6 +116,18 @@ def while_loop(consts: Sequence[Handle], init: Sequence[Handle], cond: Body, bod
 def cond(pred: Handle, operands: Sequence[Handle], on_true: Body, on_false: Body) -> List[Handle]: ...
 def switch(index: Handle, operands: Sequence[Handle], branches: Sequence[Body]) -> List[Handle]: ...
 
+# ---- collectives over a named axis (graft::ops::psum and friends) ----
+
+def collective(
+    op: str, x: Handle, name: str, size: int, dim: int = 0, perm: Optional[Sequence[Tuple[int, int]]] = None
+) -> Handle:
+    """``psum``, ``pmean``, ``pmax``, ``pmin``, ``all_gather`` (new axis at
+    ``dim``), ``psum_scatter`` (axis ``dim`` has one entry per rank) or
+    ``ppermute`` (``perm``: ``(src, dst)`` pairs) over the axis ``name`` of
+    ``size`` ranks."""
+def axis_index(ctx: Handle, name: str, size: int) -> Handle:
+    """This rank's index (int32 scalar) on the axis ``name``, in ``ctx``'s trace."""
+
 # ---- graft.nn (graft::module, graft::nn, graft::optim) ----
 
 def init_params(specs: Sequence[Tuple[str, Sequence[int], str, Sequence[float]]], dtype: str, seed: int) -> List[np.ndarray]:
@@ -126,6 +139,24 @@ def conv2d(
     x: Handle, w: Handle, b: Optional[Handle], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int
 ) -> Handle: ...
 def pool2d(op: str, x: Handle, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> Handle: ...
+def conv1d(x: Handle, w: Handle, b: Optional[Handle], stride: int, padding: int, dilation: int, groups: int) -> Handle:
+    """``F.conv1d`` on ``[N, C, L]`` with ``w [O, C/groups, k]``."""
+def batch_norm(
+    x: Handle, gamma: Optional[Handle] = None, beta: Optional[Handle] = None, eps: float = 1e-5
+) -> Tuple[Handle, Handle, Handle]:
+    """Training-mode batch norm over every axis but 1: ``(y, mean, biased variance)``."""
+def attention(
+    q: Handle, k: Handle, v: Handle, causal: bool = False, mask: Optional[Handle] = None, scale: Optional[float] = None
+) -> Handle:
+    """Scaled dot-product attention over ``[..., L, d]``."""
+def lstm(
+    x: Handle, weights: Sequence[Handle], h0: Optional[Handle] = None, c0: Optional[Handle] = None
+) -> Tuple[Handle, Handle, Handle]:
+    """One LSTM layer (batch first): ``(outputs, h_T, c_T)``."""
+def gru(x: Handle, weights: Sequence[Handle], h0: Optional[Handle] = None) -> Tuple[Handle, Handle]:
+    """One GRU layer (batch first): ``(outputs, h_T)``."""
+def scatter_add(x: Handle, positions: Handle, updates: Handle) -> Handle:
+    """``x`` (rank 1) with ``updates`` added at ``positions``; out-of-range positions drop their update."""
 def embedding(table: Handle, ids: Handle) -> Handle: ...
 def dropout(key: Handle, x: Handle, rate: float, training: bool) -> Handle: ...
 def loss(op: str, a: Handle, b: Handle) -> Handle: ...

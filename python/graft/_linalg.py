@@ -36,9 +36,12 @@ def det(a: Any) -> Any:
 
 def solve(a: Any, b: Any) -> Any:
     """``x`` with ``a @ x = b`` (``b`` a vector or a matrix of right-hand sides)."""
-    from .numpy import _ctx, _eager
+    from .numpy import _ctx, _eager, _promote_all
 
     ctx = _ctx(a, b)
     if ctx is None:
         return _eager(("linalg", "solve"), solve, to_array(a, "solve"), to_array(b, "solve"))
-    return Tracer(_g.solve(lift(a, ctx, "solve")._h, lift(b, ctx, "solve")._h))
+    ta, tb = _promote_all([lift(a, ctx, "solve"), lift(b, ctx, "solve")])
+    if ta.dtype.kind != "f":  # JAX's solve promotes integers to the float dtype
+        ta, tb = ta.astype("float64"), tb.astype("float64")
+    return Tracer(_g.solve(ta._h, tb._h))

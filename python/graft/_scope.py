@@ -11,8 +11,9 @@ conversion does. Custom-rule functions do not capture.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import _graft as _g
 
@@ -95,3 +96,52 @@ def run_in(scope: Optional[Scope], f: Callable[[], Any]) -> Any:
         return f()
     finally:
         st.pop()
+
+
+# ---- named axes (``vmap(..., axis_name=)``) ----
+
+
+def _axes() -> List[Tuple[str, int]]:
+    st = getattr(_local, "axes", None)
+    if st is None:
+        st = []
+        _local.axes = st
+    return st
+
+
+@contextlib.contextmanager
+def bind_axis(name: Optional[str], size: Optional[int]) -> Iterator[None]:
+    """Binds the axis ``name`` of ``size`` ranks while a named vmap traces
+    its function (no name or no size: binds nothing). Collectives over the
+    name read the size here; the innermost binding of a name wins."""
+    if name is None or size is None:
+        yield
+        return
+    st = _axes()
+    st.append((name, int(size)))
+    try:
+        yield
+    finally:
+        st.pop()
+
+
+def axis_size(name: Any, what: str) -> int:
+    """The size of the innermost bound axis ``name``; ``NameError`` (JAX's
+    exception for an unbound axis name) when no enclosing vmap binds it."""
+    st = _axes()
+    for n, size in reversed(st):
+        if n == name:
+            return size
+    bound = ", ".join(sorted({repr(n) for n, _ in st})) or "none"
+    raise NameError(
+        f"{what}: unbound axis name: {name!r} (graft binds axis names with graft.vmap(f, axis_name=...), "
+        f"and the collectives in f's trace see them; bound here: {bound})"
+    )
+
+
+def current_ctx(what: str) -> _g.Handle:
+    """A handle of the trace being recorded (the innermost body)."""
+    st = getattr(_local, "stack", None)
+    if not st:
+        raise TypeError(f"{what} is only available inside a traced function (under graft.vmap with an axis_name)")
+    return st[-1].ctx

@@ -1,5 +1,7 @@
 """``graft.lax``: structured control flow (``scan``, ``cond``, ``switch``,
-``fori_loop``, ``while_loop``) with ``jax.lax``'s signatures.
+``fori_loop``, ``while_loop``) and collectives over named axes (``psum``,
+``pmean``, ``pmax``, ``pmin``, ``all_gather``, ``psum_scatter``,
+``ppermute``, ``axis_index``, ``axis_size``) with ``jax.lax``'s signatures.
 
 Bodies and branches are traced into sub-functions of graft's loop and
 branch primitives, so every transform (grad, jvp, vmap, reverse mode of
@@ -19,9 +21,10 @@ from . import _graft as _g
 from ._api import jit
 from ._tracer import Tracer, lift, to_array
 from ._tree import TreeDef, tree_flatten, tree_unflatten
-from ._scope import Scope, mapping, resolve, run_in
+from ._scope import Scope, axis_size as _axis_size, current_ctx, mapping, resolve, run_in
 
-__all__ = ["scan", "cond", "switch", "fori_loop", "while_loop", "stop_gradient", "erf_inv"]
+__all__ = ["scan", "cond", "switch", "fori_loop", "while_loop", "stop_gradient", "erf_inv", "psum", "pmean", "pmax",
+           "pmin", "all_gather", "psum_scatter", "ppermute", "axis_index", "axis_size"]
 
 from ._api import stop_gradient  # noqa: E402
 
@@ -248,3 +251,170 @@ def erf_inv(x: Any) -> Any:
     from .numpy import _unary
 
     return _unary("erf_inv", x)
+
+
+# ---- collectives over named axes ----
+#
+# A function using them is written for one rank of a named axis; under
+# ``graft.vmap(f, axis_name=name)`` every example is a rank, and graft's
+# batching rule turns each collective into operations over the batch axis
+# (``psum`` into a sum over it, ``all_gather`` into the batch itself, ...).
+# Derivatives follow JAX's convention (the ranks' program is one function
+# of every rank's inputs): ``psum``'s transpose is ``psum``.
+
+
+def _names(axis_name: Any, what: str, many: bool) -> Tuple[str, ...]:
+    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"{what}: axis_name is a string (or a tuple of strings), got {axis_name!r}")
+    if len(names) > 1 and not many:
+        raise NotImplementedError(f"{what}: graft takes one axis name here, got {axis_name!r}")
+    return names
+
+
+def _no_groups(groups: Any, what: str) -> None:
+    if groups is not None:
+        raise NotImplementedError(f"{what}: graft has no axis_index_groups")
+
+
+def _leaf_tracer(x: Any, what: str) -> Tracer:
+    """A collective's operand as a tracer of the trace being recorded (a
+    concrete value becomes a constant there, the same on every rank)."""
+    if isinstance(x, Tracer):
+        return x
+    return lift(to_array(x, what), Tracer(current_ctx(what)), what)
+
+
+def _reduction(op: str, x: Any, axis_name: Any) -> Any:
+    """``psum``/``pmean``/``pmax``/``pmin`` leaf by leaf; over a tuple of
+    names, one after the other (the result is the same in any order)."""
+    what = f"graft.lax.{op}"
+    names = _names(axis_name, what, True)
+    sizes = [_axis_size(n, what) for n in names]
+    leaves, tree = tree_flatten(x)
+    out = []
+    for leaf in leaves:
+        t = _leaf_tracer(leaf, what)
+        for n, size in zip(names, sizes):
+            t = Tracer(_g.collective(op, t._h, n, size))
+        out.append(t)
+    return tree_unflatten(tree, out)
+
+
+def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """The sum of ``x`` (a pytree) over the ranks of ``axis_name`` (a name
+    or a tuple of names bound by ``graft.vmap(..., axis_name=)``); every
+    rank gets it. ``psum(1, name)`` is the axis size."""
+    _no_groups(axis_index_groups, "psum")
+    return _reduction("psum", x, axis_name)
+
+
+def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """The mean of ``x`` (float leaves) over the ranks of ``axis_name``."""
+    _no_groups(axis_index_groups, "pmean")
+    return _reduction("pmean", x, axis_name)
+
+
+def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """The elementwise maximum of ``x`` over the ranks of ``axis_name``
+    (its derivative goes to the ranks holding the maximum, shared equally
+    between ties)."""
+    _no_groups(axis_index_groups, "pmax")
+    return _reduction("pmax", x, axis_name)
+
+
+def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """The elementwise minimum of ``x`` over the ranks of ``axis_name``."""
+    _no_groups(axis_index_groups, "pmin")
+    return _reduction("pmin", x, axis_name)
+
+
+def _axis(axis: int, rank: int, what: str) -> int:
+    if not -rank <= axis < rank:
+        raise ValueError(f"{what}: axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0, tiled: bool = False) -> Any:
+    """Every rank's ``x`` (a pytree), in rank order: stacked along a new
+    axis ``axis`` (``tiled=True``: concatenated along the existing axis
+    ``axis``)."""
+    what = "graft.lax.all_gather"
+    _no_groups(axis_index_groups, "all_gather")
+    (name,) = _names(axis_name, what, False)
+    n = _axis_size(name, what)
+    leaves, tree = tree_flatten(x)
+    out = []
+    for leaf in leaves:
+        t = _leaf_tracer(leaf, what)
+        shape = t.shape
+        if tiled:
+            d = _axis(axis, len(shape), what)
+            g = Tracer(_g.collective("all_gather", t._h, name, n, d))
+            t = g.reshape(shape[:d] + (n * shape[d],) + shape[d + 1 :])
+        else:
+            d = _axis(axis, len(shape) + 1, what)
+            t = Tracer(_g.collective("all_gather", t._h, name, n, d))
+        out.append(t)
+    return tree_unflatten(tree, out)
+
+
+def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_index_groups: Any = None,
+                 tiled: bool = False) -> Any:
+    """The sum of ``x`` over the ranks of ``axis_name``, scattered: axis
+    ``scatter_dimension`` has one entry per rank and rank ``r`` keeps entry
+    ``r`` (the axis removed); ``tiled=True``: the axis has ``n * k`` entries
+    and rank ``r`` keeps the ``r``-th block of ``k``."""
+    what = "graft.lax.psum_scatter"
+    _no_groups(axis_index_groups, "psum_scatter")
+    (name,) = _names(axis_name, what, False)
+    n = _axis_size(name, what)
+    leaves, tree = tree_flatten(x)
+    out = []
+    for leaf in leaves:
+        t = _leaf_tracer(leaf, what)
+        shape = t.shape
+        d = _axis(scatter_dimension, len(shape), what)
+        if tiled:
+            if shape[d] % n:
+                raise ValueError(f"{what}: axis {d} of {shape} does not divide into {n} ranks")
+            t = t.reshape(shape[:d] + (n, shape[d] // n) + shape[d + 1 :])
+        elif shape[d] != n:
+            raise ValueError(f"{what}: axis {d} of {shape} must have one entry per rank ({n})")
+        out.append(Tracer(_g.collective("psum_scatter", t._h, name, n, d)))
+    return tree_unflatten(tree, out)
+
+
+def ppermute(x: Any, axis_name: Any, perm: Sequence[Tuple[int, int]]) -> Any:
+    """Rank ``dst`` receives rank ``src``'s ``x`` for each ``(src, dst)`` in
+    ``perm`` (each rank at most once per side); the other ranks get zeros."""
+    what = "graft.lax.ppermute"
+    (name,) = _names(axis_name, what, False)
+    n = _axis_size(name, what)
+    try:
+        pairs = [(int(s), int(d)) for s, d in perm]
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: perm is a sequence of (source, destination) pairs, got {perm!r}") from None
+    if any(s < 0 or d < 0 for s, d in pairs):
+        raise ValueError(f"{what}: ranks in perm are non-negative, got {pairs}")
+    leaves, tree = tree_flatten(x)
+    out = [Tracer(_g.collective("ppermute", _leaf_tracer(l, what)._h, name, n, 0, pairs)) for l in leaves]
+    return tree_unflatten(tree, out)
+
+
+def axis_index(axis_name: Any) -> Any:
+    """This rank's index on ``axis_name`` (an int32 scalar)."""
+    what = "graft.lax.axis_index"
+    (name,) = _names(axis_name, what, False)
+    n = _axis_size(name, what)
+    return Tracer(_g.axis_index(current_ctx(what), name, n))
+
+
+def axis_size(axis_name: Any) -> int:
+    """The number of ranks of ``axis_name`` (a Python int, known when tracing)."""
+    what = "graft.lax.axis_size"
+    names = _names(axis_name, what, True)
+    out = 1
+    for n in names:
+        out *= _axis_size(n, what)
+    return out

@@ -11,7 +11,7 @@ of the array it is combined with); other functions do not convert.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Hashable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import numpy as _np
 
@@ -29,7 +29,7 @@ __all__ = [
     "einsum", "astype", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
     "linspace", "asarray", "array", "float32", "float64", "int32", "int64", "bool_", "pi", "e", "inf", "nan",
     "ndim", "shape", "size", "take", "logaddexp", "sort", "argsort", "trace", "diag", "linalg",
-    "cumsum", "cumprod", "cumulative_sum", "cumulative_prod", "result_type",
+    "cumsum", "cumprod", "cumulative_sum", "cumulative_prod", "result_type", "select",
 ]
 
 float32 = _np.float32
@@ -55,6 +55,26 @@ def _eager(key: Hashable, fn: Callable[..., Any], *arrays: Any) -> Any:
         j = jit(fn)
         _EAGER[key] = j
     return j(*arrays)
+
+
+def _eager_weak(name: str, fn: Callable[..., Any], args: Sequence[Any]) -> Any:
+    """:func:`_eager` where Python numbers stay weakly typed (they take
+    the other operands' dtype, as inside a trace): they are part of the
+    function, not arrays passed to it."""
+    weak = [_np.ndim(a) == 0 and isinstance(a, (bool, int, float)) for a in args]
+    consts = tuple((i, a) for i, (a, w) in enumerate(zip(args, weak)) if w)
+    arrays = [to_array(a, name) for a, w in zip(args, weak) if not w]
+    if not arrays:
+        return _eager(("strong", name), fn, *[to_array(a, name) for a in args])
+    k = len(args)
+
+    def run(*ts: Any) -> Any:
+        it = iter(ts)
+        fixed = dict(consts)
+        return fn(*[fixed[i] if i in fixed else next(it) for i in range(k)])
+
+    key = ("weak", name, tuple((i, type(a).__name__, a) for i, a in consts))
+    return _eager(key, run, *arrays)
 
 
 def _hashable(x: Any) -> Hashable:
@@ -542,33 +562,70 @@ def astype(a: Any, dtype: Any) -> Any:
     return to_array(a, "astype").astype(name)
 
 
-def _many(name: str, arrays: Sequence[Any], fn: Callable[..., Any], *static: Any) -> Any:
+def _many(name: str, arrays: Sequence[Any], fn: Callable[..., Any], *static: Any, promote: bool = False) -> Any:
+    if not arrays:
+        raise ValueError(f"{name} needs at least one array")
     ctx = _ctx(*arrays)
     if ctx is None:
-        return _eager(("many", name, len(arrays), _hashable(static)), fn, *[to_array(x, name) for x in arrays])
-    return fn(*[lift(x, ctx, f"graft.numpy.{name}") for x in arrays])
+        key = ("many", name, len(arrays), _hashable(static), promote)
+        return _eager(key, lambda *ts: _many(name, ts, fn, *static, promote=promote),
+                      *[to_array(x, name) for x in arrays])
+    ts = [lift(x, ctx, f"graft.numpy.{name}") for x in arrays]
+    return fn(*(_promote_all(ts) if promote else ts))
+
+
+def _promote_all(ts: Sequence[Tracer]) -> List[Tracer]:
+    """Every operand at the :func:`result_type` of all (JAX's promotion)."""
+    if not ts:
+        return list(ts)
+    t = result_type(*[x.dtype for x in ts])
+    return [x if x.dtype == t else astype(x, t) for x in ts]
 
 
 def concatenate(arrays: Sequence[Any], axis: int = 0) -> Any:
     """Joins arrays along an existing axis."""
-    return _many("concatenate", list(arrays), lambda *ts: Tracer(_g.concat([t._h for t in ts], axis)), axis)
+    return _many("concatenate", list(arrays), lambda *ts: Tracer(_g.concat([t._h for t in ts], axis)), axis,
+                 promote=True)
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
     """Joins equal-shaped arrays along a new axis."""
-    return _many("stack", list(arrays), lambda *ts: Tracer(_g.stack([t._h for t in ts], axis)), axis)
+    return _many("stack", list(arrays), lambda *ts: Tracer(_g.stack([t._h for t in ts], axis)), axis, promote=True)
 
 
 def where(condition: Any, x: Any, y: Any) -> Any:
     """``x`` where ``condition`` holds, else ``y`` (broadcasting)."""
     ctx = _ctx(condition, x, y)
     if ctx is None:
-        return _eager(("where",), lambda c, a, b: where(c, a, b), to_array(condition, "where"), to_array(x, "where"), to_array(y, "where"))
+        return _eager_weak("where", lambda c, a, b: where(c, a, b), [condition, x, y])
+    x, y = _promote_int_for_float("where", x, y)
     like = _ctx(x, y)
     c = lift(condition, ctx, "graft.numpy.where")
+    if c.dtype != _np.bool_:
+        c = c != 0
     a = lift(x, ctx, "graft.numpy.where", like=like)
     b = lift(y, ctx, "graft.numpy.where", like=a)
+    a, b = _promote_pair(a, b)
     return Tracer(_g.where_(c._h, a._h, b._h))
+
+
+def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0) -> Any:
+    """``choicelist[k]`` where ``condlist[k]`` is the first condition that
+    holds, else ``default`` (``jnp.select``; the choices and the default are
+    promoted together by JAX's rules)."""
+    condlist, choicelist = list(condlist), list(choicelist)
+    if len(condlist) != len(choicelist):
+        raise ValueError(f"select: {len(condlist)} conditions for {len(choicelist)} choices")
+    if not condlist:
+        raise ValueError("select: condlist must be non-empty")
+    n = len(condlist)
+    if _ctx(*condlist, *choicelist, default) is None:
+        return _eager_weak(f"select{n}", lambda *a: select(a[:n], a[n : 2 * n], a[2 * n]),
+                           condlist + choicelist + [default])
+    out = default
+    for c, v in reversed(list(zip(condlist, choicelist))):
+        out = where(c, v, out)
+    return out
 
 
 def clip(a: Any, a_min: Any = None, a_max: Any = None) -> Any:
@@ -590,7 +647,8 @@ def take(a: Any, indices: Any, axis: Optional[int] = None) -> Any:
 
 def einsum(spec: str, *operands: Any) -> Any:
     """``np.einsum`` (explicit ``->`` output; see graft's einsum for the syntax)."""
-    return _many("einsum", list(operands), lambda *ts: Tracer(_g.einsum(spec, [t._h for t in ts])), spec)
+    return _many("einsum", list(operands), lambda *ts: Tracer(_g.einsum(spec, [t._h for t in ts])), spec,
+                 promote=True)
 
 
 # ---- creation (NumPy arrays; they become constants when combined with tracers) ----
@@ -693,6 +751,10 @@ def _getitem(x: Tracer, index: Any) -> Tracer:
             idx = lift(i, x, "indexing")
             if idx.dtype.kind not in "iu":
                 raise TypeError(f"graft indexes with integer arrays only, got {idx.dtype.name} (boolean masks have no static shape)")
+            if isinstance(i, Tracer):
+                # JAX's rule: a negative index counts from the end (once),
+                # then the gather clamps into range.
+                idx = where(idx < 0, idx + out.shape[axis], idx)
             out = Tracer(_g.take(out._h, idx._h, axis))
             axis += idx.ndim
         else:

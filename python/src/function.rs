@@ -139,7 +139,10 @@ impl Function {
     }
 
     /// A new function with one more transform layer (a core `Transform`).
-    #[pyo3(signature = (kind, wrt=None, index=0, in_axes=None, out_axes=None, out_axis=None, policy="nothing"))]
+    /// A vmap with `axis_name` binds that name for the collectives in its
+    /// body (`graft.lax.psum(x, axis_name)` and the others).
+    #[pyo3(signature = (kind, wrt=None, index=0, in_axes=None, out_axes=None, out_axis=None, policy="nothing", axis_name=None))]
+    #[allow(clippy::too_many_arguments)]
     fn transform(
         &self,
         py: Python<'_>,
@@ -150,7 +153,11 @@ impl Function {
         out_axes: Option<Vec<Option<isize>>>,
         out_axis: Option<isize>,
         policy: &str,
+        axis_name: Option<String>,
     ) -> PyResult<Function> {
+        if axis_name.is_some() && kind != "vmap" {
+            return Err(PyValueError::new_err(format!("axis_name is a vmap parameter, not one of `{kind}`")));
+        }
         let w = self::wrt(wrt);
         let t = match kind {
             "grad" => Transform::Grad { wrt: w },
@@ -178,7 +185,7 @@ impl Function {
                     (None, Some(k)) => VmapAxes::All(k),
                     (None, None) => VmapAxes::All(0),
                 };
-                Transform::Vmap { in_axes, out_axes, axis_name: None }
+                Transform::Vmap { in_axes, out_axes, axis_name }
             }
             k => return Err(PyValueError::new_err(format!("graft has no transform `{k}`"))),
         };

@@ -98,6 +98,82 @@ fn conv2d(
     checked(graft::layers::conv2d(&x.tr, &w.tr, b.as_ref().map(|b| &b.tr), &opts))
 }
 
+/// `F.conv1d` on `[N, C, L]` with `w [O, C/groups, k]`.
+#[pyfunction]
+#[pyo3(signature = (x, w, b, stride, padding, dilation, groups))]
+fn conv1d(
+    x: H<'_>,
+    w: H<'_>,
+    b: Option<H<'_>>,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+    groups: usize,
+) -> PyResult<Handle> {
+    let opts = ConvOpts::new().stride(stride).padding(padding).dilation(dilation).groups(groups);
+    checked(graft::layers::conv1d(&x.tr, &w.tr, b.as_ref().map(|b| &b.tr), &opts))
+}
+
+/// Batch normalisation in training mode over every axis but axis 1 of
+/// `[N, C, ...]`: `(y, batch mean, biased batch variance)` (`graft::nn::batch_norm`).
+#[pyfunction]
+#[pyo3(signature = (x, gamma=None, beta=None, eps=1e-5))]
+fn batch_norm(x: H<'_>, gamma: Option<H<'_>>, beta: Option<H<'_>>, eps: f64) -> PyResult<(Handle, Handle, Handle)> {
+    let (y, m, v) =
+        graft::nn::batch_norm(&x.tr, gamma.as_ref().map(|g| &g.tr), beta.as_ref().map(|b| &b.tr), None, eps);
+    Ok((checked(y)?, checked(m)?, checked(v)?))
+}
+
+/// `softmax(q k^T * scale + mask) v` over `[..., L, d]` (`causal`: position
+/// `i` attends to `j <= i`; `scale` defaults to `1/sqrt(d)`).
+#[pyfunction]
+#[pyo3(signature = (q, k, v, causal=false, mask=None, scale=None))]
+fn attention(q: H<'_>, k: H<'_>, v: H<'_>, causal: bool, mask: Option<H<'_>>, scale: Option<f64>) -> PyResult<Handle> {
+    checked(graft::nn::scaled_dot_product_attention(&q.tr, &k.tr, &v.tr, causal, mask.as_ref().map(|m| &m.tr), scale))
+}
+
+fn recurrent_weights(w: &[H<'_>]) -> PyResult<graft::module::RecurrentWeights> {
+    match w {
+        [ih, hh, bih, bhh] => Ok(graft::module::RecurrentWeights {
+            weight_ih: ih.tr.clone(),
+            weight_hh: hh.tr.clone(),
+            bias_ih: bih.tr.clone(),
+            bias_hh: bhh.tr.clone(),
+        }),
+        _ => Err(PyValueError::new_err(format!(
+            "a recurrent layer takes [weight_ih, weight_hh, bias_ih, bias_hh], got {} tensors",
+            w.len()
+        ))),
+    }
+}
+
+/// One `nn.LSTM` layer (batch first) over `x [B, T, I]` with weights
+/// `[weight_ih, weight_hh, bias_ih, bias_hh]` from `(h0, c0)` (zeros when
+/// not given): `(outputs [B, T, H], h_T, c_T)` (`graft::module::lstm`).
+#[pyfunction]
+#[pyo3(signature = (x, weights, h0=None, c0=None))]
+fn lstm(x: H<'_>, weights: Vec<H<'_>>, h0: Option<H<'_>>, c0: Option<H<'_>>) -> PyResult<(Handle, Handle, Handle)> {
+    let w = recurrent_weights(&weights)?;
+    let state = match (&h0, &c0) {
+        (Some(h), Some(c)) => Some((&h.tr, &c.tr)),
+        (None, None) => None,
+        _ => return Err(PyValueError::new_err("lstm takes both h0 and c0, or neither")),
+    };
+    let (y, h, c) = graft::module::lstm(&x.tr, &w, state);
+    Ok((checked(y)?, checked(h)?, checked(c)?))
+}
+
+/// One `nn.GRU` layer (batch first) over `x [B, T, I]` with weights
+/// `[weight_ih, weight_hh, bias_ih, bias_hh]` from `h0` (zeros when not
+/// given): `(outputs [B, T, H], h_T)` (`graft::module::gru`).
+#[pyfunction]
+#[pyo3(signature = (x, weights, h0=None))]
+fn gru(x: H<'_>, weights: Vec<H<'_>>, h0: Option<H<'_>>) -> PyResult<(Handle, Handle)> {
+    let w = recurrent_weights(&weights)?;
+    let (y, h) = graft::module::gru(&x.tr, &w, h0.as_ref().map(|h| &h.tr));
+    Ok((checked(y)?, checked(h)?))
+}
+
 /// `F.max_pool2d`/`F.avg_pool2d` (`op`: `max` or `avg`).
 #[pyfunction]
 fn pool2d(op: &str, x: H<'_>, kernel: Vec<usize>, stride: Vec<usize>, padding: Vec<usize>) -> PyResult<Handle> {
@@ -265,7 +341,9 @@ fn arrays(py: Python<'_>, ts: &[Tensor]) -> PyResult<Vec<PyObject>> {
 /// batch) -> [loss] + buffers'` and `eval(params + buffers + batch) ->
 /// [loss]`, both traced once per input types. The step runs forward,
 /// backward and the optimizer update as one compiled function, with the
-/// parameters, optimizer state and buffers donated to it.
+/// parameters, optimizer state and buffers donated to it. Unsendable (the
+/// traced losses are bound to the thread that made it); a step runs with
+/// the GIL released.
 #[pyclass(unsendable, module = "graft._graft", name = "Trainer")]
 pub struct PyTrainer {
     tr: Trainer,
@@ -310,21 +388,33 @@ impl PyTrainer {
     }
 
     /// One step on the batch arrays (in the loss's input order): returns
-    /// the loss before the update. The GIL stays held (the step may trace
-    /// Python on its first call, and the trainer is bound to this thread).
-    fn step(&mut self, batch: Vec<Bound<'_, PyAny>>) -> PyResult<f64> {
+    /// the loss before the update. The GIL is held while the step is
+    /// traced (on its first call: the loss is Python) and released while it
+    /// runs (`Trainer::begin_step`/`StepJob::run`/`finish_step`), so other
+    /// Python threads run meanwhile.
+    fn step(&mut self, py: Python<'_>, batch: Vec<Bound<'_, PyAny>>) -> PyResult<f64> {
         let batch = tensors(&batch, "batch input")?;
         let refs: Vec<&Tensor> = batch.iter().collect();
         take_pending();
-        with_pending(self.tr.step(&refs))
+        let job = with_pending(self.tr.begin_step(&refs))?;
+        let done = py.allow_threads(move || {
+            let refs: Vec<&Tensor> = batch.iter().collect();
+            job.run(&refs)
+        });
+        with_pending(self.tr.finish_step(done))
     }
 
-    /// The loss at the current parameters (evaluation mode), no update.
-    fn eval(&self, batch: Vec<Bound<'_, PyAny>>) -> PyResult<f64> {
+    /// The loss at the current parameters (evaluation mode), no update;
+    /// compiled with the GIL held (tracing calls Python), run with it released.
+    fn eval(&self, py: Python<'_>, batch: Vec<Bound<'_, PyAny>>) -> PyResult<f64> {
         let batch = tensors(&batch, "batch input")?;
         let refs: Vec<&Tensor> = batch.iter().collect();
         take_pending();
-        with_pending(self.tr.eval(&refs))
+        let c = with_pending(self.tr.eval_compiled(&refs))?;
+        let ins: Vec<&Tensor> = self.tr.params.iter().chain(&self.tr.buffers).chain(batch.iter()).collect();
+        let out = with_pending(py.allow_threads(|| c.call(&ins)))?;
+        let loss = out.first().map(|l| l.to_scalar_f64()).transpose().map_err(graft_err)?;
+        Ok(loss.unwrap_or(f64::NAN))
     }
 
     /// Averages the gradients of `parts` micro-batches per step.
@@ -412,6 +502,11 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(layer_norm, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d, m)?)?;
     m.add_function(wrap_pyfunction!(pool2d, m)?)?;
+    m.add_function(wrap_pyfunction!(conv1d, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_norm, m)?)?;
+    m.add_function(wrap_pyfunction!(attention, m)?)?;
+    m.add_function(wrap_pyfunction!(lstm, m)?)?;
+    m.add_function(wrap_pyfunction!(gru, m)?)?;
     m.add_function(wrap_pyfunction!(embedding, m)?)?;
     m.add_function(wrap_pyfunction!(dropout, m)?)?;
     m.add_function(wrap_pyfunction!(loss, m)?)?;

@@ -222,6 +222,19 @@ fn take(x: H<'_>, indices: H<'_>, axis: isize) -> PyResult<Handle> {
     Handle::checked(x.tr.take(&indices.tr, axis))
 }
 
+/// `x` (rank 1) with `updates[i...]` added at position `positions[i...]`
+/// (integers of `updates`' shape); a position outside `x` drops its update
+/// (`scatter_add` in fill mode; repeated positions accumulate in order).
+#[pyfunction]
+fn scatter_add(x: H<'_>, positions: H<'_>, updates: H<'_>) -> PyResult<Handle> {
+    Handle::checked(x.tr.lift_with(&[&positions.tr, &updates.tr], |b, v| {
+        let mut shape = b.ty(v[1])?.shape.to_vec();
+        shape.push(1);
+        let idx = b.reshape(v[1], &shape)?;
+        b.scatter_add(v[0], idx, v[2], 0, &[0], graft_core::ops::index::IndexMode::Fill)
+    }))
+}
+
 #[pyfunction]
 fn concat(xs: Vec<H<'_>>, axis: isize) -> PyResult<Handle> {
     let v = trs(&xs);
@@ -381,6 +394,44 @@ fn random_bernoulli(key: H<'_>, p: f64, shape: Vec<usize>) -> PyResult<Handle> {
 #[pyfunction]
 fn random_randint(key: H<'_>, shape: Vec<usize>, lo: i64, hi: i64, dtype: &str) -> PyResult<Handle> {
     Handle::checked(random::randint(&key.tr, &shape, lo, hi, parse_dtype(dtype)?))
+}
+
+// ---- collectives over a named axis (graft::ops::psum and friends) ----
+
+/// A collective over the axis `name` of `size` ranks: `psum`, `pmean`,
+/// `pmax`, `pmin`, `all_gather` (new axis at `dim`), `psum_scatter` (the
+/// axis `dim` has one entry per rank) or `ppermute` (`perm`: `(src, dst)`
+/// pairs). The Python side checks that a vmap binds the name.
+#[pyfunction]
+#[pyo3(signature = (op, x, name, size, dim=0, perm=None))]
+fn collective(
+    op: &str,
+    x: H<'_>,
+    name: &str,
+    size: usize,
+    dim: usize,
+    perm: Option<Vec<(usize, usize)>>,
+) -> PyResult<Handle> {
+    let axis = ops::Axis::new(name, size);
+    let x = &x.tr;
+    let t = match op {
+        "psum" => ops::psum(x, &axis),
+        "pmean" => ops::pmean(x, &axis),
+        "pmax" => ops::pmax(x, &axis),
+        "pmin" => ops::pmin(x, &axis),
+        "all_gather" => ops::all_gather(x, &axis, dim),
+        "psum_scatter" => ops::reduce_scatter(x, &axis, dim),
+        "ppermute" => ops::ppermute(x, &axis, &perm.unwrap_or_default()),
+        _ => return Err(unknown("collective", op)),
+    };
+    Handle::checked(t)
+}
+
+/// This rank's index on the axis `name` of `size` ranks (an int32 scalar),
+/// emitted into `ctx`'s trace.
+#[pyfunction]
+fn axis_index(ctx: H<'_>, name: &str, size: usize) -> PyResult<Handle> {
+    Handle::checked(ops::axis_index(&ctx.tr, &ops::Axis::new(name, size)))
 }
 
 // ---- structured control flow: bodies are Python callables over handles ----
@@ -553,6 +604,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(broadcast_to, m)?)?;
     m.add_function(wrap_pyfunction!(slice_axis, m)?)?;
     m.add_function(wrap_pyfunction!(take, m)?)?;
+    m.add_function(wrap_pyfunction!(scatter_add, m)?)?;
     m.add_function(wrap_pyfunction!(concat, m)?)?;
     m.add_function(wrap_pyfunction!(stack, m)?)?;
     m.add_function(wrap_pyfunction!(where_, m)?)?;
@@ -574,6 +626,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(random_normal, m)?)?;
     m.add_function(wrap_pyfunction!(random_bernoulli, m)?)?;
     m.add_function(wrap_pyfunction!(random_randint, m)?)?;
+    m.add_function(wrap_pyfunction!(collective, m)?)?;
+    m.add_function(wrap_pyfunction!(axis_index, m)?)?;
     m.add_function(wrap_pyfunction!(scan, m)?)?;
     m.add_function(wrap_pyfunction!(fori, m)?)?;
     m.add_function(wrap_pyfunction!(while_loop, m)?)?;

@@ -131,8 +131,10 @@ def test_graft_error_carries_graft_text():
 
 def test_binary_ops_promote_other_mismatches_are_errors():
     assert graft.jit(lambda x, y: x * y)(np.ones(3, np.float32), np.ones(3, np.float64)).dtype == np.float64
-    with pytest.raises(graft.GraftError):
-        graft.jit(lambda x, y: gnp.concatenate([x, y]))(np.ones(3, np.float32), np.ones(3, np.float64))
+    # So do the operands of concatenate, stack, where, select and einsum.
+    assert graft.jit(lambda x, y: gnp.concatenate([x, y]))(np.ones(3, np.float32), np.ones(3, np.float64)).dtype == np.float64
+    with pytest.raises(graft.GraftError, match="indices must be"):
+        graft.jit(lambda x, y: gnp.take(x, y))(np.ones(3), np.ones(2))
 
 
 def test_unsupported_argument_types():

@@ -150,9 +150,94 @@ def test_at_update_gradients_match_jax():
         close(graft.grad(f, argnums=i)(a, v), jax.grad(f, argnums=i)(jnp.asarray(a), jnp.asarray(v)))
 
 
-def test_at_rejects_traced_indices():
-    with pytest.raises(TypeError, match="static index"):
-        graft.jit(lambda a, i: a.at[i].set(0.0))(np.ones(3), np.int32(1))
+# Traced indices: (update of x (4, 3) at traced i, the index values to try).
+DYN_CASES = [
+    (lambda a, i, v: a.at[i].set(v[0]), [2, -1, 4, -5, 7], "set row"),
+    (lambda a, i, v: a.at[i].add(v[0]), [0, -4, 9], "add row"),
+    (lambda a, i, v: a.at[i, 1].mul(v[0, 0]), [3, -2, 6], "mul element"),
+    (lambda a, i, v: a.at[1:3, i].max(v[:2, 0]), [0, 2, -1, 3], "max column part"),
+    (lambda a, i, v: a.at[:, i].min(0.0), [1, -3, 5], "min column"),
+    (lambda a, i, v: a.at[i].get(), [1, -1, 9, -9], "get clamps"),
+    (lambda a, i, v: a[i], [2, -2, 11], "getitem"),
+    (lambda a, i, v: a.at[i, i - 1].divide(v[1, 1]), [0, 2, 3], "divide pair"),
+    (lambda a, i, v: a.at[..., i].power(2.0), [0, 2], "power ellipsis"),
+]
+
+
+@pytest.mark.parametrize("fn,idx,name", DYN_CASES, ids=[n for _, _, n in DYN_CASES])
+def test_at_with_traced_scalar_indices_matches_jax(fn, idx, name):
+    x = rng.standard_normal((4, 3))
+    v = rng.standard_normal((3, 3))
+    ours = graft.jit(fn)
+    theirs = jax.jit(fn)
+    for i in idx:
+        close(ours(x, np.int32(i), v), theirs(jnp.asarray(x), jnp.int32(i), jnp.asarray(v)), 0)
+
+
+ARR_CASES = [
+    (lambda a, i, v: a.at[i].add(v), "add with repeats and out of range"),
+    (lambda a, i, v: a.at[i].set(v), "set"),
+    (lambda a, i, v: a.at[i].mul(v), "mul with repeats"),
+    (lambda a, i, v: a.at[i].min(v), "min with repeats"),
+    (lambda a, i, v: a.at[i].max(v), "max with repeats"),
+    (lambda a, i, v: a.at[i].get(), "get"),
+]
+
+
+@pytest.mark.parametrize("fn,name", ARR_CASES, ids=[n for _, n in ARR_CASES])
+def test_at_with_traced_index_arrays_matches_jax(fn, name):
+    x = rng.standard_normal(6)
+    # Repeats (1, 1), a negative index (-2 is 4), out of range both ways
+    # (9, -8: dropped by updates, clamped by get). set's repeats are
+    # distinct here (JAX leaves the winner unspecified).
+    idx = np.array([1, 9, -2, 1, -8, 3], np.int32) if name != "set" else np.array([1, 9, -2, 0, -8, 3], np.int32)
+    v = rng.standard_normal(6)
+    close(graft.jit(fn)(x, idx, v), jax.jit(fn)(jnp.asarray(x), jnp.asarray(idx), jnp.asarray(v)), 1e-15)
+
+
+def test_at_traced_set_with_repeats_keeps_the_last_value():
+    f = graft.jit(lambda a, i, v: a.at[i].set(v))
+    out = f(np.zeros(4), np.array([2, 0, 2, 2], np.int32), np.array([1.0, 2.0, 3.0, 4.0]))
+    close(out, [2.0, 0.0, 4.0, 0.0], 0)
+
+
+def test_at_traced_advanced_index_placement_matches_jax():
+    # NumPy's rules: adjacent advanced indices keep their place, others go first.
+    x = rng.standard_normal((2, 3, 4, 5))
+    i = np.array([[0, 2], [1, 1]], np.int32)
+    j = np.array([3, -1], np.int32)
+    cases = [
+        lambda a, i, j: a.at[:, i, j].add(1.0),
+        lambda a, i, j: a.at[1, :, j].set(-1.0),
+        lambda a, i, j: a.at[:, i, :, j].mul(3.0),
+        lambda a, i, j: a.at[None, 0, i].get(),
+        lambda a, i, j: a.at[1, i, np.array([0, 3])].add(2.0),
+    ]
+    for fn in cases:
+        close(graft.jit(fn)(x, i, j), jax.jit(fn)(jnp.asarray(x), jnp.asarray(i), jnp.asarray(j)), 0)
+
+
+def test_at_traced_index_gradients_and_vmap_match_jax():
+    def f(np_):
+        def loss(a, v, i):
+            b = a.at[i].add(v * v).at[i[0], 1:].set(v[0, :2])
+            return np_.sum(np_.sin(b) * b[i[1]])
+
+        return loss
+
+    a, v = rng.standard_normal((5, 3)), rng.standard_normal((2, 3))
+    i = np.array([3, -1], np.int32)
+    for k in (0, 1):
+        close(graft.grad(f(gnp), argnums=k)(a, v, i), jax.grad(f(jnp), argnums=k)(jnp.asarray(a), jnp.asarray(v), i),
+              1e-12)
+    rows = np.array([0, 4, 2, 7, -1], np.int32)
+    ours = graft.vmap(lambda b, r: _row_update(gnp, b, r), in_axes=(None, 0))(a, rows)
+    theirs = jax.vmap(lambda b, r: _row_update(jnp, b, r), in_axes=(None, 0))(jnp.asarray(a), rows)
+    close(ours, theirs, 1e-15)
+
+
+def _row_update(np_, a, r):
+    return a.at[r].set(np_.cos(a[r]) * 2.0)
 
 
 # ---- cumulative ----
@@ -303,3 +388,63 @@ def test_promotion_gradients_keep_input_dtypes():
     np.testing.assert_array_equal(gb, jb)
     # A Python number stays weak: it takes the array's dtype.
     assert graft.jit(lambda x: x * 2.5)(a).dtype == np.float32
+
+
+# ---- dtype promotion of the multi-operand functions ----
+
+PROMO_CASES = [
+    ("concatenate f32 f64", lambda np_, a, b: np_.concatenate([a.astype(np_.float32), b])),
+    ("concatenate i32 f32", lambda np_, a, b: np_.concatenate([(a * 3).astype(np_.int32), b.astype(np_.float32)])),
+    ("concatenate i64 i32 bool", lambda np_, a, b: np_.concatenate([a.astype(np_.int64), b.astype(np_.int32), a > 0])),
+    ("stack i64 i32", lambda np_, a, b: np_.stack([(a * 4).astype(np_.int64), (b * 4).astype(np_.int32)], axis=1)),
+    ("stack f32 i64", lambda np_, a, b: np_.stack([a.astype(np_.float32), (b * 4).astype(np_.int64)])),
+    ("where i32 f32", lambda np_, a, b: np_.where(a > b, (a * 5).astype(np_.int32), b.astype(np_.float32))),
+    ("where i32 weak float", lambda np_, a, b: np_.where(a > 0, (a * 5).astype(np_.int32), 1.5)),
+    ("where f32 weak int", lambda np_, a, b: np_.where(a > 0, 2, b.astype(np_.float32))),
+    ("where f64 f32", lambda np_, a, b: np_.where(a > 0, a, b.astype(np_.float32))),
+    ("where int condition", lambda np_, a, b: np_.where((a * 2).astype(np_.int32), a, b)),
+    ("select", lambda np_, a, b: np_.select([a > 0.5, b > 0], [(a * 3).astype(np_.int32), b.astype(np_.float32)], 0.25)),
+    ("select default int", lambda np_, a, b: np_.select([a > 0], [(a * 3).astype(np_.int64)], 7)),
+    ("einsum f32 f64", lambda np_, a, b: np_.einsum("i,i->", a.astype(np_.float32), b)),
+]
+
+
+@pytest.mark.parametrize("name,fn", PROMO_CASES, ids=[n for n, _ in PROMO_CASES])
+def test_multi_operand_promotion_matches_jax(name, fn):
+    a, b = rng.standard_normal(5), rng.standard_normal(5)
+    theirs = np.asarray(fn(jnp, jnp.asarray(a), jnp.asarray(b)))
+    for ours in (graft.jit(lambda x, y: fn(gnp, x, y))(a, b), fn(gnp, a, b)):
+        ours = np.asarray(ours)
+        assert ours.dtype == theirs.dtype, (ours.dtype, theirs.dtype)
+        close(ours, theirs, 1e-6 if ours.dtype == np.float32 else 1e-15)
+
+
+def test_solve_promotes_like_jax():
+    a = rng.standard_normal((3, 3)) + 3 * np.eye(3)
+    b = rng.standard_normal(3)
+    for x, y in ((a.astype(np.float32), b), (a, b.astype(np.float32)), (np.round(a * 4).astype(np.int32), b)):
+        ours = np.asarray(graft.jit(gnp.linalg.solve)(x, y))
+        theirs = np.asarray(jnp.linalg.solve(jnp.asarray(x), jnp.asarray(y)))
+        assert ours.dtype == theirs.dtype
+        close(ours, theirs, 1e-9)
+
+
+def test_at_modes_with_traced_indices_match_jax():
+    x = rng.standard_normal(5)
+    idx = np.array([1, 7, -2, -9], np.int32)
+    cases = [
+        lambda a, i: a.at[i].add(1.0, mode="clip"),
+        lambda a, i: a.at[i].set(9.0, mode="drop"),
+        lambda a, i: a.at[i].max(5.0, mode="fill"),
+        lambda a, i: a.at[i].get(mode="fill", fill_value=-1.0),
+        lambda a, i: a.at[i].get(mode="clip"),
+    ]
+    for fn in cases:
+        close(graft.jit(fn)(x, idx), jax.jit(fn)(jnp.asarray(x), jnp.asarray(idx)), 0)
+    ours = graft.jit(lambda a, i: a.at[i].get(mode="fill"))(x, idx)
+    assert np.isnan(ours[1]) and np.isnan(ours[3]) and ours[0] == x[1]
+    ints = np.arange(5, dtype=np.int32)
+    close(graft.jit(lambda a, i: a.at[i].get(mode="fill"))(ints, idx),
+          jax.jit(lambda a, i: a.at[i].get(mode="fill"))(jnp.asarray(ints), jnp.asarray(idx)), 0)
+    with pytest.raises(ValueError, match="mode"):
+        graft.jit(lambda a, i: a.at[i].set(0.0, mode="wrap"))(x, idx)

@@ -339,3 +339,241 @@ def test_digits_example_trains_to_95_percent():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(verbose=False) >= 0.95
+
+
+# ---- the GIL is released while a step runs ----
+
+def _big_trainer(seed):
+    r = np.random.default_rng(seed)
+    params = {"w1": r.standard_normal((256, 256)) * 0.05, "w2": r.standard_normal((256, 8)) * 0.05}
+
+    def loss(p, b):
+        h = gnp.tanh(b["x"] @ p["w1"])
+        for _ in range(3):
+            h = gnp.tanh(h @ p["w1"])
+        return gnp.mean((h @ p["w2"] - b["y"]) ** 2)
+
+    batch = {"x": r.standard_normal((512, 256)), "y": r.standard_normal((512, 8))}
+    return nn.Trainer(loss, nn.optim.sgd(0.1), params=params), batch
+
+
+def test_step_and_eval_release_the_gil_while_they_run():
+    import threading
+    import time
+
+    tr, batch = _big_trainer(0)
+    tr.step(batch)  # traced and compiled here
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+
+    th = threading.Thread(target=spin)
+    th.start()
+    try:
+        time.sleep(0.02)
+        inside = {"step": 0, "eval": 0}
+        tr.eval(batch)
+        for _ in range(3):
+            for what in inside:
+                call = tr._t.step if what == "step" else tr._t.eval  # the native call alone
+                t0 = time.perf_counter()
+                call(tr._batch(batch))
+                t1 = time.perf_counter()
+                # Ticks strictly inside the native call: the other thread
+                # ran Python while the call held no GIL.
+                inside[what] += sum(1 for t in ticks if t0 + 0.1 * (t1 - t0) < t < t1 - 0.1 * (t1 - t0))
+    finally:
+        stop.set()
+        th.join()
+    assert inside["step"] > 0 and inside["eval"] > 0, inside
+
+
+def test_steps_on_two_threads_match_sequential_steps():
+    import threading
+
+    def run(seed, out):
+        tr, batch = _big_trainer(seed)
+        out[seed] = [tr.step(batch) for _ in range(3)] + [tr.params["w2"]]
+
+    seq = {}
+    for s in (1, 2):
+        run(s, seq)
+    par = {}
+    threads = [threading.Thread(target=run, args=(s, par)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in (1, 2):
+        assert par[s][:3] == seq[s][:3]
+        np.testing.assert_array_equal(par[s][3], seq[s][3])
+
+
+# ---- Conv1d, BatchNorm, MultiHeadAttention, LSTM, GRU ----
+
+def _np_conv1d(x, w, b, stride, padding, dilation):
+    n, c, L = x.shape
+    o, _, k = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+    out_len = (L + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    y = np.zeros((n, o, out_len))
+    for t in range(out_len):
+        win = xp[:, :, t * stride: t * stride + dilation * (k - 1) + 1: dilation]  # [n, c, k]
+        y[:, :, t] = np.einsum("nck,ock->no", win, w)
+    return y + b[None, :, None]
+
+
+def _fit(model, batch, loss, steps=20, lr=1e-2):
+    tr = nn.Trainer(model, nn.optim.adam(lr), loss=loss)
+    losses = [tr.step(batch) for _ in range(steps)]
+    assert all(np.isfinite(losses)), losses
+    assert losses[-1] < 0.7 * losses[0], losses
+    return tr
+
+
+def test_conv1d_matches_numpy_and_trains():
+    r = np.random.default_rng(3)
+    m = nn.Conv1d(3, 5, 3, stride=2, padding=1, dilation=2).init(seed=1, dtype=np.float64)
+    p = m.parameters()
+    assert [k for k, _ in m.named_parameters()] == ["weight", "bias"] and p["weight"].shape == (5, 3, 3)
+    x = r.standard_normal((2, 3, 11))
+    np.testing.assert_allclose(m(x), _np_conv1d(x, p["weight"], p["bias"], 2, 1, 2), rtol=1e-12, atol=1e-12)
+    model = nn.Sequential(nn.Conv1d(3, 4, 3, padding=1), nn.relu, nn.Flatten(), nn.Linear(44, 2))
+    _fit(model, {"x": x.astype(np.float32), "y": r.standard_normal((2, 2)).astype(np.float32)},
+         lambda out, b: nn.mse(out, b["y"]))
+
+
+def test_batchnorm_train_eval_running_stats_and_training(tmp_path):
+    r = np.random.default_rng(4)
+    x = r.standard_normal((8, 3, 5)) * 2.0 + 1.0
+    m = nn.BatchNorm1d(3, momentum=0.25).init(dtype=np.float64)
+    assert sorted(m.parameters()) == ["bias", "weight"] and sorted(m.buffers()) == ["running_mean", "running_var"]
+    p = {"weight": r.standard_normal(3), "bias": r.standard_normal(3)}
+    mean, var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
+    want = (x - mean[None, :, None]) / np.sqrt(var[None, :, None] + 1e-5) * p["weight"][None, :, None] + p["bias"][None, :, None]
+    y, bufs = m.apply_with_buffers(p, m.buffers(), x, train=True)
+    np.testing.assert_allclose(y, want, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(bufs["running_mean"], 0.25 * mean, rtol=1e-12)
+    np.testing.assert_allclose(bufs["running_var"], 0.75 + 0.25 * var * 40 / 39, rtol=1e-12)
+    # Evaluation normalises with the running statistics given.
+    y_eval = m.apply(p, x, buffers=bufs)
+    want_eval = (x - bufs["running_mean"][None, :, None]) / np.sqrt(bufs["running_var"][None, :, None] + 1e-5) \
+        * p["weight"][None, :, None] + p["bias"][None, :, None]
+    np.testing.assert_allclose(y_eval, want_eval, rtol=1e-10, atol=1e-10)
+    # Training: the running statistics are buffers of the step.
+    model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(3), nn.relu, nn.Flatten(), nn.Linear(12, 1))
+    batch = {"x": x.astype(np.float32), "y": r.standard_normal((8, 1)).astype(np.float32)}
+    tr = _fit(model, batch, lambda out, b: nn.mse(out, b["y"]), steps=30)
+    assert sorted(tr.buffers) == ["1.running_mean", "1.running_var"]
+    assert np.abs(tr.buffers["1.running_mean"]).max() > 0
+    tr.update_model()
+    np.testing.assert_array_equal(model.buffers()["1.running_var"], tr.buffers["1.running_var"])
+    assert np.isfinite(tr.eval(batch))
+    # Checkpoints carry the buffers: a resumed trainer steps identically.
+    tr.save(tmp_path / "bn.safetensors")
+    tr2 = nn.Trainer(model, nn.optim.adam(1e-2), loss=lambda out, b: nn.mse(out, b["y"]))
+    tr2.load(tmp_path / "bn.safetensors")
+    for k, v in tr.buffers.items():
+        np.testing.assert_array_equal(tr2.buffers[k], v)
+    assert tr2.step(batch) == tr.step(batch)
+    for k, v in tr.buffers.items():
+        np.testing.assert_array_equal(tr2.buffers[k], v)
+
+
+def _np_mha(p, x, heads, causal):
+    b, L, d = x.shape
+    dh = d // heads
+
+    def proj(w, bias):
+        return (x @ p[w].T + p[bias]).reshape(b, L, heads, dh).transpose(0, 2, 1, 3)
+
+    q, k, v = proj("wq", "bq"), proj("wk", "bk"), proj("wv", "bv")
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)
+    if causal:
+        s = np.where(np.tril(np.ones((L, L), bool)), s, -np.inf)
+    s = np.exp(s - s.max(-1, keepdims=True))
+    a = s / s.sum(-1, keepdims=True)
+    o = (a @ v).transpose(0, 2, 1, 3).reshape(b, L, d)
+    return o @ p["wo"].T + p["bo"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_multi_head_attention_matches_numpy_and_trains(causal):
+    r = np.random.default_rng(5)
+    m = nn.MultiHeadAttention(8, 2, causal=causal).init(seed=2, dtype=np.float64)
+    p = {k: v + 0.1 * r.standard_normal(v.shape) for k, v in m.parameters().items()}  # non-zero biases
+    x = r.standard_normal((3, 4, 8))
+    np.testing.assert_allclose(m.apply(p, x), _np_mha(p, x, 2, causal), rtol=1e-10, atol=1e-10)
+    model = nn.Sequential(nn.MultiHeadAttention(8, 2, causal=causal), nn.Flatten(), nn.Linear(32, 1))
+    _fit(model, {"x": x.astype(np.float32), "y": r.standard_normal((3, 1)).astype(np.float32)},
+         lambda out, b: nn.mse(out, b["y"]))
+
+
+def _sig(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def _np_lstm(p, x, h, c):
+    H = h.shape[1]
+    outs = []
+    for t in range(x.shape[1]):
+        g = x[:, t] @ p["weight_ih"].T + p["bias_ih"] + h @ p["weight_hh"].T + p["bias_hh"]
+        i, f, gg, o = _sig(g[:, :H]), _sig(g[:, H:2 * H]), np.tanh(g[:, 2 * H:3 * H]), _sig(g[:, 3 * H:])
+        c = f * c + i * gg
+        h = o * np.tanh(c)
+        outs.append(h)
+    return np.stack(outs, 1), h, c
+
+
+def _np_gru(p, x, h):
+    H = h.shape[1]
+    outs = []
+    for t in range(x.shape[1]):
+        gi = x[:, t] @ p["weight_ih"].T + p["bias_ih"]
+        gh = h @ p["weight_hh"].T + p["bias_hh"]
+        rr, z = _sig(gi[:, :H] + gh[:, :H]), _sig(gi[:, H:2 * H] + gh[:, H:2 * H])
+        n = np.tanh(gi[:, 2 * H:] + rr * gh[:, 2 * H:])
+        h = (1 - z) * n + z * h
+        outs.append(h)
+    return np.stack(outs, 1), h
+
+
+def test_lstm_and_gru_match_numpy_and_train():
+    r = np.random.default_rng(6)
+    x = r.standard_normal((2, 5, 3))
+    h0, c0 = r.standard_normal((2, 4)), r.standard_normal((2, 4))
+    lstm = nn.LSTM(3, 4).init(seed=3, dtype=np.float64)
+    p = lstm.parameters()
+    assert p["weight_ih"].shape == (16, 3) and np.abs(p["weight_hh"]).max() <= 0.5
+    np.testing.assert_allclose(lstm(x), _np_lstm(p, x, np.zeros((2, 4)), np.zeros((2, 4)))[0], rtol=1e-10, atol=1e-12)
+
+    @graft.jit
+    def run_lstm(p, x, h, c):
+        from graft.nn import Context
+
+        cx = Context(p, False, None, x)
+        list(lstm.named_modules())
+        y, (h2, c2) = lstm.run(cx, x, (h, c))
+        return y, h2, c2
+
+    for a, b in zip(run_lstm(p, x, h0, c0), _np_lstm(p, x, h0, c0)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    gru = nn.GRU(3, 4).init(seed=4, dtype=np.float64)
+    q = gru.parameters()
+    np.testing.assert_allclose(gru(x), _np_gru(q, x, np.zeros((2, 4)))[0], rtol=1e-10, atol=1e-12)
+    for layer in (nn.LSTM(3, 6), nn.GRU(3, 6)):
+        model = nn.Sequential(layer, nn.Flatten(), nn.Linear(30, 1))
+        _fit(model, {"x": x.astype(np.float32), "y": r.standard_normal((2, 1)).astype(np.float32)},
+             lambda out, b: nn.mse(out, b["y"]))
+    with pytest.raises(graft.GraftError, match="expected an input"):
+        nn.LSTM(4, 4)(x)
+
+
+def test_eval_matches_the_loss_of_the_next_step():
+    tr, batch = _big_trainer(5)
+    first = tr.eval(batch)
+    np.testing.assert_allclose(first, tr.step(batch), rtol=1e-12)  # the loss before the update
+    assert tr.eval(batch) < first

@@ -712,6 +712,16 @@ impl Trainer {
         Ok(out.first().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN))
     }
 
+    /// The compiled evaluation loss for `batch`'s types (traced on first
+    /// use): inputs `params..., buffers..., batch...`, the loss first among
+    /// its outputs. [`Trainer::eval`] runs it; a front end may run it
+    /// itself (Python's `Trainer.eval`, with the GIL released).
+    pub fn eval_compiled(&self, batch: &[&Tensor]) -> Result<Compiled, Error> {
+        let types: Vec<TensorType> =
+            self.params.iter().chain(&self.buffers).map(Tensor::ty).chain(batch.iter().map(|x| x.ty())).collect();
+        self.loss.compiled(&types)
+    }
+
     /// The loss and metrics (by name, see [`Trainer::with_metrics`]) at the
     /// current parameters on a batch, without a step.
     pub fn eval_metrics(&self, batch: &[&Tensor]) -> Result<(f64, Vec<(String, f64)>), Error> {
@@ -869,6 +879,24 @@ impl Trainer {
     /// One step; with `keep`, the tensors it replaced come back as an
     /// [`Undo`], otherwise they are donated to the step.
     fn run_step(&mut self, batch: &[&Tensor], keep: bool) -> Result<(f64, Option<Undo>), Error> {
+        if !keep {
+            let job = self.begin_step(batch)?;
+            let done = job.run(batch);
+            return Ok((self.finish_step(done)?, None));
+        }
+        let (compiled, t) = self.prepare_step(batch)?;
+        let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).chain(&self.buffers).collect();
+        ins.push(&t);
+        ins.extend_from_slice(batch);
+        let outs = compiled.call(&ins)?;
+        let (n_params, n_state) = (self.params.len(), self.state.len());
+        let (loss, undo) = self.take_outputs(outs, n_params, n_state)?;
+        Ok((loss, Some(undo)))
+    }
+
+    /// Checks a batch and returns the compiled step for its types (traced
+    /// and compiled on first use) and the step-count input.
+    fn prepare_step(&mut self, batch: &[&Tensor]) -> Result<(Compiled, Tensor), Error> {
         if let Some(why) = &self.lost {
             return Err(invalid(format!("this trainer has no parameters: {why}")));
         }
@@ -881,7 +909,6 @@ impl Trainer {
         }
         let dtype = self.params.first().map_or(graft_core::DType::F32, Tensor::dtype);
         let t = Tensor::full(&TensorType::scalar(dtype), self.count as f64);
-        let (n_params, n_state) = (self.params.len(), self.state.len());
         let owned = self.params.iter().chain(&self.state).chain(&self.buffers);
         let types: Vec<TensorType> =
             owned.map(Tensor::ty).chain([t.ty()]).chain(batch.iter().map(|x| x.ty())).collect();
@@ -893,22 +920,46 @@ impl Trainer {
                 c
             }
         };
-        let result = if keep {
-            let mut ins: Vec<&Tensor> = self.params.iter().chain(&self.state).chain(&self.buffers).collect();
-            ins.push(&t);
-            ins.extend_from_slice(batch);
-            compiled.call(&ins)
-        } else {
-            let donated = [&mut self.params, &mut self.state, &mut self.buffers].map(std::mem::take);
-            let mut ins: Vec<graft_core::Input<'_>> =
-                donated.into_iter().flatten().map(graft_core::Input::Donated).collect();
-            ins.push(graft_core::Input::Borrowed(&t));
-            ins.extend(batch.iter().map(|&x| graft_core::Input::Borrowed(x)));
-            compiled.call_donating(ins).inspect_err(|e| {
+        Ok((compiled, t))
+    }
+
+    /// The first part of [`Trainer::step`], split so that the running part
+    /// can go elsewhere (Python's `Trainer.step` runs it with the GIL
+    /// released): checks the batch, traces and compiles the step on first
+    /// use, and takes the parameters, optimizer state and buffers out of
+    /// the trainer into the returned [`StepJob`] (donated to the step).
+    /// Until [`Trainer::finish_step`] takes the job's result back, the
+    /// trainer has no parameters and refuses to step.
+    pub fn begin_step(&mut self, batch: &[&Tensor]) -> Result<StepJob, Error> {
+        let (compiled, t) = self.prepare_step(batch)?;
+        let [params, state, buffers] = [&mut self.params, &mut self.state, &mut self.buffers].map(std::mem::take);
+        self.lost = Some(format!("step {} was begun and not finished", self.count));
+        Ok(StepJob { compiled, params, state, buffers, t })
+    }
+
+    /// The last part of [`Trainer::step`]: takes the outputs of a
+    /// [`StepJob::run`] back into the trainer and returns the loss. A step
+    /// that failed has consumed the parameters: the error says so, and
+    /// later steps refuse to run.
+    pub fn finish_step(&mut self, done: StepDone) -> Result<f64, Error> {
+        let StepDone { outs, n_params, n_state } = done;
+        let outs = match outs {
+            Ok(outs) => outs,
+            Err(e) => {
                 self.lost = Some(format!("step {} failed after they were donated to it ({e})", self.count));
-            })
+                return Err(e);
+            }
         };
-        let mut outs = result?.into_iter();
+        self.lost = None;
+        // What the outputs replace is empty: the old tensors were donated.
+        let (loss, _) = self.take_outputs(outs, n_params, n_state)?;
+        Ok(loss)
+    }
+
+    /// Installs a step's outputs (`loss, metrics..., params'..., state'...,
+    /// buffers'...`) and returns the loss and what they replaced.
+    fn take_outputs(&mut self, outs: Vec<Tensor>, n_params: usize, n_state: usize) -> Result<(f64, Undo), Error> {
+        let mut outs = outs.into_iter();
         let loss = outs.next().map(|l| l.to_scalar_f64()).transpose()?.unwrap_or(f64::NAN);
         let metrics: Vec<Tensor> = outs.by_ref().take(self.metric_names.len()).collect();
         self.metrics = metrics.iter().map(Tensor::to_scalar_f64).collect::<Result<_, _>>()?;
@@ -922,7 +973,7 @@ impl Trainer {
             count: self.count,
         };
         self.count += 1;
-        Ok((loss, keep.then_some(undo)))
+        Ok((loss, undo))
     }
 
     /// Takes back the step `undo` came from: parameters, state, buffers and
@@ -945,6 +996,39 @@ impl Trainer {
         if let Some((_, c)) = &self.compiled {
             c.recycle(undo.params.into_iter().chain(undo.state).chain(undo.buffers));
         }
+    }
+}
+
+/// A step taken out of its [`Trainer`] by [`Trainer::begin_step`]: the
+/// compiled step and the tensors donated to it. It is `Send` and needs
+/// nothing of the trainer, so it can run on another thread or with a lock
+/// released; [`Trainer::finish_step`] takes its result back.
+pub struct StepJob {
+    compiled: Compiled,
+    params: Vec<Tensor>,
+    state: Vec<Tensor>,
+    buffers: Vec<Tensor>,
+    /// The step count, as the step's input.
+    t: Tensor,
+}
+
+/// The outputs of a [`StepJob::run`], for [`Trainer::finish_step`].
+pub struct StepDone {
+    outs: Result<Vec<Tensor>, Error>,
+    n_params: usize,
+    n_state: usize,
+}
+
+impl StepJob {
+    /// Runs the step on `batch` (the batch [`Trainer::begin_step`] saw).
+    pub fn run(self, batch: &[&Tensor]) -> StepDone {
+        let StepJob { compiled, params, state, buffers, t } = self;
+        let (n_params, n_state) = (params.len(), state.len());
+        let mut ins: Vec<graft_core::Input<'_>> =
+            params.into_iter().chain(state).chain(buffers).map(graft_core::Input::Donated).collect();
+        ins.push(graft_core::Input::Borrowed(&t));
+        ins.extend(batch.iter().map(|&x| graft_core::Input::Borrowed(x)));
+        StepDone { outs: compiled.call_donating(ins), n_params, n_state }
     }
 }
 

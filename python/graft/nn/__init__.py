@@ -22,13 +22,15 @@ from . import init, optim
 from ._functions import (elu, gelu, leaky_relu, log_sigmoid, log_softmax, logsumexp, relu, sigmoid, silu, softmax,
                          softplus, swish)
 from ._losses import binary_cross_entropy_with_logits, cross_entropy, mse
-from ._modules import (AvgPool2d, Context, Conv2d, Dropout, Embedding, Flatten, GELU, Lambda, LayerNorm, Linear,
-                       MaxPool2d, Module, ReLU, Sequential, Sigmoid, SiLU, Softplus, Tanh)
+from ._modules import (GRU, LSTM, AvgPool2d, BatchNorm, BatchNorm1d, BatchNorm2d, Context, Conv1d, Conv2d, Dropout,
+                       Embedding, Flatten, GELU, Lambda, LayerNorm, Linear, MaxPool2d, Module, MultiHeadAttention, ReLU,
+                       Sequential, Sigmoid, SiLU, Softplus, Tanh)
 from ._trainer import Trainer, flatten_params, unflatten_params
 
 __all__ = ["relu", "sigmoid", "silu", "swish", "gelu", "softplus", "log_sigmoid", "leaky_relu", "elu",
            "softmax", "log_softmax", "logsumexp",
            "mse", "cross_entropy", "binary_cross_entropy_with_logits",
-           "Module", "Context", "Linear", "Conv2d", "LayerNorm", "Embedding", "Dropout", "Sequential", "Flatten",
+           "Module", "Context", "Linear", "Conv1d", "Conv2d", "LayerNorm", "BatchNorm", "BatchNorm1d", "BatchNorm2d",
+           "MultiHeadAttention", "LSTM", "GRU", "Embedding", "Dropout", "Sequential", "Flatten",
            "MaxPool2d", "AvgPool2d", "ReLU", "Tanh", "Sigmoid", "GELU", "SiLU", "Softplus", "Lambda",
            "Trainer", "flatten_params", "unflatten_params", "init", "optim"]

@@ -92,15 +92,18 @@ class Trainer:
             self._model = model
             self._tree: Mapping[str, Any] = dict(params)
             keyed = model.uses_rng
+            module_buffers = model.buffers()
 
-            def forward(p: Dict[str, Any], batch: Dict[str, Any], train: bool, rng: Any) -> Tuple[Any, Any]:
+            def forward(p: Dict[str, Any], batch: Dict[str, Any], train: bool, rng: Any,
+                        bufs: Dict[str, Any]) -> Tuple[Any, Any, Dict[str, Any]]:
                 if input not in batch:
                     raise KeyError(f"the batch has no input `{input}` (it has {', '.join(batch)})")
                 from ._modules import Context
 
                 list(model.named_modules())
-                cx = Context(p, train, rng, batch[input])
-                return loss(model.forward(cx, batch[input]), batch), cx.rng
+                cx = Context(p, train, rng, batch[input], bufs)
+                out = loss(model.forward(cx, batch[input]), batch)
+                return out, cx.rng, {k: cx.new_buffers.get(k, v) for k, v in bufs.items()}
 
             self._forward = forward
         else:
@@ -109,8 +112,9 @@ class Trainer:
             if loss is not None:
                 raise TypeError("loss= is for training a module; a loss function is the first argument")
             keyed = False
+            module_buffers = {}
             self._tree = params
-            self._forward = lambda p, batch, train, rng: (fn(p, batch), rng)
+            self._forward = lambda p, batch, train, rng, bufs: (fn(p, batch), rng, bufs)
         flat = flatten_params(self._tree)
         self._names = [n for n, _ in flat]
         arrays = [np.asarray(a) for _, a in flat]
@@ -119,8 +123,13 @@ class Trainer:
             from .. import random
 
             buffer_names, buffers = [RNG], [np.asarray(random.key(seed))]
+        # Module buffers (BatchNorm's running statistics) after the key.
+        self._module_buffers = list(module_buffers)
+        buffer_names += self._module_buffers
+        buffers += [np.asarray(module_buffers[k]) for k in self._module_buffers]
         self._keyed = keyed
         n, m = len(arrays), len(buffers)
+        kb = 1 if keyed else 0
         # The native trainer holds the bodies, and the collector cannot see
         # through it: a strong reference back would be a cycle never freed.
         me_ref = weakref.ref(self)
@@ -134,16 +143,22 @@ class Trainer:
                 def inner() -> List[_g.Handle]:
                     ts = [Tracer(h) for h in handles]
                     p = unflatten_params(list(zip(me._names, ts[:n])), me._tree)
-                    rng = ts[n] if m else None
+                    rng = ts[n] if kb else None
+                    bufs = dict(zip(me._module_buffers, ts[n + kb:n + m]))
                     keys = me._batch_keys or []
                     batch = dict(zip(keys, ts[n + m:]))
-                    l, rng2 = me._forward(p, batch, train, rng)
+                    l, rng2, bufs2 = me._forward(p, batch, train, rng, bufs)
                     if not isinstance(l, Tracer) or l.shape != () or l.dtype.kind != "f":
                         got = f"{l.dtype.name}{list(l.shape)}" if isinstance(l, Tracer) else type(l).__name__
                         raise TypeError(f"the loss must be a float scalar computed from the parameters, got {got}")
                     out = [_to_handle(l, ts[0], "the loss")]
-                    if train and m:
+                    if train and kb:
                         out.append(_to_handle(rng2, ts[0], "the key"))
+                    if train:
+                        for k in me._module_buffers:
+                            b = bufs2[k]
+                            out.append(_to_handle(b.astype(bufs[k].dtype) if b.dtype != bufs[k].dtype else b,
+                                                  ts[0], f"buffer `{k}`"))
                     return out
 
                 return run_in(Scope(handles[0], "the training loss", capture=False), inner)
@@ -211,11 +226,21 @@ class Trainer:
         s = self._t.state
         return {n: s[i * k:(i + 1) * k] for i, n in enumerate(self._names)}
 
+    @property
+    def buffers(self) -> Dict[str, np.ndarray]:
+        """The buffers by name (copies): the dropout key (``@rng``) and a
+        module's buffers (BatchNorm's running statistics) by path."""
+        return dict(zip(self._t.buffer_names, self._t.buffers))
+
     def update_model(self) -> Module:
-        """Writes the trained parameters back into the module trained."""
+        """Writes the trained parameters (and buffers) back into the module trained."""
         if self._model is None:
             raise TypeError("this trainer trains a loss function, not a module")
-        return self._model.load_parameters(dict(self.named_parameters()))
+        self._model.load_parameters(dict(self.named_parameters()))
+        if self._module_buffers:
+            b = self.buffers
+            self._model.load_buffers({k: b[k] for k in self._module_buffers})
+        return self._model
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Writes a safetensors checkpoint (temporary file, then rename)."""

@@ -137,6 +137,25 @@ fn an_undone_step_leaves_no_trace_and_a_committed_one_is_a_step() {
 }
 
 #[test]
+fn a_step_in_three_parts_is_a_step_and_runs_on_another_thread() {
+    let (params, x, y) = problem();
+    let make = || regression_trainer(&params, Optimizer::adam(Schedule::Constant(0.01)));
+    let (mut a, mut b) = (make(), make());
+    for _ in 0..3 {
+        let job = a.begin_step(&[&x, &y]).unwrap();
+        // Begun and not finished: the trainer holds no parameters.
+        assert!(a.params.is_empty());
+        let err = a.step(&[&x, &y]).unwrap_err().to_string();
+        assert!(err.contains("begun and not finished"), "{err}");
+        let (xc, yc) = (x.clone(), y.clone());
+        let done = std::thread::spawn(move || job.run(&[&xc, &yc])).join().unwrap();
+        let la = a.finish_step(done).unwrap();
+        assert_eq!(la.to_bits(), b.step(&[&x, &y]).unwrap().to_bits());
+    }
+    assert_eq!((a.params, a.state, a.count), (b.params, b.state, b.count));
+}
+
+#[test]
 fn accumulated_micro_batches_match_the_full_batch() {
     // A mean loss over equal micro-batches: their mean loss and averaged
     // gradient are the full batch's, so the trajectories agree to rounding.

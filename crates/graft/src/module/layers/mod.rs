@@ -13,4 +13,4 @@ pub use attention::{MultiHeadAttention, TransformerBlock};
 pub use basic::{Activation, Dropout, Embedding, Flatten, Linear, Sequential};
 pub use conv::{Conv, Conv1d, Conv2d, ConvTranspose2d};
 pub use norm::{BatchNorm, GroupNorm, LayerNorm};
-pub use recurrent::{Gru, Lstm};
+pub use recurrent::{gru, lstm, Gru, Lstm, RecurrentWeights};
