@@ -8,7 +8,7 @@
 use crate::convert::{dtype_name, tensor_type, to_numpy, to_tensor};
 use crate::ops::call_body;
 use crate::{graft_err, take_pending, Handle};
-use graft::{Compiled, Jit, Policy, Tensor, TensorType, Tr, Transform, VmapAxes, Wrt};
+use graft::{transform, Compiled, Jit, Tensor, TensorType, Tr, Transform, VmapAxes, Wrt};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::HashMap;
@@ -20,10 +20,6 @@ pub(crate) type PyFn = Box<dyn Fn(&[Tr]) -> Vec<Tr>>;
 /// list of handles and takes back the list of handles it returns.
 pub(crate) fn closure(f: Py<PyAny>) -> PyFn {
     Box::new(move |xs: &[Tr]| Python::with_gil(|py| call_body(f.bind(py), xs)))
-}
-
-fn wrt(positions: Option<Vec<usize>>) -> Wrt {
-    positions.map_or(Wrt::All, Wrt::Positions)
 }
 
 /// One transform layer: a core `Transform`, or a custom rule whose
@@ -158,37 +154,22 @@ impl Function {
         if axis_name.is_some() && kind != "vmap" {
             return Err(PyValueError::new_err(format!("axis_name is a vmap parameter, not one of `{kind}`")));
         }
-        let w = self::wrt(wrt);
-        let t = match kind {
-            "grad" => Transform::Grad { wrt: w },
-            "value_and_grad" => Transform::ValueAndGrad { wrt: w },
-            "jvp" => Transform::Jvp { wrt: w },
-            "vjp" => Transform::Vjp { wrt: w },
-            "linearize" => Transform::Linearize { wrt: w },
-            "jacfwd" => Transform::Jacfwd { wrt: index },
-            "jacrev" => Transform::Jacrev { wrt: index },
-            "jacobian" => Transform::Jacobian { wrt: index },
-            "hessian" => Transform::Hessian { wrt: index },
-            "checkpoint" => Transform::Checkpoint {
-                policy: match policy {
-                    "nothing" => Policy::Nothing,
-                    "dots" => Policy::Dots,
-                    p => return Err(PyValueError::new_err(format!("unknown checkpoint policy `{p}`"))),
-                },
-            },
-            "vmap" => {
-                let in_axes = VmapAxes::Each(
-                    in_axes.ok_or_else(|| PyValueError::new_err("vmap needs in_axes (one entry per argument)"))?,
-                );
-                let out_axes = match (out_axes, out_axis) {
-                    (Some(v), _) => VmapAxes::Each(v),
-                    (None, Some(k)) => VmapAxes::All(k),
-                    (None, None) => VmapAxes::All(0),
-                };
-                Transform::Vmap { in_axes, out_axes, axis_name }
-            }
-            k => return Err(PyValueError::new_err(format!("graft has no transform `{k}`"))),
+        // One place maps names to transforms (`Transform::from_name`), so
+        // a new transform needs no change here.
+        let out_axes = match (out_axes, out_axis) {
+            (Some(v), _) => Some(VmapAxes::Each(v)),
+            (None, Some(k)) => Some(VmapAxes::All(k)),
+            (None, None) => None,
         };
+        let options = transform::Options {
+            wrt,
+            index,
+            in_axes: in_axes.map(VmapAxes::Each),
+            out_axes,
+            axis_name,
+            policy: Some(policy.to_string()),
+        };
+        let t = Transform::from_name(kind, options).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(self.with(py, Layer::Fixed(t)))
     }
 

@@ -91,6 +91,29 @@ def test_grad_inside_a_named_vmap_matches_jax(name):
     close(ours, theirs)
 
 
+def test_collectives_inside_a_while_loop_under_a_named_vmap_match_jax():
+    # The predicate runs a collective too, so every rank takes the same
+    # number of trips (JAX's and graft's vmap both batch the loop whole).
+    def make(np_, lax_):
+        def f(x):
+            def cond(c):
+                k, y = c
+                return lax_.psum(np_.sum(y * y), "i") < 1e3
+
+            def body(c):
+                k, y = c
+                return k + 1, 1.5 * y + lax_.pmean(y, "i") + lax_.axis_index("i")
+
+            k, y = lax_.while_loop(cond, body, (0, x))
+            return y * k
+
+        return f
+
+    g, j = make(gnp, glax), make(jnp, jax.lax)
+    xs = rng.standard_normal((N, 3))
+    close(graft.vmap(g, axis_name="i")(xs), jax.vmap(j, axis_name="i")(xs))
+
+
 def test_nested_named_vmaps_and_tuple_axis_names():
     xs = rng.standard_normal((2, 3, 4))
 
