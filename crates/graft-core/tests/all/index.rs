@@ -512,11 +512,17 @@ fn element_scatters_in_runs_match_the_reference() {
     }
     let m = ids.len() / 2;
     ids.truncate(2 * m);
-    for (bd, os, is) in [(0usize, vec![23usize], vec![2 * m, 1]), (1, vec![2, 23], vec![2, m, 1])] {
-        let idx = idx_i64(&is, &ids);
+    // Eight batches of the same pattern: enough updates and batches for two
+    // threads to split the output (batch-aligned ranges).
+    let ids8 = ids.repeat(4);
+    for (bd, os, is) in
+        [(0usize, vec![23usize], vec![2 * m, 1]), (1, vec![2, 23], vec![2, m, 1]), (1, vec![8, 23], vec![8, m, 1])]
+    {
+        let ids = if is[0] == 8 { &ids8 } else { &ids };
+        let idx = idx_i64(&is, ids);
         let dims = [bd];
         for mode in [IndexMode::Clip, IndexMode::Fill] {
-            let r = Ref { os: &os, is: &is, ids: &ids, bd, dims: &dims, mode };
+            let r = Ref { os: &os, is: &is, ids, bd, dims: &dims, mode };
             let x = Tensor::from_fn(&ty(DType::F64, &os), |i| (i % 5) as f64 * 0.3);
             let u = Tensor::from_fn(&ty(DType::F64, &is[..is.len() - 1]), |i| ((i * 7919) % 1013) as f64 * 1e-3);
             let expected = r.scatter(&x.to_vec::<f64>().unwrap(), &u.to_vec::<f64>().unwrap());
