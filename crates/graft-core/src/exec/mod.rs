@@ -27,7 +27,7 @@ use crate::ir::{verify, Func, Value};
 use crate::kernel::loops::{NativeLoop, NativeWhile};
 use crate::kernel::CompileMode;
 use crate::ops::collective::Started;
-use crate::ops::Op;
+use crate::ops::{Op, Prim};
 use crate::tensor::Tensor;
 use crate::types::TensorType;
 use fuse::{Plan, Scalar, Step};
@@ -488,7 +488,7 @@ impl Executable {
         Ok(())
     }
 
-    fn run_inner<'a>(&self, inputs: Vec<Input<'a>>, pool: &mut Pool) -> Result<(Vec<Tensor>, RunStats), ExecError> {
+    fn run_inner<'a>(&'a self, inputs: Vec<Input<'a>>, pool: &mut Pool) -> Result<(Vec<Tensor>, RunStats), ExecError> {
         let f = &*self.func;
         let mut stats = RunStats::default();
         pool.held = pool.pooled_bytes();
@@ -545,6 +545,17 @@ impl Executable {
             let (outputs, outs) = match *step {
                 Step::Eqn(e) => {
                     let eqn = &f.eqns[e];
+                    if let (Prim::Constant(c), [v]) = (&eqn.prim, &eqn.outputs[..]) {
+                        // A constant is read from the plan where it lies, like
+                        // a borrowed parameter: copying it into a fresh buffer
+                        // every run cost as much as a kernel (GradBench `det`'s
+                        // permutation tables, 420 KB).
+                        env[v.index()] = Slot::Borrowed(&c.value);
+                        stats.kernels += 1;
+                        self.release(i, &mut env, pool);
+                        i += 1;
+                        continue;
+                    }
                     let mut outs: Vec<Tensor> =
                         eqn.outputs.iter().map(|&v| pool.take(f.ty(v), &mut stats)).collect::<Result<_, _>>()?;
                     let ins: Vec<&Tensor> =
@@ -699,7 +710,7 @@ impl Executable {
         let Step::Eqn(e) = *step else { return Ok(None) };
         let eqn = &self.func.eqns[e];
         match &eqn.prim {
-            crate::ops::Prim::Collective(c) if c.is_all_reduce() => c.start(env[eqn.inputs[0].index()].get()?),
+            Prim::Collective(c) if c.is_all_reduce() => c.start(env[eqn.inputs[0].index()].get()?),
             _ => Ok(None),
         }
     }

@@ -277,38 +277,46 @@ fn gather_kernel<T: Element, I: AsPrimitive<i64> + Sync>(
         // scalars by a big index table) skip the per-slab run loop: the
         // generic path costs several times the load itself per element.
         let (off, (size, stride), ni, ob) = (g.runs[0], g.idx[0], g.ni, g.op_batch);
+        // What an out-of-range index reads from its batch's slice `src`.
+        let outside = |src: &[T], raw: i64| match mode {
+            IndexMode::Fill => zero,
+            IndexMode::Clip if size == 0 => zero,
+            IndexMode::Clip if raw < 0 => src[0],
+            IndexMode::Clip => src[(size - 1) * stride],
+        };
         let run = |start: usize, chunk: &mut [T]| {
-            let idx = &indices[start..start + chunk.len()];
-            // The batch of position `start + i`, counted along instead of
-            // divided out per element (a division cost more than the load).
+            // One pass per batch the chunk touches, over that batch's slice
+            // of the operand, so the loop body is an index check and a load
+            // (a per-element batch count cost more than the load itself).
             // `ni >= 1` here: the output is not empty.
             let ni = ni.max(1);
-            let (mut batch, mut rem) = (start / ni, start % ni);
-            for (o, &raw) in chunk.iter_mut().zip(idx) {
-                let base = batch * ob + off;
-                rem += 1;
-                if rem == ni {
-                    rem = 0;
-                    batch += 1;
-                }
-                let raw: i64 = raw.as_();
-                let v = if raw >= 0 && (raw as u64) < size as u64 {
-                    raw as usize
-                } else {
-                    match mode {
-                        IndexMode::Fill => {
-                            *o = zero;
-                            continue;
-                        }
-                        IndexMode::Clip if size == 0 => {
-                            *o = zero;
-                            continue;
-                        }
-                        IndexMode::Clip if raw < 0 => 0,
-                        IndexMode::Clip => size - 1,
+            let mut done = 0;
+            while done < chunk.len() {
+                let p = start + done;
+                let len = (ni - p % ni).min(chunk.len() - done);
+                let src = &operand[(p / ni) * ob + off..];
+                let (o, idx) = (&mut chunk[done..done + len], &indices[p..p + len]);
+                if stride == 1 {
+                    let src = &src[..size];
+                    for (o, &raw) in o.iter_mut().zip(idx) {
+                        let raw: i64 = raw.as_();
+                        // A negative index wraps to a huge one: `get` refuses it.
+                        *o = match src.get(raw as usize) {
+                            Some(&v) => v,
+                            None => outside(src, raw),
+                        };
                     }
-                };
-                *o = operand[base + v * stride];
+                } else {
+                    for (o, &raw) in o.iter_mut().zip(idx) {
+                        let raw: i64 = raw.as_();
+                        *o = if raw >= 0 && (raw as u64) < size as u64 {
+                            src[raw as usize * stride]
+                        } else {
+                            outside(src, raw)
+                        };
+                    }
+                }
+                done += len;
             }
         };
         if worth_parallel(out.len()) {
@@ -378,6 +386,126 @@ impl Accumulate for i64 {
     }
 }
 
+/// Positions an element scatter examines at once (see [`scatter_elements`]).
+const SCATTER_WINDOW: usize = 4096;
+
+/// Adds `updates[p]` to the element of `out` that `indices[p]` names (see
+/// [`ElementTargets`]; dropped where it names none) for every
+/// position `p` in order, so each element's additions keep position order.
+///
+/// Why not one read-modify-write per position: consecutive updates of the
+/// same element then form a chain through memory (store, forwarded load,
+/// add: about three times an addition's latency), and long runs of one
+/// target are common (the transpose of a gather by a permutation table, as
+/// in GradBench `det`, adds 720 consecutive updates to one element). Each
+/// window of positions is resolved to targets and cut into runs of one
+/// target first. A window whose runs average fewer than four adds adds in
+/// memory, where the additions to different elements overlap. Otherwise
+/// each run adds in a register, stored once at its end, and up to four
+/// consecutive runs with distinct targets add in lockstep ([`sum_runs`]),
+/// so their latency chains overlap. Runs with distinct targets touch
+/// disjoint elements, and a run never starts before the earlier runs of
+/// its target ended, so every element still adds in position order: the
+/// bits are those of the plain loop.
+fn scatter_elements<T: Accumulate, I: AsPrimitive<i64>>(
+    out: &mut [T],
+    indices: &[I],
+    updates: &[T],
+    at: ElementTargets,
+) {
+    let mut t: Vec<usize> = Vec::with_capacity(SCATTER_WINDOW.min(indices.len()));
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+    for (idx, upd) in indices.chunks(SCATTER_WINDOW).zip(updates.chunks(SCATTER_WINDOW)) {
+        t.resize(idx.len(), 0);
+        at.resolve(idx, &mut t);
+        let n_runs = 1 + t.windows(2).filter(|w| w[0] != w[1]).count();
+        if n_runs * 4 > t.len() {
+            for (&s, &u) in t.iter().zip(upd) {
+                if s != usize::MAX {
+                    out[s] = out[s].accumulate(u);
+                }
+            }
+            continue;
+        }
+        runs.clear();
+        let mut p = 0;
+        while p < t.len() {
+            let s = t[p];
+            let end = p + t[p..].iter().position(|&x| x != s).unwrap_or(t.len() - p);
+            if s != usize::MAX {
+                runs.push((p, end, s));
+            }
+            p = end;
+        }
+        let mut i = 0;
+        while i < runs.len() {
+            let mut j = i + 1;
+            while j < runs.len() && j - i < 4 && !runs[i..j].iter().any(|r| r.2 == runs[j].2) {
+                j += 1;
+            }
+            match j - i {
+                4 => sum_runs::<T, 4>(out, upd, &runs[i..j]),
+                3 => sum_runs::<T, 3>(out, upd, &runs[i..j]),
+                2 => sum_runs::<T, 2>(out, upd, &runs[i..j]),
+                _ => sum_runs::<T, 1>(out, upd, &runs[i..j]),
+            }
+            i = j;
+        }
+    }
+}
+
+/// Where the updates of an element scatter land in the output range
+/// `lo..lo + len` of one thread: index `v` (resolved by `mode` into an axis
+/// of `size`) adds to element `base + v * stride`.
+#[derive(Clone, Copy)]
+struct ElementTargets {
+    base: usize,
+    size: usize,
+    stride: usize,
+    mode: IndexMode,
+    lo: usize,
+    len: usize,
+}
+
+impl ElementTargets {
+    /// Each index's offset in the output range, `usize::MAX` where its
+    /// update is dropped or lands outside the range. A loop of its own,
+    /// over plain copies of the geometry, so it compiles to a few
+    /// instructions per index.
+    fn resolve<I: AsPrimitive<i64>>(self, idx: &[I], t: &mut [usize]) {
+        let ElementTargets { base, size, stride, mode, lo, len } = self;
+        for (ti, raw) in t.iter_mut().zip(idx) {
+            let raw: i64 = raw.as_();
+            // A negative index wraps to a huge one and takes the slow path.
+            let v = if (raw as u64) < size as u64 { Some(raw as usize) } else { resolve(raw, size, mode) };
+            let s = v.map_or(usize::MAX, |v| (base + v * stride).wrapping_sub(lo));
+            *ti = if s < len { s } else { usize::MAX };
+        }
+    }
+}
+
+/// Adds `G` runs `(start, end, target)` of `upd` to their (distinct)
+/// targets in `out`, each in position order, the runs in lockstep over
+/// their common length (independent chains the core overlaps), then each
+/// run's rest.
+fn sum_runs<T: Accumulate, const G: usize>(out: &mut [T], upd: &[T], runs: &[(usize, usize, usize)]) {
+    let m = runs.iter().map(|r| r.1 - r.0).min().unwrap_or(0);
+    let mut acc: [T; G] = std::array::from_fn(|r| out[runs[r].2]);
+    let heads: [&[T]; G] = std::array::from_fn(|r| &upd[runs[r].0..runs[r].0 + m]);
+    for k in 0..m {
+        for r in 0..G {
+            acc[r] = acc[r].accumulate(heads[r][k]);
+        }
+    }
+    for (r, &(start, end, s)) in runs.iter().enumerate() {
+        let mut a = acc[r];
+        for &u in &upd[start + m..end] {
+            a = a.accumulate(u);
+        }
+        out[s] = a;
+    }
+}
+
 /// Runs at least this long make it worth letting every thread scan all
 /// index positions and keep only the parts landing in its output range.
 const SCATTER_SPLIT_MIN_RUN: usize = 64;
@@ -407,13 +535,9 @@ fn scatter_kernel<T: Accumulate, I: AsPrimitive<i64> + Sync>(
             let (off, (size, stride)) = (g.runs[0], g.idx[0]);
             for b in b0..b1 {
                 let base = b * g.op_batch + off;
-                for p in b * g.ni..(b + 1) * g.ni {
-                    let Some(v) = resolve(indices[p].as_(), size, mode) else { continue };
-                    let s = base + v * stride;
-                    if (lo..hi).contains(&s) {
-                        chunk[s - lo] = chunk[s - lo].accumulate(updates[p]);
-                    }
-                }
+                let ps = b * g.ni..(b + 1) * g.ni;
+                let at = ElementTargets { base, size, stride, mode, lo, len: hi - lo };
+                scatter_elements(chunk, &indices[ps.clone()], &updates[ps], at);
             }
             return;
         }

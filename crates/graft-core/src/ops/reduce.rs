@@ -686,11 +686,31 @@ mod diff {
     }
 
     /// For each element, the product of the other elements of its reduction
-    /// group: the reduced axes are moved last and flattened, then an exclusive
-    /// cumulative product from the left times one from the right.
+    /// group: an exclusive cumulative product from the left times one from
+    /// the right along the group's elements in row-major order.
+    ///
+    /// Reduced axes that are adjacent (one axis, or a block such as the
+    /// trailing ones) are merged in place by a reshape and scanned where they
+    /// are. Other layouts move the reduced axes last and flatten them first
+    /// (two transposes). Both forms multiply the same factors in the same
+    /// order, so they give the same bits; the in-place form skips the
+    /// transposes, and a reduced leading axis (`prod(x, axis=0)`, GradBench
+    /// `det`'s product over each permutation's factors) scans and shifts
+    /// whole contiguous rows instead of many short lines.
     fn prod_of_others(b: &mut Builder, x: Value, axes: &[usize]) -> Result<Value, IrError> {
         let shape = b.ty(x)?.shape.clone();
         let dtype = b.ty(x)?.dtype;
+        if let (Some(&first), Some(&last)) = (axes.first(), axes.last()) {
+            if last + 1 - first == axes.len() {
+                let n: usize = shape[first..=last].iter().product();
+                let mut flat_shape = shape[..first].to_vec();
+                flat_shape.push(n);
+                flat_shape.extend_from_slice(&shape[last + 1..]);
+                let flat = b.reshape(x, &flat_shape)?;
+                let others = exclusive_products(b, flat, first, dtype)?;
+                return b.reshape(others, &shape);
+            }
+        }
         let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
         let mut perm = kept.clone();
         perm.extend_from_slice(axes);
@@ -700,25 +720,7 @@ mod diff {
         let mut flat_shape = outer.clone();
         flat_shape.push(n);
         let flat = b.reshape(moved, &flat_shape)?;
-        let last = flat_shape.len() - 1;
-        let one = b.scalar(1.0, dtype)?;
-        let exclusive = |b: &mut Builder, reverse: bool| -> Result<Value, IrError> {
-            let inc = b.cumprod(flat, last, reverse)?;
-            // Shift by one along the last axis, filling with 1.
-            let mut lo = vec![0i64; flat_shape.len()];
-            let mut hi = vec![0i64; flat_shape.len()];
-            if reverse {
-                lo[last] = -1;
-                hi[last] = 1;
-            } else {
-                lo[last] = 1;
-                hi[last] = -1;
-            }
-            b.pad(inc, one, &lo, &hi, &vec![0; flat_shape.len()])
-        };
-        let left = exclusive(b, false)?;
-        let right = exclusive(b, true)?;
-        let others = b.mul(left, right)?;
+        let others = exclusive_products(b, flat, flat_shape.len() - 1, dtype)?;
         let mut moved_shape = outer;
         moved_shape.extend(axes.iter().map(|&d| shape[d]));
         let unflat = b.reshape(others, &moved_shape)?;
@@ -727,6 +729,27 @@ mod diff {
             inv[p] = i;
         }
         b.transpose(unflat, &inv)
+    }
+
+    /// The product of every other element along `axis`: the exclusive
+    /// cumulative product from the left times the one from the right (each
+    /// an inclusive `cumprod` shifted by one place, 1 entering).
+    fn exclusive_products(b: &mut Builder, flat: Value, axis: usize, dtype: DType) -> Result<Value, IrError> {
+        let rank = b.ty(flat)?.rank();
+        let one = b.scalar(1.0, dtype)?;
+        let exclusive = |b: &mut Builder, reverse: bool| -> Result<Value, IrError> {
+            let inc = b.cumprod(flat, axis, reverse)?;
+            let (mut lo, mut hi) = (vec![0i64; rank], vec![0i64; rank]);
+            if reverse {
+                (lo[axis], hi[axis]) = (-1, 1);
+            } else {
+                (lo[axis], hi[axis]) = (1, -1);
+            }
+            b.pad(inc, one, &lo, &hi, &vec![0; rank])
+        };
+        let left = exclusive(b, false)?;
+        let right = exclusive(b, true)?;
+        b.mul(left, right)
     }
 
     impl Diff for ArgReduce {

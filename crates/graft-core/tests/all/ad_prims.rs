@@ -571,6 +571,47 @@ fn cumprod_and_reduce_prod_exact_at_zeros() {
     assert_eq!(grad_at(&f, x, &[2, 3]), want);
 }
 
+/// reduce_prod's gradient scans adjacent reduced axes where they are (no
+/// transposes; GradBench `det`'s product over a leading axis), and moves
+/// non-adjacent ones last first: both forms multiply the same factors in
+/// the same order, so a product over axes (0, 2) of `x` and over axes
+/// (1, 2) of `x` with its first two axes swapped have the same gradient
+/// bits (swapped back).
+#[test]
+fn reduce_prod_gradient_scans_adjacent_axes_in_place() {
+    for (shape, axes) in [(vec![7, 1, 50], vec![0]), (vec![3, 4, 5], vec![1, 2]), (vec![4, 6], vec![1])] {
+        let f = func(&[f64t(&shape)], |b, p| {
+            let y = b.reduce_prod(p[0], &axes)?;
+            Ok(vec![b.reduce_sum(y, &(0..shape.len() - axes.len()).collect::<Vec<_>>())?])
+        });
+        let g = grad(&f, &Wrt::All).unwrap();
+        assert_eq!(g.count_prim("transpose"), 0, "{shape:?} over {axes:?}:\n{g}");
+        assert_eq!(g.count_prim("cumprod"), 2, "{shape:?} over {axes:?}:\n{g}");
+    }
+    let mut rng = Rng(11);
+    let x = rng.tensor(&f64t(&[3, 4, 5]), -1.5, 1.5);
+    let apart = func(&[f64t(&[3, 4, 5])], |b, p| {
+        let y = b.reduce_prod(p[0], &[0, 2])?;
+        Ok(vec![b.reduce_sum(y, &[0])?])
+    });
+    let g = grad(&apart, &Wrt::All).unwrap();
+    assert_eq!(g.count_prim("transpose"), 2, "{g}");
+    let ga = common::run(&g, &[x.clone()])[0].to_f64_vec();
+    let adjacent = func(&[f64t(&[4, 3, 5])], |b, p| {
+        let y = b.reduce_prod(p[0], &[1, 2])?;
+        Ok(vec![b.reduce_sum(y, &[0])?])
+    });
+    let g = grad(&adjacent, &Wrt::All).unwrap();
+    let xs = x.to_f64_vec();
+    let swapped = Tensor::from_fn(&f64t(&[4, 3, 5]), |i| xs[((i / 5) % 3) * 20 + (i / 15) * 5 + i % 5]);
+    let gb = common::run(&g, &[swapped])[0].to_f64_vec();
+    let back: Vec<f64> = (0..60).map(|i| gb[((i / 5) % 4) * 15 + (i / 20) * 5 + i % 5]).collect();
+    assert_eq!(
+        ga.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        back.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn reduce_rules() {
     for kind in ReduceKind::ALL {

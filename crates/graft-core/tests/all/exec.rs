@@ -215,3 +215,29 @@ fn a_donated_input_returned_as_is_comes_back_without_a_copy() {
     crate::common::native::assert_bitwise_eq(&got, &want);
     assert_eq!(ptr(&got[0]), before);
 }
+
+/// A `constant` equation's value is read from the plan, like a borrowed
+/// parameter: no buffer is allocated for it, and a constant returned as a
+/// result (or returned twice, or read by a kernel that dies after) comes
+/// back as a copy with the same bits on every run.
+#[test]
+fn constants_are_read_in_place_without_a_buffer() {
+    let ty = TensorType::new(DType::F64, vec![4096]);
+    let c = Tensor::from_fn(&ty, |i| i as f64 * 0.25 - 3.0);
+    let mut b = Builder::new("consts");
+    let x = b.param(ty.clone());
+    let k = b.constant(c.clone()).unwrap();
+    let y = b.binary(graft_core::ops::binary::Binary::Mul, x, k).unwrap();
+    let f = b.finish(&[y, k, k]).unwrap();
+    let exe = Executable::with_options(f, ExecOptions { fuse: false, ..ExecOptions::default() }).unwrap();
+    let x = Tensor::from_fn(&ty, |i| (i % 5) as f64);
+    for _ in 0..2 {
+        let (out, stats) = exe.run_with_stats(&[&x]).unwrap();
+        // Only the product needs a buffer (4096 f64).
+        assert_eq!(stats.peak_bytes, 4096 * 8);
+        assert_eq!(out[1].to_vec::<f64>().unwrap(), c.to_vec::<f64>().unwrap());
+        assert_eq!(out[2].to_vec::<f64>().unwrap(), c.to_vec::<f64>().unwrap());
+        let want: Vec<f64> = (0..4096).map(|i| (i % 5) as f64 * (i as f64 * 0.25 - 3.0)).collect();
+        assert_eq!(out[0].to_vec::<f64>().unwrap(), want);
+    }
+}

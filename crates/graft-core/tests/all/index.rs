@@ -485,6 +485,65 @@ fn large_element_scatters_match_the_reference() {
     }
 }
 
+/// Element scatters whose indices come in runs of one target (the
+/// transpose of a gather by a permutation table, GradBench `det`) add each
+/// run in a register: bit-exact with the sequential reference on 1 and 2
+/// threads for runs of every length (1 to several segments of positions),
+/// runs interrupted by out-of-range indices, a batch dim, and every dtype's
+/// accumulation.
+#[test]
+fn element_scatters_in_runs_match_the_reference() {
+    let threads = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+    // Runs of lengths 1, 2, 3, ..., 200 cycling over targets, with a few
+    // out-of-range entries (dropped by Fill, clipped to an edge by Clip).
+    let mut ids = Vec::new();
+    let mut t = 0i64;
+    for len in (1..200).chain([720, 5, 1, 1, 64, 65, 63, 128]) {
+        t = (t * 7 + 3) % 23;
+        for j in 0..len {
+            ids.push(if j % 97 == 50 {
+                -1
+            } else if j % 131 == 70 {
+                23
+            } else {
+                t
+            });
+        }
+    }
+    let m = ids.len() / 2;
+    ids.truncate(2 * m);
+    // Eight batches of the same pattern: enough updates and batches for two
+    // threads to split the output (batch-aligned ranges).
+    let ids8 = ids.repeat(4);
+    for (bd, os, is) in
+        [(0usize, vec![23usize], vec![2 * m, 1]), (1, vec![2, 23], vec![2, m, 1]), (1, vec![8, 23], vec![8, m, 1])]
+    {
+        let ids = if is[0] == 8 { &ids8 } else { &ids };
+        let idx = idx_i64(&is, ids);
+        let dims = [bd];
+        for mode in [IndexMode::Clip, IndexMode::Fill] {
+            let r = Ref { os: &os, is: &is, ids, bd, dims: &dims, mode };
+            let x = Tensor::from_fn(&ty(DType::F64, &os), |i| (i % 5) as f64 * 0.3);
+            let u = Tensor::from_fn(&ty(DType::F64, &is[..is.len() - 1]), |i| ((i * 7919) % 1013) as f64 * 1e-3);
+            let expected = r.scatter(&x.to_vec::<f64>().unwrap(), &u.to_vec::<f64>().unwrap());
+            for n in [1, 2] {
+                let y = threads(n).install(|| scatter(&x, &idx, &u, bd, &dims, mode));
+                assert_eq!(y.to_vec::<f64>().unwrap(), expected, "f64 bd={bd} {n} threads, {mode}");
+            }
+            let x = Tensor::from_fn(&ty(DType::F32, &os), |i| (i % 5) as f64 * 0.3);
+            let u = Tensor::from_fn(&ty(DType::F32, &is[..is.len() - 1]), |i| ((i * 7919) % 1013) as f64 * 1e-3);
+            let expected = r.scatter(&x.to_vec::<f32>().unwrap(), &u.to_vec::<f32>().unwrap());
+            let y = scatter(&x, &idx, &u, bd, &dims, mode);
+            assert_eq!(y.to_vec::<f32>().unwrap(), expected, "f32 bd={bd}, {mode}");
+            let x = Tensor::from_fn(&ty(DType::I32, &os), |i| i as f64);
+            let u = Tensor::from_fn(&ty(DType::I32, &is[..is.len() - 1]), |i| ((i * 31) % 17) as f64 - 8.0);
+            let expected = r.scatter(&x.to_vec::<i32>().unwrap(), &u.to_vec::<i32>().unwrap());
+            let y = scatter(&x, &idx, &u, bd, &dims, mode);
+            assert_eq!(y.to_vec::<i32>().unwrap(), expected, "i32 bd={bd}, {mode}");
+        }
+    }
+}
+
 // ---------- gather / scatter_add property test ----------
 
 #[derive(Debug, Clone)]
