@@ -16,13 +16,19 @@ class Program:
     ``prog.loss(w, x)`` runs ``def loss`` on NumPy arrays (a tuple result is
     a tuple of arrays). Errors are ``GraftError`` with graft's diagnostic."""
 
-    def __init__(self, path: str, source: str):
-        self._p = _g.Program(path, source)
+    def __init__(self, path: str, source: str, shapeless: bool = False):
+        self._p = _g.Program(path, source, shapeless)
         self.path = path
 
     def defs(self) -> List[str]:
         """The names of the program's defs, in source order."""
         return self._p.defs()
+
+    def cache_size(self) -> int:
+        """How many compilations the program holds: one per (def, argument
+        types), or with ``shapeless=True`` one per (def, argument dtypes and
+        ranks)."""
+        return self._p.cache_size()
 
     def run(self, entry: str, *args: Any) -> Any:
         """Runs the def ``entry`` on the arguments."""
@@ -40,8 +46,15 @@ class Program:
         return f"graft.Program({self.path!r}: {', '.join(self.defs())})"
 
 
-def load(path: "str | os.PathLike[str]") -> Program:
-    """Loads, parses and checks the graft program at ``path``."""
+def load(path: "str | os.PathLike[str]", shapeless: bool = False) -> Program:
+    """Loads, parses and checks the graft program at ``path``.
+
+    ``shapeless=True`` compiles each def once per argument dtypes and ranks
+    instead of once per shape (as ``graft.jit(f, shapeless=True)``): calls
+    at new sizes lower and plan the def again (fractions of a millisecond)
+    and run the native code compiled for the first sizes from their first
+    call. Its kernels read their sizes at run time, which can cost speed
+    where they index (see docs/PERFORMANCE.md)."""
     p = os.fspath(path)
     with open(p, encoding="utf-8") as f:
-        return Program(p, f.read())
+        return Program(p, f.read(), shapeless)

@@ -183,6 +183,37 @@ def test_load_graft_program():
         prog.loss(w1, b1, w2, b2, x, y.astype(np.float32))
 
 
+SHAPELESS_PROGRAM = """
+def norm(x: tensor[b, n, f32]) -> tensor[b, n, f32] {
+  let m = mean(x, axis=1, keepdims=true)
+  let c = x - m
+  c / sqrt(mean(c * c, axis=1, keepdims=true) + 1e-5)
+}
+
+def iterate(x: tensor[n, f32]) -> tensor[n, f32] =
+  fori(4, fn (i, y) -> tanh(y) * 0.5 + x, x)
+"""
+
+
+def test_load_shapeless_compiles_once_per_dtypes_and_ranks(tmp_path):
+    p = tmp_path / "generic.graft"
+    p.write_text(SHAPELESS_PROGRAM)
+    generic, plain = graft.load(p, shapeless=True), graft.load(p)
+    for b, n in [(3, 5), (7, 33), (2, 128)]:
+        x = rng.standard_normal((b, n)).astype(np.float32)
+        want = plain.norm(x)
+        np.testing.assert_array_equal(generic.norm(x), want)
+        c = x - x.mean(1, keepdims=True)
+        np.testing.assert_allclose(want, c / np.sqrt((c * c).mean(1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5)
+        v = rng.standard_normal(n).astype(np.float32)
+        np.testing.assert_array_equal(generic.iterate(v), plain.iterate(v))
+    # One compilation per (def, dtypes and ranks); per shape without it.
+    assert generic.cache_size() == 2
+    assert plain.cache_size() == 6
+    generic.iterate(np.ones(4, np.float32))  # a fourth size, the same signature
+    assert generic.cache_size() == 2
+
+
 def test_load_reports_diagnostics(tmp_path):
     p = tmp_path / "bad.graft"
     p.write_text("def f(x: tensor[n, f32]) -> tensor[n, f32] = x + undefined_name\n")
