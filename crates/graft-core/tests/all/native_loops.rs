@@ -134,8 +134,7 @@ fn a_size_generic_loop_compiles_once_for_every_size() {
     // bits (while loops: `while_loops_run_compiled_and_bitwise` through
     // `compare`).
     let first = ode(41, 4);
-    let refs_of = |v: &[Tensor]| v.iter().cloned().collect::<Vec<_>>();
-    let ins = refs_of(&inputs(&first, 1));
+    let ins = inputs(&first, 1);
     let r: Vec<&Tensor> = ins.iter().collect();
     Executable::with_options(first, shapeless(CompileMode::Sync)).unwrap().run(&r).unwrap();
     for n in [29, 63] {
