@@ -272,6 +272,12 @@ def _names(axis_name: Any, what: str, many: bool) -> Tuple[str, ...]:
     return names
 
 
+def _single_axis(axis_name: Any, what: str) -> Tuple[str, int]:
+    """The one axis name a collective takes, with its number of ranks."""
+    (name,) = _names(axis_name, what, False)
+    return name, _axis_size(name, what)
+
+
 def _no_groups(groups: Any, what: str) -> None:
     if groups is not None:
         raise NotImplementedError(f"{what}: graft has no axis_index_groups")
@@ -341,8 +347,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     ``axis``)."""
     what = "graft.lax.all_gather"
     _no_groups(axis_index_groups, "all_gather")
-    (name,) = _names(axis_name, what, False)
-    n = _axis_size(name, what)
+    name, n = _single_axis(axis_name, what)
     leaves, tree = tree_flatten(x)
     out = []
     for leaf in leaves:
@@ -367,8 +372,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     and rank ``r`` keeps the ``r``-th block of ``k``."""
     what = "graft.lax.psum_scatter"
     _no_groups(axis_index_groups, "psum_scatter")
-    (name,) = _names(axis_name, what, False)
-    n = _axis_size(name, what)
+    name, n = _single_axis(axis_name, what)
     leaves, tree = tree_flatten(x)
     out = []
     for leaf in leaves:
@@ -389,8 +393,7 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[Tuple[int, int]]) -> Any:
     """Rank ``dst`` receives rank ``src``'s ``x`` for each ``(src, dst)`` in
     ``perm`` (each rank at most once per side); the other ranks get zeros."""
     what = "graft.lax.ppermute"
-    (name,) = _names(axis_name, what, False)
-    n = _axis_size(name, what)
+    name, n = _single_axis(axis_name, what)
     try:
         pairs = [(int(s), int(d)) for s, d in perm]
     except (TypeError, ValueError):
@@ -405,8 +408,7 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[Tuple[int, int]]) -> Any:
 def axis_index(axis_name: Any) -> Any:
     """This rank's index on ``axis_name`` (an int32 scalar)."""
     what = "graft.lax.axis_index"
-    (name,) = _names(axis_name, what, False)
-    n = _axis_size(name, what)
+    name, n = _single_axis(axis_name, what)
     return Tracer(_g.axis_index(current_ctx(what), name, n))
 
 
