@@ -291,20 +291,25 @@ def _leaf_tracer(x: Any, what: str) -> Tracer:
     return lift(to_array(x, what), Tracer(current_ctx(what)), what)
 
 
+def _map_leaves(x: Any, what: str, f: Callable[[Tracer], Tracer]) -> Any:
+    """``f`` applied to every leaf of the pytree ``x`` (each as a tracer)."""
+    leaves, tree = tree_flatten(x)
+    return tree_unflatten(tree, [f(_leaf_tracer(leaf, what)) for leaf in leaves])
+
+
 def _reduction(op: str, x: Any, axis_name: Any) -> Any:
     """``psum``/``pmean``/``pmax``/``pmin`` leaf by leaf; over a tuple of
     names, one after the other (the result is the same in any order)."""
     what = f"graft.lax.{op}"
     names = _names(axis_name, what, True)
     sizes = [_axis_size(n, what) for n in names]
-    leaves, tree = tree_flatten(x)
-    out = []
-    for leaf in leaves:
-        t = _leaf_tracer(leaf, what)
+
+    def one(t: Tracer) -> Tracer:
         for n, size in zip(names, sizes):
             t = Tracer(_g.collective(op, t._h, n, size))
-        out.append(t)
-    return tree_unflatten(tree, out)
+        return t
+
+    return _map_leaves(x, what, one)
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -348,20 +353,17 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     what = "graft.lax.all_gather"
     _no_groups(axis_index_groups, "all_gather")
     name, n = _single_axis(axis_name, what)
-    leaves, tree = tree_flatten(x)
-    out = []
-    for leaf in leaves:
-        t = _leaf_tracer(leaf, what)
+
+    def one(t: Tracer) -> Tracer:
         shape = t.shape
         if tiled:
             d = _axis(axis, len(shape), what)
             g = Tracer(_g.collective("all_gather", t._h, name, n, d))
-            t = g.reshape(shape[:d] + (n * shape[d],) + shape[d + 1 :])
-        else:
-            d = _axis(axis, len(shape) + 1, what)
-            t = Tracer(_g.collective("all_gather", t._h, name, n, d))
-        out.append(t)
-    return tree_unflatten(tree, out)
+            return g.reshape(shape[:d] + (n * shape[d],) + shape[d + 1 :])
+        d = _axis(axis, len(shape) + 1, what)
+        return Tracer(_g.collective("all_gather", t._h, name, n, d))
+
+    return _map_leaves(x, what, one)
 
 
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_index_groups: Any = None,
@@ -373,10 +375,8 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
     what = "graft.lax.psum_scatter"
     _no_groups(axis_index_groups, "psum_scatter")
     name, n = _single_axis(axis_name, what)
-    leaves, tree = tree_flatten(x)
-    out = []
-    for leaf in leaves:
-        t = _leaf_tracer(leaf, what)
+
+    def one(t: Tracer) -> Tracer:
         shape = t.shape
         d = _axis(scatter_dimension, len(shape), what)
         if tiled:
@@ -385,8 +385,9 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0, axis_ind
             t = t.reshape(shape[:d] + (n, shape[d] // n) + shape[d + 1 :])
         elif shape[d] != n:
             raise ValueError(f"{what}: axis {d} of {shape} must have one entry per rank ({n})")
-        out.append(Tracer(_g.collective("psum_scatter", t._h, name, n, d)))
-    return tree_unflatten(tree, out)
+        return Tracer(_g.collective("psum_scatter", t._h, name, n, d))
+
+    return _map_leaves(x, what, one)
 
 
 def ppermute(x: Any, axis_name: Any, perm: Sequence[Tuple[int, int]]) -> Any:
@@ -400,9 +401,7 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence[Tuple[int, int]]) -> Any:
         raise TypeError(f"{what}: perm is a sequence of (source, destination) pairs, got {perm!r}") from None
     if any(s < 0 or d < 0 for s, d in pairs):
         raise ValueError(f"{what}: ranks in perm are non-negative, got {pairs}")
-    leaves, tree = tree_flatten(x)
-    out = [Tracer(_g.collective("ppermute", _leaf_tracer(l, what)._h, name, n, 0, pairs)) for l in leaves]
-    return tree_unflatten(tree, out)
+    return _map_leaves(x, what, lambda t: Tracer(_g.collective("ppermute", t._h, name, n, 0, pairs)))
 
 
 def axis_index(axis_name: Any) -> Any:
