@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::native::{bits, data, opts, skip};
+use common::native::{assert_same_bits, bits, data, opts, skip};
 use graft_core::ad::{grad, Wrt};
 use graft_core::composite::reduce;
 use graft_core::kernel::loops::{native_loop_runs, Loc};
@@ -37,18 +37,7 @@ fn compare(f: &Func, inputs: &[Tensor]) -> usize {
         let got = exe.run(&refs).unwrap();
         runs.push(native_loop_runs() - before);
         let how = if shapeless { "size-generic compiled" } else { "compiled" };
-        assert_eq!(got.len(), want.len());
-        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(a.ty(), b.ty(), "output {k}");
-            let (x, y) = (bits(a), bits(b));
-            if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
-                panic!(
-                    "output {k} differs at {i}: {how} {:?} vs interpreted {:?}",
-                    a.storage().get_f64(i),
-                    b.storage().get_f64(i)
-                );
-            }
-        }
+        assert_same_bits(&got, &want, how);
     }
     assert_eq!(runs[0], runs[1], "size-generic loops run compiled exactly where constant-size ones do");
     runs[0]

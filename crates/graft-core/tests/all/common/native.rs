@@ -57,6 +57,24 @@ pub fn data(ty: &TensorType, seed: u64) -> Tensor {
     })
 }
 
+/// Checks that `got` (from a run described by `how`) has the types and
+/// bits of the interpreter's `want`, naming the first output and element
+/// that differs.
+pub fn assert_same_bits(got: &[Tensor], want: &[Tensor], how: &str) {
+    assert_eq!(got.len(), want.len(), "{how}: number of outputs");
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert_eq!(a.ty(), b.ty(), "{how}: output {k}");
+        let (x, y) = (bits(a), bits(b));
+        if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
+            panic!(
+                "output {k} differs at {i}: {how} {:?} vs interpreter {:?}",
+                a.storage().get_f64(i),
+                b.storage().get_f64(i)
+            );
+        }
+    }
+}
+
 /// Runs `f` on the interpreter and natively (compiled before the first
 /// call), with constant sizes and size-generic (`ExecOptions::shapeless`),
 /// and checks every output bit for bit; returns the native executable
@@ -72,17 +90,7 @@ pub fn check_native(f: &Func, inputs: &[Tensor]) -> Executable {
         assert!(total > 0, "no fused group was handed to the compiler");
         assert_eq!(ready, total, "some kernels did not compile (see the warning above)");
         let got = exe.run(&refs).unwrap();
-        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(a.ty(), b.ty());
-            let (x, y) = (bits(a), bits(b));
-            if let Some(i) = x.iter().zip(&y).position(|(p, q)| p != q) {
-                panic!(
-                    "output {k} differs at {i}: {how} {:?} vs interpreter {:?}",
-                    a.storage().get_f64(i),
-                    b.storage().get_f64(i)
-                );
-            }
-        }
+        assert_same_bits(&got, &want, how);
         first.get_or_insert(exe);
     }
     first.expect("the loop ran at least once")
