@@ -107,7 +107,7 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode, shapeless
         let (source, tables) = render_c::render_unit_sized(&kernels, lanes);
         (source, tables.into_iter().map(Arc::from).collect())
     } else {
-        (render_c::render_unit(&kernels, lanes), Vec::new())
+        (render_c::render_unit_streaming(&kernels, lanes, native::stream_min_bytes()), Vec::new())
     };
     native::Job { source, kernels: slots, tables }.start(mode);
 }

@@ -131,6 +131,41 @@ pub fn host_lanes() -> usize {
     4
 }
 
+/// The argument bytes from which a top-level kernel writes its large
+/// outputs with streaming stores (`render_c`, Note [Streaming stores]):
+/// the size of the host's last-level cache (Linux's
+/// `/sys/devices/system/cpu/cpu0/cache/index3/size`, else 32 MiB) on
+/// x86-64, where the stores exist. `GRAFT_STREAM_STORES=0` turns them off
+/// (to measure; results do not depend on it). Read once per process.
+pub fn stream_min_bytes() -> Option<usize> {
+    static MIN: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        if !cfg!(target_arch = "x86_64") || std::env::var("GRAFT_STREAM_STORES").is_ok_and(|v| v.trim() == "0") {
+            return None;
+        }
+        let llc = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index3/size").ok();
+        Some(llc.as_deref().and_then(parse_cache_size).unwrap_or(32 << 20))
+    })
+}
+
+/// A cache size as Linux's sysfs writes it (`32768K`, `1M`, `512`).
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => (&s[..i], &s[i..]),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    let scale = match unit.trim() {
+        "" => 1,
+        "K" | "k" => 1 << 10,
+        "M" | "m" => 1 << 20,
+        "G" | "g" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale).filter(|&b| b > 0)
+}
+
 /// `GRAFT_LANES`, when it is 4, 8 or 16.
 pub fn lanes_override() -> Option<usize> {
     let l = std::env::var("GRAFT_LANES").ok()?.trim().parse::<usize>().ok()?;
@@ -642,4 +677,89 @@ pub(crate) fn run_program(
     // write); `table` and `cx` outlive the call.
     unsafe { f.call(0, steps, &ptrs) };
     cx.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::ir::{Access, Arg, Index, Inst, Kernel, Lit};
+    use crate::kernel::render_c;
+    use crate::ops::binary::Binary;
+    use crate::ops::unary::Unary;
+    use crate::DType;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        for bad in ["", "K", "12Q", "0K", "99999999999999999999K"] {
+            assert_eq!(parse_cache_size(bad), None, "{bad:?}");
+        }
+    }
+
+    /// `out = tanh(a * 3 + b) * a` over `n` f32 points.
+    fn stream_kernel(n: usize) -> Kernel {
+        let rd = Arg { dtype: DType::F32, len: n, access: Access::Read };
+        let wr = Arg { dtype: DType::F32, len: n, access: Access::Write };
+        let body = vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Load { arg: 1, index: Index::Point },
+            Inst::Lit(Lit { dtype: DType::F32, bits: 3.0f32.to_bits() as u64 }),
+            Inst::Binary(Binary::Mul, 0, 2),
+            Inst::Binary(Binary::Add, 3, 1),
+            Inst::Unary(Unary::Tanh, 4),
+            Inst::Binary(Binary::Mul, 5, 0),
+            Inst::Store { arg: 2, value: 6, index: Index::Point },
+        ];
+        Kernel { name: "sk".into(), args: vec![rd.clone(), rd, wr], extent: n, body }
+    }
+
+    /// Streaming stores write the bits ordinary stores write, at aligned
+    /// and misaligned addresses, over whole ranges and pieces of them.
+    #[test]
+    fn streaming_stores_keep_the_bits() {
+        if std::env::var_os("GRAFT_SKIP_CC_TESTS").is_some_and(|v| v == "1") {
+            eprintln!("skipped: GRAFT_SKIP_CC_TESTS=1 (native-kernel test needs a C compiler)");
+            return;
+        }
+        // 1.2 MB per argument: past the least streamed output size.
+        let n = 300_007;
+        let k = stream_kernel(n);
+        let lanes = host_lanes();
+        let plain = render_c::render_unit(std::slice::from_ref(&k), lanes);
+        let streaming = render_c::render_unit_streaming(std::slice::from_ref(&k), lanes, Some(1));
+        assert!(!plain.contains("gk_stnt_f32"));
+        if cfg!(target_arch = "x86_64") {
+            assert!(streaming.contains("gk_stnt_f32(a2 + i") && streaming.contains("gk_sfence();"), "{streaming}");
+        }
+        // Below the threshold nothing streams: the text is the plain one.
+        assert_eq!(render_c::render_unit_streaming(std::slice::from_ref(&k), lanes, Some(usize::MAX)), plain);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let tc = Toolchain { cc: compiler(), cache: dir.path().to_path_buf() };
+        let f_plain = tc.compile(&plain, &["sk".into()]).expect("the plain unit compiles").remove(0);
+        let f_stream = tc.compile(&streaming, &["sk".into()]).expect("the streaming unit compiles").remove(0);
+        let a: Vec<f32> = (0..n).map(|i| ((i * 7919) % 2003) as f32 / 500.0 - 2.0).collect();
+        let b: Vec<f32> = (0..n).map(|i| ((i * 104_729) % 1009) as f32 / 300.0 - 1.5).collect();
+        let run = |f: &NativeFn, shift: usize, pieces: &[(usize, usize)]| -> Vec<u32> {
+            let mut out = vec![0f32; n];
+            let m = n - shift;
+            // A shift of one element puts every vector off its 16-byte line.
+            let ptrs =
+                [a[shift..].as_ptr() as *mut u8, b[shift..].as_ptr() as *mut u8, out[shift..].as_mut_ptr() as *mut u8];
+            for &(s, e) in pieces {
+                assert!(s <= e && e <= m);
+                // SAFETY: the kernel reads `a`, `b` and writes `out` at
+                // points `s..e` of the shifted slices, all `m` long.
+                unsafe { f.call(s, e, &ptrs) };
+            }
+            out[shift..].iter().map(|x| x.to_bits()).collect()
+        };
+        for shift in [0, 1] {
+            let m = n - shift;
+            let want = run(&f_plain, shift, &[(0, m)]);
+            assert_eq!(run(&f_stream, shift, &[(0, m)]), want, "shift {shift}");
+            assert_eq!(run(&f_stream, shift, &[(0, 3), (3, 1001), (1001, m)]), want, "pieces, shift {shift}");
+        }
+    }
 }

@@ -102,6 +102,33 @@ GK_TREES(float, uint32_t, f32)
 GK_TREES(double, uint64_t, f64)
 "#;
 
+/// Streaming (non-temporal) stores, in units with a kernel that streams
+/// (see [`render_unit_streaming`]): whole vectors at 16-byte aligned
+/// addresses go around the caches in 16-byte pieces (`movntdq`), anything
+/// else is an ordinary store; `gk_sfence` orders them before the kernel
+/// returns, so another thread reading the output sees it. The bits stored
+/// are the same either way.
+const STREAM: &str = r#"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+static inline int gk_nt_ok(const void *p, size_t bytes) { return bytes % 16 == 0 && ((uintptr_t)p & 15) == 0; }
+static inline void gk_nt16(void *p, const void *v, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 16) { __m128i x; __builtin_memcpy(&x, (const char *)v + o, 16); _mm_stream_si128((__m128i *)((char *)p + o), x); } }
+static inline void gk_sfence(void) { _mm_sfence(); }
+#else
+static inline int gk_nt_ok(const void *p, size_t bytes) { (void)p; (void)bytes; return 0; }
+static inline void gk_nt16(void *p, const void *v, size_t bytes) { __builtin_memcpy(p, v, bytes); }
+static inline void gk_sfence(void) {}
+#endif
+#define GK_STNT(T, VT, NAME) \
+static inline void gk_stnt_##NAME(T *p, VT v, int64_t m) { \
+  if (m == GL && gk_nt_ok(p, sizeof v)) gk_nt16(p, &v, sizeof v); else gk_st_##NAME(p, v, m); }
+GK_STNT(float, vf32, f32)
+GK_STNT(double, vf64, f64)
+GK_STNT(int32_t, vi32, i32)
+GK_STNT(int64_t, vi64, i64)
+"#;
+
 /// The C name of a dtype's vector type and element type in memory.
 fn ctype(d: DType) -> (&'static str, &'static str) {
     match d {
@@ -201,6 +228,63 @@ pub fn render_unit(kernels: &[Kernel], lanes: usize) -> String {
     for k in kernels {
         render_kernel(&mut s, k);
     }
+    s
+}
+
+// Note [Streaming stores]
+// A kernel whose arguments together are at least `min_bytes` (the host's
+// last-level cache, `native::stream_min_bytes`) writes its large outputs
+// (1 MiB and up) with non-temporal stores. An ordinary store first reads
+// the line it writes (a read for ownership) and leaves it in the cache,
+// evicting the inputs still to be read; a streaming store writes the line
+// to memory directly. Measured on the development machine (docs/
+// PERFORMANCE.md, session 16): a 16 MiB to 16 MiB pass takes half the
+// time, and with a working set past the cache even a consumer that reads
+// the output right after gains; below the cache size the consumer loses
+// (the output is no longer in the cache), hence the threshold. Only the
+// executor's top-level kernels stream: a compiled loop's kernels hand
+// their outputs to the next kernel of the step, which wants them cached.
+// The bits are the same either way, so streaming is a rendering choice
+// like the lane count.
+thread_local! {
+    /// Kernels of the unit being rendered stream when their arguments
+    /// total at least this many bytes (`None`: no kernel streams).
+    static STREAM_MIN: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Least size of an output written with streaming stores.
+const STREAM_OUTPUT_MIN: usize = 1 << 20;
+
+/// Whether kernel `k` streams its large outputs (Note [Streaming stores]).
+fn streams(k: &Kernel) -> bool {
+    let Some(min) = STREAM_MIN.with(|m| m.get()) else { return false };
+    let bytes = |a: &super::ir::Arg| a.len.saturating_mul(a.dtype.size_bytes());
+    k.args.iter().map(bytes).fold(0usize, usize::saturating_add) >= min
+        && k.args.iter().any(|a| a.access == Access::Write && a.dtype != DType::Bool && bytes(a) >= STREAM_OUTPUT_MIN)
+}
+
+/// The store function for argument `arg` of kernel `k`: streaming for a
+/// large output of a streaming kernel, else the ordinary store.
+fn store_fn(k: &Kernel, arg: u32) -> String {
+    let a = &k.args[arg as usize];
+    let stream =
+        a.dtype != DType::Bool && a.len.saturating_mul(a.dtype.size_bytes()) >= STREAM_OUTPUT_MIN && streams(k);
+    format!("{}_{}", if stream { "gk_stnt" } else { "gk_st" }, a.dtype.name())
+}
+
+/// [`render_unit`] for the executor's top-level kernels: those whose
+/// arguments total at least `min_bytes` write their large outputs with
+/// streaming stores (Note [Streaming stores]); `None` is [`render_unit`].
+pub fn render_unit_streaming(kernels: &[Kernel], lanes: usize, min_bytes: Option<usize>) -> String {
+    STREAM_MIN.with(|m| m.set(min_bytes));
+    let mut s = unit_head(lanes);
+    if kernels.iter().any(streams) {
+        s.push_str(STREAM);
+    }
+    for k in kernels {
+        render_kernel(&mut s, k);
+    }
+    STREAM_MIN.with(|m| m.set(None));
     s
 }
 
@@ -555,8 +639,7 @@ fn render_kernel(s: &mut String, k: &Kernel) {
                 let _ = writeln!(body, "    {}", strided_store(*arg, *value, d, dims, strides, *offset));
             }
             Inst::Store { arg, value, .. } => {
-                let d = k.args[*arg as usize].dtype;
-                let _ = writeln!(body, "    gk_st_{}(a{arg} + i, r{value}, m);", d.name());
+                let _ = writeln!(body, "    {}(a{arg} + i, r{value}, m);", store_fn(k, *arg));
             }
             _ => {
                 let (vt, _) = ctype(types.get(r).copied().flatten().unwrap_or(DType::F32));
@@ -572,7 +655,11 @@ fn render_kernel(s: &mut String, k: &Kernel) {
     let _ = writeln!(s, "  if (i < end) {{");
     let _ = writeln!(s, "    const int64_t m = end - i;\n    (void)m;");
     s.push_str(&body);
-    let _ = writeln!(s, "  }}\n}}");
+    let _ = writeln!(s, "  }}");
+    if streams(k) {
+        let _ = writeln!(s, "  gk_sfence();");
+    }
+    let _ = writeln!(s, "}}");
 }
 
 /// How a body's instructions are spelled: which names hold the arguments,
@@ -691,7 +778,11 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
             }
         }
     }
-    let _ = writeln!(s, "  }}\n}}");
+    let _ = writeln!(s, "  }}");
+    if streams(k) {
+        let _ = writeln!(s, "  gk_sfence();");
+    }
+    let _ = writeln!(s, "}}");
 }
 
 /// The inner body's instructions as C statements (registers `q<r>`), at
@@ -701,8 +792,7 @@ fn inner_statements(s: &mut String, k: &Kernel, inner: &Inner, it: &[Option<DTyp
     for (q, inst) in inner.body.iter().enumerate() {
         match inst {
             Inst::Store { arg, value, .. } => {
-                let d = k.args[*arg as usize].dtype;
-                let _ = writeln!(s, "{indent}gk_st_{}(c->a{arg} + i, q{value}, m);", d.name());
+                let _ = writeln!(s, "{indent}{}(c->a{arg} + i, q{value}, m);", store_fn(k, *arg));
             }
             Inst::Save { slot, value } => {
                 let _ = writeln!(s, "{indent}gk_st_{}(c->s{slot} + (i - c->base), q{value}, m);", ty(*value).name());
@@ -793,12 +883,78 @@ fn render_reduction(s: &mut String, k: &Kernel, r: usize, red: &Reduction, it: &
     let _ = writeln!(s, "  for (int64_t j = full; j < n; j += GL) {{ int64_t mm = n - j < GL ? n - j : GL; {vt} x = {name}_e{r}(c, i0 + j, mm);");
     let _ = writeln!(s, "    for (int64_t q = 0; q < mm; q++) a = gr_{op}_{dn}(a, x[q]); }}");
     let _ = writeln!(s, "  return a;\n}}");
-    // Tree: ops::reduce::tree_run.
+    for ways in LOCKSTEP {
+        render_lockstep_leaves(s, k, r, red, d, ways);
+    }
+    // Tree: ops::reduce::tree_run. Where the tree below `n` ends in two or
+    // four leaves of one size, they run in lockstep (same bits: see
+    // `render_lockstep_leaves`).
     let _ = writeln!(s, "\nstatic {t} {name}_t{r}(const struct {name}_c *c, int64_t i0, int64_t n) {{");
     let _ = writeln!(s, "  if (n <= 256) return {name}_l{r}(c, i0, n);");
+    let _ = writeln!(s, "  if (n <= 512 && n % 2 == 0) {{");
+    let _ = writeln!(s, "    {t} v[2];\n    {name}_k2_{r}(c, i0, n / 2, v);");
+    let _ = writeln!(s, "    return gr_{op}_{dn}(v[0], v[1]);\n  }}");
+    let _ = writeln!(s, "  if (n <= 1024 && n % 4 == 0) {{");
+    let _ = writeln!(s, "    {t} v[4];\n    {name}_k4_{r}(c, i0, n / 4, v);");
+    let _ = writeln!(s, "    return gr_{op}_{dn}(gr_{op}_{dn}(v[0], v[1]), gr_{op}_{dn}(v[2], v[3]));\n  }}");
     let _ = writeln!(s, "  const int64_t h = n / 2;");
     let _ = writeln!(s, "  {t} a = {name}_t{r}(c, i0, h);\n  {t} b = {name}_t{r}(c, i0 + h, n - h);");
     let _ = writeln!(s, "  return gr_{op}_{dn}(a, b);\n}}");
+}
+
+/// How many equal leaves of a reduction tree may fold in lockstep.
+const LOCKSTEP: [usize; 2] = [2, 4];
+
+/// `{name}_k{ways}_{r}`: `ways` leaves of `n` points each, the `k`-th
+/// starting at `i0 + k * n`, folded in lockstep. Each leaf performs
+/// exactly the operations of `{name}_l{r}` in the same order (its own
+/// accumulators, its own lane combine and tail); only the instructions of
+/// independent leaves are interleaved, so the dependency chains of
+/// `ways` leaves overlap instead of running one after the other (a leaf
+/// alone is bound by the add latency: `16 / GL` accumulators). A leaf
+/// that saw a NaN under max/min is redone alone by `{name}_l{r}`, which
+/// takes its NaN-propagating path.
+fn render_lockstep_leaves(s: &mut String, k: &Kernel, r: usize, red: &Reduction, d: DType, ways: usize) {
+    let name = &k.name;
+    let (vt, t) = ctype(d);
+    let dn = d.name();
+    let op = reduce_name(red.kind);
+    let nan = matches!(red.kind, ReduceKind::Max | ReduceKind::Min);
+    let _ =
+        writeln!(s, "\nstatic void {name}_k{ways}_{r}(const struct {name}_c *c, int64_t i0, int64_t n, {t} *out) {{");
+    let _ = writeln!(s, "  enum {{ NV = 16 / GL, W = {ways} }};");
+    let _ = writeln!(s, "  if (n < 16) {{");
+    let _ = writeln!(s, "    for (int w = 0; w < W; w++) out[w] = {name}_l{r}(c, i0 + w * n, n);");
+    let _ = writeln!(s, "    return;\n  }}");
+    let _ = writeln!(s, "  {vt} acc[W][NV];");
+    if nan {
+        let _ = writeln!(s, "  __typeof__(acc[0][0] != acc[0][0]) nan[W][NV];");
+    }
+    let _ = writeln!(s, "#pragma GCC unroll 4\n  for (int w = 0; w < W; w++)");
+    let _ = writeln!(
+        s,
+        "#pragma GCC unroll 4\n    for (int v = 0; v < NV; v++) {{ acc[w][v] = {name}_e{r}(c, i0 + w * n + v * GL, GL);{} }}",
+        if nan { " nan[w][v] = acc[w][v] != acc[w][v];" } else { "" }
+    );
+    let _ = writeln!(s, "  const int64_t full = n / 16 * 16;");
+    let _ = writeln!(s, "  for (int64_t j = 16; j < full; j += 16)");
+    let _ = writeln!(s, "#pragma GCC unroll 4\n    for (int w = 0; w < W; w++)");
+    let _ = writeln!(
+        s,
+        "#pragma GCC unroll 4\n      for (int v = 0; v < NV; v++) {{ {vt} x = {name}_e{r}(c, i0 + w * n + j + v * GL, GL); acc[w][v] = grv_{op}_{dn}(acc[w][v], x);{} }}",
+        if nan { " nan[w][v] |= x != x;" } else { "" }
+    );
+    let _ = writeln!(s, "  for (int w = 0; w < W; w++) {{");
+    let _ = writeln!(s, "    const int64_t b = i0 + w * n;");
+    if nan {
+        let _ = writeln!(s, "    int any = 0;");
+        let _ = writeln!(s, "    for (int v = 0; v < NV; v++) for (int l = 0; l < GL; l++) any |= nan[w][v][l] != 0;");
+        let _ = writeln!(s, "    if (any) {{ out[w] = {name}_l{r}(c, b, n); continue; }}");
+    }
+    let _ = writeln!(s, "    {t} a = gt_{op}_{dn}(acc[w]);");
+    let _ = writeln!(s, "    for (int64_t j = full; j < n; j += GL) {{ int64_t mm = n - j < GL ? n - j : GL; {vt} x = {name}_e{r}(c, b + j, mm);");
+    let _ = writeln!(s, "      for (int64_t q = 0; q < mm; q++) a = gr_{op}_{dn}(a, x[q]); }}");
+    let _ = writeln!(s, "    out[w] = a;\n  }}\n}}");
 }
 
 /// The C expression of a value instruction of an elementwise kernel.
