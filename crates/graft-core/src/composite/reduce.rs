@@ -204,8 +204,14 @@ fn check_axis(b: &Builder, op: &str, x: Value, axis: usize) -> Result<Vec<usize>
 }
 
 /// `exp(x) / sum(exp(x))` along `axis`, computed as `e = exp(x - m)`,
-/// `e / sum(e)` with `m` the (stopped) maximum. Entries of `-inf` get
-/// probability 0; a row of only `-inf` is NaN (0/0), as in JAX.
+/// `e * (1 / sum(e))` with `m` the (stopped) maximum. Entries of `-inf`
+/// get probability 0; a row of only `-inf` is NaN (`0 * inf`), as in JAX.
+///
+/// One reciprocal per row and a product per element, not a division per
+/// element: XLA rewrites JAX's `e / sum(e)` the same way (its results are
+/// the product's bits), and a vector division costs several times a
+/// product (about 40% of a compiled softmax's time on this project's
+/// development machine). The product is within 1.5 ulp of the quotient.
 pub fn softmax(b: &mut Builder, x: Value, axis: usize) -> Result<Value, IrError> {
     let axes = check_axis(b, "softmax", x, axis)?;
     let shape = b.ty(x)?.shape.clone();
@@ -213,8 +219,9 @@ pub fn softmax(b: &mut Builder, x: Value, axis: usize) -> Result<Value, IrError>
     let d = b.sub(x, mb)?;
     let e = b.exp(d)?;
     let s = b.reduce_sum(e, &axes)?;
-    let s = expand_back(b, s, &shape, &axes)?;
-    b.div(e, s)
+    let r = super::math::reciprocal(b, s)?;
+    let r = expand_back(b, r, &shape, &axes)?;
+    b.mul(e, r)
 }
 
 /// `x - logsumexp(x)` along `axis`, computed as `(x - m) - log(sum(exp(x - m)))`
