@@ -194,10 +194,12 @@ kernel rk0(in a0: f32[40], out a1: f32[40]) over i < 2 {
     $3 = exp $2
     save s0[k] = $3
   } of $3
+  %7 = 1.0f32
+  %8 = div %7, %6
   map over j = i * 20 + k, k < 20 {
     $0 = restore s0[k]
-    $1 = outer %6
-    $2 = div $0, $1
+    $1 = outer %8
+    $2 = mul $0, $1
     store a1[j] = $2
   }
 }";
