@@ -128,12 +128,12 @@ pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f
     broadcast::binary(b, Binary::Max, y, lo_v)
 }
 
-/// Standard normal samples as `jax.random.normal` draws them:
-/// `sqrt(2) erfinv(u)` for `u` uniform in `(-1, 1)` (`uniform` from the
-/// float after -1 up to 1, so `u` is never -1 and every sample finite), with
-/// [`erf_inv`](super::math::erf_inv). The uniforms are JAX's bits; f32
-/// samples agree with JAX's up to the rounding of `log1p`, f64 samples to
-/// about 1e-15 relative (1e-7 for the 1e-5 of draws in the far tails).
+/// Standard normal samples as `jax.random.normal` draws them, bit for bit
+/// (f32 and f64, against JAX on CPU): `sqrt(2) erfinv(u)` for `u` uniform
+/// in `(-1, 1)` (`uniform` from the float after -1 up to 1, so `u` is never
+/// -1 and every sample finite), with [`erf_inv`](super::math::erf_inv),
+/// which reproduces XLA's rounding. The uniforms are JAX's bits (`2 f + lo`
+/// is exact, so XLA's fused multiply-add there rounds as our add).
 pub fn normal(b: &mut Builder, key: Value, shape: &[usize], dtype: DType) -> Result<Value, IrError> {
     check_key(b, "random.normal", key)?;
     check_float("random.normal", dtype)?;
