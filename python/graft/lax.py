@@ -280,8 +280,10 @@ def _single_axis(axis_name: Any, what: str) -> Tuple[str, int]:
 
 
 def _no_groups(groups: Any, what: str) -> None:
+    # Collectives run under a named vmap, where JAX (0.10.2) refuses
+    # axis_index_groups too (NotImplementedError); it has them only in pmap.
     if groups is not None:
-        raise NotImplementedError(f"{what}: graft has no axis_index_groups")
+        raise NotImplementedError(f"{what}: axis_index_groups is not supported under vmap (as in JAX)")
 
 
 def _leaf_tracer(x: Any, what: str) -> Tracer:

@@ -150,6 +150,39 @@ def test_at_update_gradients_match_jax():
         close(graft.grad(f, argnums=i)(a, v), jax.grad(f, argnums=i)(jnp.asarray(a), jnp.asarray(v)))
 
 
+# Static indices out of range: JAX drops them in updates and clamps them in
+# get (a negative index counts from the end once).
+STATIC_OOR_CASES = [
+    lambda a: a.at[7].set(9.0),
+    lambda a: a.at[-7].add(9.0),
+    lambda a: a.at[-1, 9].set(9.0),
+    lambda a: a.at[np.array([1, 7, -6, -1])].add(np.arange(4.0)[:, None]),
+    lambda a: a.at[np.array([1, 7])].set(np.array([[5.0], [6.0]])),
+    lambda a: a.at[1, np.array([0, 9, -1])].mul(3.0),
+    lambda a: a.at[:, np.array([[0, 5], [-4, 2]])].max(0.5),
+    lambda a: a.at[np.array([0, 4]), 1:].min(-0.5),
+    lambda a: a.at[..., 3].set(1.0),
+    lambda a: a.at[5, 1].divide(2.0),
+    lambda a: a.at[7].set(9.0, mode="clip"),
+    lambda a: a.at[np.array([1, 9]), 2].add(9.0, mode="clip"),
+    lambda a: a.at[7].get(),
+    lambda a: a.at[-9, 1].get(),
+    lambda a: a.at[np.array([1, 7, -9]), np.array([0, 2, 5])].get(),
+    lambda a: a.at[np.array([1, 7]), ::-1].get(mode="fill"),
+    lambda a: a.at[None, 2, np.array([-5, 2])].get(mode="fill", fill_value=-1.0),
+]
+
+
+@pytest.mark.parametrize("k", range(len(STATIC_OOR_CASES)))
+def test_at_static_out_of_range_matches_jax(k):
+    fn = STATIC_OOR_CASES[k]
+    x = rng.standard_normal((4, 3))
+    ours = graft.jit(fn)(x)
+    theirs = jax.jit(fn)(jnp.asarray(x))
+    assert ours.shape == theirs.shape
+    np.testing.assert_array_equal(ours, np.asarray(theirs))
+
+
 # Traced indices: (update of x (4, 3) at traced i, the index values to try).
 DYN_CASES = [
     (lambda a, i, v: a.at[i].set(v[0]), [2, -1, 4, -5, 7], "set row"),
