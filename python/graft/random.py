@@ -3,9 +3,11 @@
 Keys are ``int32[2]`` arrays holding the same 64 bits as
 ``jax.random.PRNGKey`` (which uses ``uint32[2]``); graft's Threefry-2x32
 gives the same bits as JAX for the same key in ``key``, ``split``,
-``uniform``, ``bernoulli``, ``randint`` with ``int32`` and ``normal``
-(float32 and float64; JAX's ``sqrt(2) erf_inv(u)`` with XLA's rounding)
-(tested against ``jax.random`` on CPU). On a NumPy key each function runs eagerly through
+``uniform`` (on the default ``[0, 1)``: with other bounds XLA's fused
+multiply-add in ``u * (maxval - minval) + minval`` can differ in the last
+bit), ``bernoulli``, ``randint`` with ``int32`` and ``normal`` (float32 and
+float64; JAX's ``sqrt(2) erf_inv(u)`` with XLA's rounding) (tested against
+``jax.random`` on CPU). On a NumPy key each function runs eagerly through
 ``graft.jit``; on a traced key it records the draw.
 """
 

@@ -110,7 +110,10 @@ fn check_float(op: &str, dtype: DType) -> Result<(), IrError> {
 
 /// Floats uniform in `[lo, hi)` (`jax.random.uniform`): `lo + u (hi - lo)`
 /// with `u` uniform in `[0, 1)`, then `max(., lo)` so rounding never goes
-/// below `lo`. Requires finite `lo <= hi`.
+/// below `lo`. Requires finite `lo <= hi`. JAX's bits on `[0, 1)` and
+/// wherever `u (hi - lo)` is exact (as in [`normal`]); elsewhere XLA rounds
+/// `hi - lo` in the dtype and fuses `u (hi - lo) + lo` into one FMA, so the
+/// last bit can differ.
 pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Result<Value, IrError> {
     check_key(b, "random.uniform", key)?;
     check_float("random.uniform", dtype)?;
