@@ -4,8 +4,10 @@ on tracers.
 A static index (ints, slices, ``None``, ``...``, NumPy integer or boolean
 arrays): the positions it selects are computed with NumPy at trace time,
 so the update is a gather of the new values and an elementwise ``where``
-(no scatter), and every transform applies. Out-of-range static indices
-raise ``IndexError``.
+(no scatter), and every transform applies. Static integer indices follow
+JAX's rules too: a negative one counts from the end once, and one still out
+of range is dropped by updates (clamped with ``mode="clip"``) and clamped by
+``get`` (``fill_value`` with ``mode="fill"``).
 
 An index with traced integer scalars or arrays (with ints, slices,
 ``None``, ``...`` and NumPy integer arrays, NumPy's advanced-indexing
@@ -52,7 +54,9 @@ def _update(x: Any, index: Any, values: Any, op: str, mode: Any = None) -> Any:
     if _is_traced(index):
         return _dynamic_update(x, index, values, op, mode)
     n = int(np.prod(x.shape, dtype=np.int64))
-    pos = np.arange(n, dtype=np.int64).reshape(x.shape)[index]
+    pos, valid = _static_positions(x.shape, index)
+    if mode == "clip":
+        valid = None
     v = lift(values, x, f"x.at[...].{op}", like=x)
     if v.dtype != x.dtype:
         v = v.astype(x.dtype)
@@ -66,9 +70,12 @@ def _update(x: Any, index: Any, values: Any, op: str, mode: Any = None) -> Any:
     # Rounds of distinct positions: the k-th write to a position is in round k.
     rounds: List[List[int]] = []
     seen: Dict[int, int] = {}
-    order = range(len(pos))
+    # Writes at out-of-range indices are dropped (JAX's default mode).
+    order = range(len(pos)) if valid is None else np.flatnonzero(np.asarray(valid).reshape(-1)).tolist()
+    if not order:
+        return x
     if op == "set":
-        last = {int(p): i for i, p in enumerate(pos)}
+        last = {int(pos[i]): i for i in order}
         order = sorted(last.values())
     for i in order:
         p = int(pos[i])
@@ -89,6 +96,75 @@ def _update(x: Any, index: Any, values: Any, op: str, mode: Any = None) -> Any:
     return flat.reshape(x.shape)
 
 
+def _static_positions(shape: Any, index: Any) -> Any:
+    """The flat positions a static ``index`` selects in an array of
+    ``shape`` and whether each is in range: ``(positions, None)`` when all
+    are (NumPy's indexing, which raises for malformed indices), else
+    ``(clamped positions, valid)``, JAX's rules: a negative integer index
+    counts from the end once, then indices are clamped into range per axis
+    and ``valid`` marks the entries whose indices needed no clamping. Both
+    come from NumPy indexing, so its advanced-indexing rules (broadcasting,
+    placement of the advanced axes) apply unchanged: ``valid`` is read
+    from a grid with one more slot per axis, where an out-of-range index
+    points."""
+    n = int(np.prod(shape, dtype=np.int64))
+    grid = np.arange(n, dtype=np.int64).reshape(shape)
+    try:
+        return grid[index], None
+    except IndexError:
+        pass
+    parts = index if isinstance(index, tuple) else (index,)
+
+    def consumed(p: Any) -> int:
+        if p is None or p is Ellipsis:
+            return 0
+        if isinstance(p, (np.ndarray, list)) and np.asarray(p).dtype == bool:
+            return np.asarray(p).ndim
+        return 1
+
+    n_real = sum(consumed(p) for p in parts)
+    if sum(1 for p in parts if p is Ellipsis) > 1 or n_real > len(shape):
+        return grid[index], None  # NumPy's error
+    if any(p is Ellipsis for p in parts):
+        k = next(i for i, p in enumerate(parts) if p is Ellipsis)
+        parts = parts[:k] + (slice(None),) * (len(shape) - n_real) + parts[k + 1 :]
+    clamped: List[Any] = []
+    mapped: List[Any] = []
+    d = 0
+    for p in parts:
+        if p is None:
+            clamped.append(None)
+            mapped.append(None)
+        elif isinstance(p, slice):
+            start, stop, step = p.indices(shape[d])
+            clamped.append(p)
+            # The same elements on the padded axis (a stop before 0 is None).
+            mapped.append(slice(start, None if stop < 0 else stop, step))
+            d += 1
+        elif isinstance(p, (np.ndarray, list)) and np.asarray(p).dtype == bool:
+            for a in np.nonzero(np.asarray(p)):
+                clamped.append(a)
+                mapped.append(a)
+                d += 1
+        elif isinstance(p, (int, np.integer, np.ndarray, list)) and np.asarray(p).dtype.kind in "iu":
+            a = np.asarray(p).astype(np.int64)
+            size = shape[d]
+            norm = np.where(a < 0, a + size, a)
+            ok = (norm >= 0) & (norm < size)
+            c, m = np.clip(norm, 0, max(size - 1, 0)), np.where(ok, norm, size)
+            clamped.append(int(c) if a.ndim == 0 else c)
+            mapped.append(int(m) if a.ndim == 0 else m)
+            d += 1
+        else:
+            return grid[index], None  # NumPy's error
+    # Axes the index leaves out: whole, and on the padded grid without the pad.
+    clamped += [slice(None)] * (len(shape) - d)
+    mapped += [slice(0, s) for s in shape[d:]]
+    padded = np.zeros([s + 1 for s in shape], bool)
+    padded[tuple(slice(0, s) for s in shape)] = True
+    return grid[tuple(clamped)], padded[tuple(mapped)]
+
+
 _MODES = (None, "promise_in_bounds", "clip", "drop", "fill")
 
 
@@ -103,7 +179,7 @@ class _Ref:
     indices out of range (JAX's names): updates drop them by default
     (``"drop"``, ``"fill"``, ``"promise_in_bounds"``) or clamp them into
     range (``"clip"``); ``get`` clamps by default and with ``"fill"`` reads
-    ``fill_value`` there. Static indices must be in range."""
+    ``fill_value`` there. Static integer indices follow the same rules."""
 
     __slots__ = ("_x", "_index")
 
@@ -127,8 +203,21 @@ class _Ref:
                     fill_value = np.nan if dt.kind == "f" else True if dt.kind == "b" else int(np.iinfo(dt).min)
                 out = gnp.where(valid, out, fill_value)
             return out
-        _mode(mode)
-        return self._x[self._index]
+        pos, valid = _static_positions(self._x.shape, self._index)
+        if valid is None:
+            _mode(mode)
+            return self._x[self._index]
+        from . import numpy as gnp
+
+        flat_pos = np.asarray(pos).reshape(-1)
+        flat_pos = flat_pos.astype(np.int32 if flat_pos.size == 0 or flat_pos.max() < 2**31 - 1 else np.int64)
+        out = gnp.take(self._x.reshape(-1), flat_pos).reshape(np.shape(pos))
+        if _mode(mode) == "fill":
+            dt = self._x.dtype
+            if fill_value is None:
+                fill_value = np.nan if dt.kind == "f" else True if dt.kind == "b" else int(np.iinfo(dt).min)
+            out = gnp.where(valid, out, fill_value)
+        return out
 
     def set(self, values: Any, *, mode: Any = None) -> Any:
         """``x`` with ``x[index] = values``."""

@@ -245,9 +245,10 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
 
 
 def erf_inv(x: Any) -> Any:
-    """The inverse error function (``jax.lax.erf_inv``): Giles' polynomial
-    in f32 (JAX's algorithm), refined by Newton steps in f64; ``±inf`` at
-    ``±1``. Differentiable through its definition."""
+    """The inverse error function (``jax.lax.erf_inv``), bit for bit what
+    JAX computes on CPU in float32 and float64 (XLA's algorithm and
+    rounding); ``±inf`` at ``±1``, NaN beyond. Its derivative is JAX's,
+    ``sqrt(pi)/2 exp(y^2)``."""
     from .numpy import _unary
 
     return _unary("erf_inv", x)
@@ -279,8 +280,10 @@ def _single_axis(axis_name: Any, what: str) -> Tuple[str, int]:
 
 
 def _no_groups(groups: Any, what: str) -> None:
+    # Collectives run under a named vmap, where JAX (0.10.2) refuses
+    # axis_index_groups too (NotImplementedError); it has them only in pmap.
     if groups is not None:
-        raise NotImplementedError(f"{what}: graft has no axis_index_groups")
+        raise NotImplementedError(f"{what}: axis_index_groups is not supported under vmap (as in JAX)")
 
 
 def _leaf_tracer(x: Any, what: str) -> Tracer:

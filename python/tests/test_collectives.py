@@ -180,8 +180,11 @@ def test_collective_argument_errors():
         graft.vmap(lambda x: glax.psum_scatter(x, "i"), axis_name="i")(xs)
     with pytest.raises(graft.GraftError, match="each rank at most once"):
         graft.vmap(lambda x: glax.ppermute(x, "i", [(0, 1), (2, 1)]), axis_name="i")(xs)
-    with pytest.raises(NotImplementedError):
+    # axis_index_groups under vmap: JAX refuses them too.
+    with pytest.raises(NotImplementedError, match="axis_index_groups"):
         graft.vmap(lambda x: glax.psum(x, "i", axis_index_groups=[[0, 1], [2, 3]]), axis_name="i")(xs)
+    with pytest.raises(NotImplementedError, match="axis_index_groups"):
+        jax.vmap(lambda x: jax.lax.psum(x, "i", axis_index_groups=[[0, 1], [2, 3]]), axis_name="i")(xs)
     with pytest.raises(TypeError, match="axis_name"):
         graft.vmap(lambda x: x, axis_name=3)
     with pytest.raises(graft.GraftError, match="float"):

@@ -440,7 +440,7 @@ macro_rules! unary_methods {
 unary_methods! {
     abs => Abs, sign => Sign, exp => Exp, expm1 => Expm1, log => Log, log1p => Log1p,
     sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos, tan => Tan, tanh => Tanh,
-    sigmoid => Logistic, erf => Erf, floor => Floor, ceil => Ceil, round => Round,
+    sigmoid => Logistic, erf => Erf, erf_inv => ErfInv, floor => Floor, ceil => Ceil, round => Round,
     logical_not => Not,
 }
 

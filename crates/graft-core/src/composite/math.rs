@@ -254,110 +254,12 @@ pub fn remainder(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrError> 
     broadcast::select(b, fix, shifted, r)
 }
 
-/// Giles' single-precision coefficients for `erfinv(x) / x` as a
-/// polynomial in `w - 2.5` (`w < 5`) and in `sqrt(w) - 3` (`w >= 5`), where
-/// `w = -log(1 - x^2)` (M. Giles, "Approximating the erfinv function", GPU
-/// Computing Gems, 2011), highest degree first.
-const ERFINV_CENTRAL: [f64; 9] = [
-    2.81022636e-08,
-    3.43273939e-07,
-    -3.5233877e-06,
-    -4.39150654e-06,
-    0.00021858087,
-    -0.00125372503,
-    -0.00417768164,
-    0.246640727,
-    1.50140941,
-];
-const ERFINV_TAIL: [f64; 9] = [
-    -0.000200214257,
-    0.000100950558,
-    0.00134934322,
-    -0.00367342844,
-    0.00573950773,
-    -0.0076224613,
-    0.00943887047,
-    1.00167406,
-    2.83297682,
-];
-
-/// Giles' polynomial for `erfinv(x)` in `x`'s dtype, before the `±1` cases.
-fn erf_inv_poly(b: &mut Builder, x: Value) -> Result<Value, IrError> {
-    let nx = b.neg(x)?;
-    let nxx = b.mul(x, nx)?;
-    let l = b.log1p(nxx)?;
-    let w = b.neg(l)?;
-    let five = scalar_like(b, 5.0, x)?;
-    let central = broadcast::compare(b, Compare::Lt, w, five)?;
-    let half5 = scalar_like(b, 2.5, x)?;
-    let three = scalar_like(b, 3.0, x)?;
-    let wc = broadcast::binary(b, Binary::Sub, w, half5)?;
-    // sqrt only where the tail branch is taken (sqrt's derivative is
-    // infinite at 0, which would turn the central branch's gradient NaN).
-    let fives = b.broadcast_in_dim(five, &b.ty(w)?.shape.to_vec(), &[])?;
-    let w_tail = b.select(central, fives, w)?;
-    let sw = b.sqrt(w_tail)?;
-    let wt = broadcast::binary(b, Binary::Sub, sw, three)?;
-    let w = b.select(central, wc, wt)?;
-    let mut p = select_coef(b, central, x, 0)?;
-    for i in 1..ERFINV_CENTRAL.len() {
-        let c = select_coef(b, central, x, i)?;
-        let pw = b.mul(p, w)?;
-        p = b.add(c, pw)?;
-    }
-    b.mul(p, x)
-}
-
-/// The `i`-th coefficient of the central or the tail polynomial per element.
-fn select_coef(b: &mut Builder, central: Value, like: Value, i: usize) -> Result<Value, IrError> {
-    let shape = b.ty(like)?.shape.to_vec();
-    let c = scalar_like(b, ERFINV_CENTRAL[i], like)?;
-    let t = scalar_like(b, ERFINV_TAIL[i], like)?;
-    let c = b.broadcast_in_dim(c, &shape, &[])?;
-    let t = b.broadcast_in_dim(t, &shape, &[])?;
-    b.select(central, c, t)
-}
-
-/// The inverse error function on `[-1, 1]` (`±inf` at `±1`, NaN outside),
-/// as `jax.lax.erf_inv` computes it: for f32, Giles' single-precision
-/// polynomial evaluated in f32 in the order XLA uses (so results agree
-/// with JAX's to the rounding of `log1p`); for f64, the same polynomial
-/// as a starting point refined by two Newton steps on `erf(y) = x` where
-/// `|x| <= 0.99999` (relative error near 1e-15 there; beyond, where
-/// `erf`'s flat tail makes Newton ill-conditioned, the polynomial's
-/// 1e-7). Differentiable through its definition.
+/// The inverse error function on `[-1, 1]` (`±inf` at `±1`, NaN outside):
+/// the `erf_inv` primitive, which computes what `jax.lax.erf_inv` gives on
+/// CPU bit for bit in f32 and f64 (XLA's algorithm and rounding; see
+/// `ops/mathfn/erf_inv.rs`). Its derivative is JAX's rule,
+/// `sqrt(pi)/2 e^(y^2)`.
 pub fn erf_inv(b: &mut Builder, x: Value) -> Result<Value, IrError> {
     require_float(b, "erf_inv", x)?;
-    let dtype = b.ty(x)?.dtype;
-    let mut y = erf_inv_poly(b, x)?;
-    if dtype == DType::F64 {
-        let ax = b.abs(x)?;
-        let lim = scalar_like(b, 0.99999, x)?;
-        let inner = broadcast::compare(b, Compare::Le, ax, lim)?;
-        let k = scalar_like(b, 2.0 / std::f64::consts::PI.sqrt(), x)?;
-        for _ in 0..2 {
-            let e = b.erf(y)?;
-            let r = b.sub(e, x)?;
-            let yy = b.mul(y, y)?;
-            let nyy = b.neg(yy)?;
-            let g = b.exp(nyy)?;
-            let d = broadcast::binary(b, Binary::Mul, k, g)?;
-            let step = b.div(r, d)?;
-            let next = b.sub(y, step)?;
-            y = b.select(inner, next, y)?;
-        }
-    }
-    let ax = b.abs(x)?;
-    let one = scalar_like(b, 1.0, x)?;
-    let edge = broadcast::compare(b, Compare::Eq, ax, one)?;
-    // ±inf as constants, so the edge branch carries no derivative.
-    let shape = b.ty(x)?.shape.to_vec();
-    let pos = scalar_like(b, f64::INFINITY, x)?;
-    let neg = scalar_like(b, f64::NEG_INFINITY, x)?;
-    let pos = b.broadcast_in_dim(pos, &shape, &[])?;
-    let neg = b.broadcast_in_dim(neg, &shape, &[])?;
-    let zero = scalar_like(b, 0.0, x)?;
-    let positive = broadcast::compare(b, Compare::Gt, x, zero)?;
-    let big = b.select(positive, pos, neg)?;
-    b.select(edge, big, y)
+    b.erf_inv(x)
 }

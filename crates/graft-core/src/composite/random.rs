@@ -110,7 +110,10 @@ fn check_float(op: &str, dtype: DType) -> Result<(), IrError> {
 
 /// Floats uniform in `[lo, hi)` (`jax.random.uniform`): `lo + u (hi - lo)`
 /// with `u` uniform in `[0, 1)`, then `max(., lo)` so rounding never goes
-/// below `lo`. Requires finite `lo <= hi`.
+/// below `lo`. Requires finite `lo <= hi`. JAX's bits on `[0, 1)` and
+/// wherever `u (hi - lo)` is exact (as in [`normal`]); elsewhere XLA rounds
+/// `hi - lo` in the dtype and fuses `u (hi - lo) + lo` into one FMA, so the
+/// last bit can differ.
 pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Result<Value, IrError> {
     check_key(b, "random.uniform", key)?;
     check_float("random.uniform", dtype)?;
@@ -128,12 +131,12 @@ pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f
     broadcast::binary(b, Binary::Max, y, lo_v)
 }
 
-/// Standard normal samples as `jax.random.normal` draws them:
-/// `sqrt(2) erfinv(u)` for `u` uniform in `(-1, 1)` (`uniform` from the
-/// float after -1 up to 1, so `u` is never -1 and every sample finite), with
-/// [`erf_inv`](super::math::erf_inv). The uniforms are JAX's bits; f32
-/// samples agree with JAX's up to the rounding of `log1p`, f64 samples to
-/// about 1e-15 relative (1e-7 for the 1e-5 of draws in the far tails).
+/// Standard normal samples as `jax.random.normal` draws them, bit for bit
+/// (f32 and f64, against JAX on CPU): `sqrt(2) erfinv(u)` for `u` uniform
+/// in `(-1, 1)` (`uniform` from the float after -1 up to 1, so `u` is never
+/// -1 and every sample finite), with [`erf_inv`](super::math::erf_inv),
+/// which reproduces XLA's rounding. The uniforms are JAX's bits (`2 f + lo`
+/// is exact, so XLA's fused multiply-add there rounds as our add).
 pub fn normal(b: &mut Builder, key: Value, shape: &[usize], dtype: DType) -> Result<Value, IrError> {
     check_key(b, "random.normal", key)?;
     check_float("random.normal", dtype)?;

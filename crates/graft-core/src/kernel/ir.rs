@@ -328,6 +328,7 @@ pub fn unary_units(op: Unary) -> usize {
         | Unary::Tanh
         | Unary::Logistic
         | Unary::Erf => 16,
+        Unary::ErfInv => 32,
         Unary::Sqrt | Unary::Rsqrt => 4,
         _ => 1,
     }

@@ -740,6 +740,140 @@ G_INL vf32 g_erf_f32(vf32 x) {
     return g__self32(g__isnan32(x), x, y);
 }
 
+/* -------------------------------------------------- erf_inv (mathfn/erf_inv.rs) */
+/* XLA's CPU erf_inv, bit for bit (see erf_inv.rs for where each step comes
+ * from). Constants by their bits, as the Rust source writes them. The f64
+ * version calls the C library's log per lane (Rust's f64::ln calls the same
+ * function), the one libm call besides fma. */
+
+G_INL float g__fb32(uint32_t u) { union { uint32_t u; float f; } c = {u}; return c.f; }
+G_INL double g__fb64(uint64_t u) { union { uint64_t u; double f; } c = {u}; return c.f; }
+
+G_INL vf32 g__xla_log_f32(vf32 v) {
+    const float min_normal = g__fb32(0x00800000u);
+    vf32 m = g__self32(v > min_normal, v, g__f32(min_normal));
+    vu32 bits = (vu32)m;
+    vi32 e = (vi32)(bits >> 23) - 127;
+    vf32 mant = (vf32)((bits & 0x807FFFFFu) | 0x3F000000u);
+    vi32 below = mant < g__fb32(0x3F3504F3u);
+    vf32 t = (mant + -1.0f) + g__self32(below, mant, g__f32(0.0f));
+    vf32 ef = (__builtin_convertvector(e, vf32) + 1.0f) - g__self32(below, g__f32(1.0f), g__f32(0.0f));
+    vf32 t2 = t * t;
+    vf32 t3 = t2 * t;
+    vf32 y0 = g__fmac32(t, g__fb32(0x3D9021BBu), g__fb32(0xBDEBD1B8u));
+    vf32 y1 = g__fmac32(t, g__fb32(0xBDFE5D4Fu), g__fb32(0x3E11E9BFu));
+    vf32 y2 = g__fmac32(t, g__fb32(0x3E4CCEACu), g__fb32(0xBE7FFFFCu));
+    y0 = g__fma32(y0, t, g__f32(g__fb32(0x3DEF251Au)));
+    y1 = g__fma32(y1, t, g__f32(g__fb32(0xBE2AAE50u)));
+    y2 = g__fma32(y2, t, g__f32(g__fb32(0x3EAAAAAAu)));
+    vf32 y = g__fma32(g__fma32(y0, t3, y1), t3, y2);
+    y = g__fma32(y, t3, ef * g__fb32(0xB95E8083u));
+    vf32 r = g__fma32(ef, g__f32(g__fb32(0x3F318000u)), g__fma32(-t2, g__f32(0.5f), t) + y);
+    return g__self32(v == 0.0f, g__f32(-__builtin_inff()), r);
+}
+
+static const uint32_t g__log1p_q_f32[6] = {0x417101ADu, 0x42A6185Bu, 0x435DC32Du, 0x439A8CA3u, 0x43586D8Au, 0x42707982u};
+static const uint32_t g__log1p_p_f32[6] = {0x3EFF40C5u, 0x40D284FAu, 0x41EF4B9Cu, 0x4273CC76u, 0x426473ADu, 0x41A05101u};
+static const uint64_t g__log1p_q_f64[6] = {0x402E20359E903E37ull, 0x4054C30B52213498ull, 0x406BB86590FCFB56ull,
+                                           0x407351945DC908A5ull, 0x406B0DB13E48E066ull, 0x404E0F304466448Eull};
+static const uint64_t g__log1p_p_f64[6] = {0x3FDFE818A0FE1A83ull, 0x401A509F46F4FA53ull, 0x403DE9738B8CB9C9ull,
+                                           0x404E798EB86C3351ull, 0x404C8E7597479A10ull, 0x40340A202D99830Aull};
+
+G_INL vf32 g__xla_log1p_f32(vf32 x) {
+    vf32 big = g__xla_log_f32(x + 1.0f);
+    vf32 x2 = x * x;
+    vf32 z = x * 0.0f;
+    vf32 q = z + 1.0f;
+    for (int i = 0; i < 6; i++) q = g__fma32(q, x, g__f32(g__fb32(g__log1p_q_f32[i])));
+    vf32 p = z + g__fb32(0x383DE04Bu);
+    for (int i = 0; i < 6; i++) p = g__fma32(p, x, g__f32(g__fb32(g__log1p_p_f32[i])));
+    vf32 r = p / q;
+    vf32 small = x + g__fma32(x2, g__f32(-0.5f), (x * x2) * r);
+    return g__self32(g__abs32(x) < g__fb32(0x3ED413CDu), small, big);
+}
+
+G_INL vf64 g__xla_log1p_f64(vf64 x) {
+    vf64 v = x + 1.0, big;
+    for (int i = 0; i < GL; i++) big[i] = __builtin_log(v[i]);
+    vf64 x2 = x * x;
+    vf64 z = x * 0.0;
+    vf64 q = z + 1.0;
+    for (int i = 0; i < 6; i++) q = g__fma64(q, x, g__f64(g__fb64(g__log1p_q_f64[i])));
+    vf64 p = z + g__fb64(0x3F07BC0962B395CAull);
+    for (int i = 0; i < 6; i++) p = g__fma64(p, x, g__f64(g__fb64(g__log1p_p_f64[i])));
+    vf64 r = p / q;
+    vf64 small = x + g__fma64(x2, g__f64(-0.5), (x * x2) * r);
+    return g__self64(g__abs64(x) < g__fb64(0x3FDA827999FCEF32ull), small, big);
+}
+
+static const uint32_t g__erf_inv_central_f32[9] = {0x32F16588u, 0x34B84B36u, 0xB66C7357u, 0xB6935AC1u, 0x396532DBu,
+                                                   0xBAA45408u, 0xBB88E4EFu, 0x3E7C8F63u, 0x3FC02E2Fu};
+static const uint32_t g__erf_inv_tail_f32[9] = {0xB951F09Bu, 0x38D3B56Bu, 0x3AB0DC72u, 0xBB70BDE7u, 0x3BBC127Bu,
+                                                0xBBF9C5D7u, 0x3C1AA57Eu, 0x3F8036DBu, 0x40354F7Eu};
+
+G_INL vf32 g_erf_inv_f32(vf32 x) {
+    vf32 w = -g__xla_log1p_f32(x * -x);
+    vi32 central = w < 5.0f;
+    vf32 s = g_sqrt_f32(w) + -3.0f;
+    vf32 wp = g__self32(central, w + -2.5f, s);
+    vf32 p = g__self32(central, g__f32(g__fb32(g__erf_inv_central_f32[0])), g__f32(g__fb32(g__erf_inv_tail_f32[0])));
+    for (int i = 1; i < 9; i++)
+        p = g__fma32(p, wp, g__self32(central, g__f32(g__fb32(g__erf_inv_central_f32[i])),
+                                      g__f32(g__fb32(g__erf_inv_tail_f32[i]))));
+    vf32 y = p * x;
+    /* Flush to zero where the exact product is below the smallest normal. */
+    vf64 exact = __builtin_convertvector(p, vf64) * __builtin_convertvector(x, vf64);
+    vi32 tiny = g__narrow(g__abs64(exact) < 0x1p-126);
+    y = g__self32(tiny, y * 0.0f, y);
+    vf32 a = g__abs32(x);
+    y = g__self32(a == 1.0f, x * __builtin_inff(), y);
+    y = g__self32(a > 1.0f, g__f32(__builtin_nanf("")), y);
+    return g__self32(g__isnan32(x), x, y);
+}
+
+static const uint64_t g__erf_inv_central_f64[23] = {
+    0xBBB135D2E746E627ull, 0xBC08DDF93324D327ull, 0x3C37B83EEF0B7C9Full, 0x3C69BA72CD589B91ull, 0xBCA33689090A6B96ull,
+    0x3C782E11898132E0ull, 0x3CFDE4ACFD9E26BAull, 0xBD26D33EED66C487ull, 0xBD36F2167040D8E2ull, 0x3D872A22C2D77E20ull,
+    0xBDAC8859C4E5C0AFull, 0xBDCDC583D118A561ull, 0x3E120F47CCF46B3Cull, 0xBE31A9E38DC84D60ull, 0xBE5F36CD6D3D46A9ull,
+    0x3E9C6B4F5D03B787ull, 0xBEB6E8A5434AE8A2ull, 0xBEED1D1F7B8736F6ull, 0x3F2879C2A212F024ull, 0xBF4845769484FCA8ull,
+    0xBF78B6C33114F909ull, 0x3FCEBD80D9B13E28ull, 0x3FFA755E7C99AE86ull};
+static const uint64_t g__erf_inv_middle_f64[19] = {
+    0x3E23040F87DBD932ull, 0x3E785CBE52878635ull, 0xBE92777453DD3955ull, 0x3E5395ABCD554C6Cull, 0x3EB936388A3790ADull,
+    0xBED0D5DB812B5083ull, 0x3EC8860CD5D652F6ull, 0x3EEA29A0CACDFB23ull, 0xBF08CEF1F80281F2ull, 0x3F11E684D0B9188Aull,
+    0x3EF932CD54C8A222ull, 0xBF37448A89EF8AA3ull, 0x3F4F3CC55AD40C25ull, 0xBF5BA924132F38B1ull, 0x3F6468EECA533CF8ull,
+    0xBF6EBADABB891BBDull, 0x3F75FFCFE5B76AFCull, 0x3FF0158A6D641D39ull, 0x4008ABCC380D5A48ull};
+static const uint64_t g__erf_inv_tail_f64[17] = {
+    0xBDBDCEC3A7785389ull, 0xBDF18FEEC0E38727ull, 0x3E19E6BF2DDA45E3ull, 0xBE30468FB24E2F5Full, 0x3E405AC6A8FBA182ull,
+    0xBE50102E495FB9C0ull, 0x3E5F4C20E1334AF8ull, 0xBE722D220FDF9C3Eull, 0x3E8EBC8BB824CB54ull, 0xBEB0A8D40EA372CCull,
+    0x3ED2FBD29D093D2Bull, 0xBEF4A3497E1E0FACull, 0x3F13EBF4EB00938Full, 0xBF2C2F36A8FC5D53ull, 0xBF222EA5DF04047Cull,
+    0x3FF02A30D1FBA0DCull, 0x4013664DDD1AD7FBull};
+
+G_INL vf64 g__horner_f64(const uint64_t *c, int n, vf64 w) {
+    vf64 p = g__f64(g__fb64(c[0]));
+    for (int i = 1; i < n; i++) p = g__fma64(p, w, g__f64(g__fb64(c[i])));
+    return p;
+}
+
+G_INL vf64 g_erf_inv_f64(vf64 x) {
+    vf64 w = -g__xla_log1p_f64(x * -x);
+    vf64 s = g_sqrt_f64(w);
+    vf64 p = g__self64(w < 6.25, g__horner_f64(g__erf_inv_central_f64, 23, w + -3.125),
+                       g__self64(w < 16.0, g__horner_f64(g__erf_inv_middle_f64, 19, s - 3.25),
+                                 g__horner_f64(g__erf_inv_tail_f64, 17, s - 5.0)));
+    vf64 y = p * x;
+    /* Flush to zero where the exact |p x| is below the smallest normal
+     * (scaled by 2^64, where the product's rounding error is exact). */
+    vf64 ps = g__abs64(p) * 18446744073709551616.0, a = g__abs64(x);
+    vf64 r = ps * a;
+    vf64 err = g__fma64(ps, a, -r);
+    const double limit = 0x1p-1022 * 18446744073709551616.0;
+    vi64 tiny = (r < limit) | ((r == limit) & (err < 0.0));
+    y = g__self64(tiny, y * 0.0, y);
+    y = g__self64(a == 1.0, x * __builtin_inf(), y);
+    y = g__self64(a > 1.0, g__f64(__builtin_nan("")), y);
+    return g__self64(g__isnan64(x), x, y);
+}
+
 /* f32 versions: evaluated in f64, rounded once; NaN in gives the same NaN out. */
 #define G_VIA_F64(op)                                                              \
     G_INL vf32 g_##op##_f32(vf32 x) {                                              \

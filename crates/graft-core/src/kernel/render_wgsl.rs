@@ -32,8 +32,9 @@
 //! Unlike the C renderer the results are not bitwise those of the
 //! interpreter: transcendental functions are the device's (Vulkan allows a
 //! few ulp), `rem` is `x - y * trunc(x / y)`, `erf` is a rational
-//! approximation (absolute error below 2e-7), and a reduction combines in a
-//! different order. The GPU tests state their tolerances.
+//! approximation (absolute error below 2e-7), `erf_inv` is Giles' f32
+//! polynomial (the CPU's algorithm) over the device's `log`, and a
+//! reduction combines in a different order. The GPU tests state their tolerances.
 
 use super::ir::{body_types, verify, Access, Index, Inst, Kernel, KernelError, Lit, Window};
 use crate::dtype::DType;
@@ -144,6 +145,28 @@ fn g_erf(x: f32) -> f32 {
   let p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
   let r = 1.0 - p * exp(-a * a);
   return select(select(r, -r, x < 0.0), x, g_isnan(x));
+}
+fn g_erf_inv(x: f32) -> f32 {
+  // Giles' single-precision polynomials in w = -log(1 - x^2), as the CPU
+  // kernel (without its bit-exact log1p); +-inf at +-1, NaN beyond.
+  let w = -g_log1p(-x * x);
+  var p: f32;
+  if (w < 5.0) {
+    let v = w - 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * v; p = -3.5233877e-06 + p * v; p = -4.39150654e-06 + p * v;
+    p = 0.00021858087 + p * v; p = -0.00125372503 + p * v; p = -0.00417768164 + p * v;
+    p = 0.246640727 + p * v; p = 1.50140941 + p * v;
+  } else {
+    let v = sqrt(w) - 3.0;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * v; p = 0.00134934322 + p * v; p = -0.00367342844 + p * v;
+    p = 0.00573950773 + p * v; p = -0.0076224613 + p * v; p = 0.00943887047 + p * v;
+    p = 1.00167406 + p * v; p = 2.83297682 + p * v;
+  }
+  let a = abs(x);
+  let inf = bitcast<f32>(0x7f800000u);
+  return select(select(select(p * x, select(-inf, inf, x > 0.0), a == 1.0), g_nan(), a > 1.0), x, g_isnan(x));
 }
 fn g_f32_to_i32(x: f32) -> i32 {
   if (g_isnan(x)) { return 0; }
@@ -530,6 +553,7 @@ fn unary(op: Unary, d: DType, a: &str) -> String {
         Unary::Tanh => format!("g_tanh({a})"),
         Unary::Logistic => format!("g_logistic({a})"),
         Unary::Erf => format!("g_erf({a})"),
+        Unary::ErfInv => format!("g_erf_inv({a})"),
         Unary::Floor => format!("floor({a})"),
         Unary::Ceil => format!("ceil({a})"),
         // WGSL's round is half to even, as the primitive.

@@ -7,7 +7,9 @@
 //! `tanh`, `logistic`, `erf`) use the branch-free, vectorised algorithms of
 //! `ops::mathfn` (no libm: error bounds and specials are documented there),
 //! which the native backend's C prelude (`src/kernel/prelude.h`) reproduces
-//! bit for bit. `sqrt` is IEEE (correctly rounded), `rsqrt = 1 / sqrt(x)`.
+//! bit for bit. `erf_inv` is XLA's CPU algorithm, bit for bit (so
+//! `random.normal` draws JAX's samples; `mathfn/erf_inv.rs`).
+//! `sqrt` is IEEE (correctly rounded), `rsqrt = 1 / sqrt(x)`.
 
 use super::kernel::{check_block, for_blocks, simd, unsupported, zip1, BlockElem, BlockMut, BlockRef, Real};
 use super::{check, Op};
@@ -50,6 +52,8 @@ pub enum Unary {
     Logistic,
     /// error function
     Erf,
+    /// inverse error function on `[-1, 1]` (JAX's bits on CPU)
+    ErfInv,
     /// round towards -inf
     Floor,
     /// round towards +inf
@@ -62,7 +66,7 @@ pub enum Unary {
 
 impl Unary {
     /// Every unary primitive (for test tables and the language's name lookup).
-    pub const ALL: [Unary; 19] = [
+    pub const ALL: [Unary; 20] = [
         Unary::Neg,
         Unary::Abs,
         Unary::Sign,
@@ -78,6 +82,7 @@ impl Unary {
         Unary::Tanh,
         Unary::Logistic,
         Unary::Erf,
+        Unary::ErfInv,
         Unary::Floor,
         Unary::Ceil,
         Unary::Round,
@@ -123,6 +128,7 @@ impl Unary {
             Unary::Tanh => x.tanh1(),
             Unary::Logistic => x.logistic1(),
             Unary::Erf => x.erf1(),
+            Unary::ErfInv => x.erf_inv1(),
             Unary::Floor => x.floor(),
             Unary::Ceil => x.ceil(),
             Unary::Round => x.round_even(),
@@ -162,6 +168,7 @@ fn float_block<T: Real>(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(
                 Unary::Tan => T::tan_slice(a, o),
                 Unary::Logistic => T::logistic_slice(a, o),
                 Unary::Erf => T::erf_slice(a, o),
+                Unary::ErfInv => T::erf_inv_slice(a, o),
                 $(Unary::$v => zip1(a, o, |v| Unary::$v.apply(v)),)*
                 Unary::Not => return Err(unsupported(op.name(), T::DTYPE)),
             }
@@ -249,6 +256,7 @@ impl Op for Unary {
             Unary::Tanh => "tanh",
             Unary::Logistic => "logistic",
             Unary::Erf => "erf",
+            Unary::ErfInv => "erf_inv",
             Unary::Floor => "floor",
             Unary::Ceil => "ceil",
             Unary::Round => "round",
@@ -298,7 +306,7 @@ macro_rules! unary_builders {
 unary_builders! {
     neg => Neg, abs => Abs, sign => Sign, exp => Exp, expm1 => Expm1, log => Log,
     log1p => Log1p, sqrt => Sqrt, rsqrt => Rsqrt, sin => Sin, cos => Cos, tan => Tan,
-    tanh => Tanh, logistic => Logistic, erf => Erf, floor => Floor, ceil => Ceil,
+    tanh => Tanh, logistic => Logistic, erf => Erf, erf_inv => ErfInv, floor => Floor, ceil => Ceil,
     round => Round, not => Not,
 }
 
@@ -375,6 +383,13 @@ impl crate::ad::Diff for Unary {
                 let minus_x2 = b.neg(x2)?;
                 let e = b.exp(minus_x2)?;
                 let k = full_like(b, x, std::f64::consts::FRAC_2_SQRT_PI)?;
+                b.mul(k, e)?
+            }
+            // f'(x) = sqrt(pi)/2 e^(y^2) (JAX's rule); infinite at ±1.
+            Unary::ErfInv => {
+                let y2 = b.mul(y, y)?;
+                let e = b.exp(y2)?;
+                let k = full_like(b, x, std::f64::consts::PI.sqrt() / 2.0)?;
                 b.mul(k, e)?
             }
         };

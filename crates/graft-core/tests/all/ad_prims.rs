@@ -54,6 +54,7 @@ fn unary_rules() {
             Unary::Log | Unary::Sqrt | Unary::Rsqrt => (0.5, 2.0),
             Unary::Log1p => (-0.5, 2.0),
             Unary::Tan => (-1.0, 1.0),
+            Unary::ErfInv => (-0.9, 0.9),
             // Piecewise constant ops: stay away from their jumps.
             Unary::Floor | Unary::Ceil | Unary::Round | Unary::Sign => (0.1, 0.4),
             Unary::Not => continue,

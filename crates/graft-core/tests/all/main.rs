@@ -31,6 +31,7 @@ mod cumulative;
 mod custom_rules;
 mod debug_print;
 mod eager;
+mod erf_inv;
 mod exec;
 mod fold;
 mod format_npy;

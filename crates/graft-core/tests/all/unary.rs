@@ -38,6 +38,7 @@ fn reference(op: Unary, x: f64) -> f64 {
         Unary::Logistic => 1.0 / (1.0 + (-x).exp()),
         // Abramowitz-Stegun-free check: erf via its odd series is too slow; use known values below.
         Unary::Erf => libm_erf_reference(x),
+        Unary::ErfInv => erf_inv_reference(x),
         Unary::Floor => x.floor(),
         Unary::Ceil => x.ceil(),
         Unary::Round => x.round_ties_even(),
@@ -56,6 +57,17 @@ fn libm_erf_reference(x: f64) -> f64 {
     sum * 2.0 / std::f64::consts::PI.sqrt()
 }
 
+/// erf_inv by Newton's method on the series [`libm_erf_reference`] from
+/// 0 (erf is convex on x > 0, so the iteration converges monotonically).
+fn erf_inv_reference(x: f64) -> f64 {
+    let mut y = 0.0f64;
+    for _ in 0..60 {
+        let d = 2.0 / std::f64::consts::PI.sqrt() * (-y * y).exp();
+        y -= (libm_erf_reference(y) - x) / d;
+    }
+    y
+}
+
 #[test]
 fn float_ops_match_reference_in_f64_and_f32() {
     let xs = [0.3, 1.7, 2.5, -0.5, 0.5, 1.5, 2.9, 0.01];
@@ -65,6 +77,8 @@ fn float_ops_match_reference_in_f64_and_f32() {
         }
         let domain: Vec<f64> = match op {
             Unary::Log | Unary::Sqrt | Unary::Rsqrt | Unary::Log1p => xs.iter().map(|x: &f64| x.abs() + 0.1).collect(),
+            // Its domain is [-1, 1].
+            Unary::ErfInv => xs.iter().map(|x: &f64| x / 3.0).collect(),
             _ => xs.to_vec(),
         };
         let x64 = Tensor::vec1(&domain);

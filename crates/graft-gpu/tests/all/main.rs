@@ -129,6 +129,29 @@ fn elementwise_grad_and_vmap() {
     both(ELEMENTWISE, "vmapg", &[f32s(&[5, 200], 8)]);
 }
 
+/// `erf_inv` (not a language builtin; built directly): on the device it is
+/// Giles' polynomial over the device's `log1p`, on the CPU XLA's exact
+/// rounding, so the two agree within the tolerances above; `±1` give
+/// `±inf` and `|x| > 1` NaN on both.
+#[test]
+fn erf_inv_forward() {
+    let Some(g) = gpu() else { return };
+    let mut b = graft_core::Builder::new("erf_inv");
+    let x = b.param(ty(&[1003]));
+    let y = graft_core::composite::math::erf_inv(&mut b, x).expect("erf_inv");
+    // Two exact negations: an elementwise chain, so a fused device kernel.
+    let y = b.neg(y).expect("neg");
+    let y = b.neg(y).expect("neg");
+    let f = Arc::new(b.finish(&[y]).expect("a function"));
+    // [-2, 2) scaled into (-1, 1), plus the edges.
+    let mut v = f32s(&[1000], 9).to_f64_vec().iter().map(|&x| (x * 0.4999) as f32).collect::<Vec<_>>();
+    v.extend([1.0, -1.0, 1.5]);
+    let xt = Tensor::from_vec(vec![1003], v).expect("shape matches");
+    let cpu = Executable::new(f.clone()).expect("plans").run(&[&xt]).expect("cpu runs");
+    let out = GpuExecutable::with_gpu(g, f).expect("plans for the GPU").run(&[&xt]).expect("gpu runs");
+    assert_close("erf_inv", &out, &cpu);
+}
+
 const LAYOUT: &str = "
 def t(x: tensor[n, m, f32]) -> tensor[m, n, f32] = transpose(x) * 2.0
 def b(x: tensor[n, f32], y: tensor[m, n, f32]) -> tensor[m, n, f32] = x + y

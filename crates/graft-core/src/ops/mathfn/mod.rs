@@ -1,6 +1,8 @@
 //! Branch-free, auto-vectorisable math functions for f32 and f64: `exp`,
 //! `tanh` (here), `log`, `log1p`, `expm1`, `logistic` (`log.rs`), `sin`,
-//! `cos`, `tan` (`trig.rs`), `erf` (`erf.rs`). No libm.
+//! `cos`, `tan` (`trig.rs`), `erf` (`erf.rs`), and `erf_inv` (`erf_inv.rs`,
+//! which reproduces XLA's rounding for JAX parity and, in f64, calls the
+//! platform `log`). No libm otherwise.
 //!
 //! Why: libm's scalar calls are opaque to LLVM and do not vectorise, and
 //! their algorithms differ between libms, so the native backend's C kernels
@@ -25,6 +27,7 @@
 //! | sin, cos | 1 (0) | 1 | for `\|x\| <= 2^28`; NaN beyond |
 //! | tan | 1 (0) | 3 (2) | for `\|x\| <= 2^28`; NaN beyond |
 //! | erf | 1 (0) | 20 (16) | f64: absolute error < 2e-15 where erf is near ±1 |
+//! | erf_inv | XLA's | XLA's | bitwise JAX on CPU, not a graft bound (see `erf_inv.rs`) |
 //!
 //! The f32 versions of log1p, expm1, sin, cos, tan and erf
 //! evaluate the f64 algorithm on the widened input and round once (f32
@@ -245,10 +248,12 @@ pub fn tanh_f64(x: f64) -> f64 {
 }
 
 mod erf;
+mod erf_inv;
 mod log;
 mod trig;
 
 pub use erf::{erf_f32, erf_f32_slice, erf_f64, erf_f64_slice};
+pub use erf_inv::{erf_inv_f32, erf_inv_f32_slice, erf_inv_f64, erf_inv_f64_slice};
 pub use log::{expm1_f64, log1p_f64, log_f32, log_f64, logistic_f32, logistic_f64};
 pub use trig::{cos_f64, sin_f64, tan_f64, TRIG_LIMIT};
 
@@ -335,6 +340,7 @@ slice_math! {
     cos1, cos_slice, "cos(x)";
     tan1, tan_slice, "tan(x)";
     erf1, erf_slice, "erf(x)";
+    erf_inv1, erf_inv_slice, "erf^-1(x)";
 }
 
 macro_rules! impl_slice_math {
@@ -365,6 +371,7 @@ impl_slice_math! { f32:
     cos1, cos_slice => cos_f32, cos_f32_slice;
     tan1, tan_slice => tan_f32, tan_f32_slice;
     erf1, erf_slice => erf_f32, erf_f32_slice;
+    erf_inv1, erf_inv_slice => erf_inv_f32, erf_inv_f32_slice;
 }
 
 impl_slice_math! { f64:
@@ -378,4 +385,5 @@ impl_slice_math! { f64:
     cos1, cos_slice => cos_f64, cos_f64_slice;
     tan1, tan_slice => tan_f64, tan_f64_slice;
     erf1, erf_slice => erf_f64, erf_f64_slice;
+    erf_inv1, erf_inv_slice => erf_inv_f64, erf_inv_f64_slice;
 }
