@@ -766,6 +766,8 @@ def run_graft(args, w, data):
     env, prefix = side_env(args.threads, "graft")
     cmd = prefix + [str(args.graft), "bench", str(program_of(w)), "--json"] + entry_args(w)
     cmd += ["--runs", str(args.runs), "--warmup", str(args.warmup)] + graft_input_args(w, data)
+    if args.device:
+        cmd += ["--device", args.device]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": first_error_line(p.stderr)}
@@ -828,6 +830,11 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--only", nargs="*", help="workload names to run (default: all)")
+    ap.add_argument(
+        "--device",
+        choices=["cpu", "gpu", "auto"],
+        help="graft's device (graft bench --device); a GPU run also lists each workload's adapter, host steps and transfers",
+    )
     ap.add_argument("--check", action="store_true", help="also compare graft's results with JAX's")
     ap.add_argument("--seed", type=int, default=0, help="seed of the NumPy generator for the inputs")
     ap.add_argument("--jax-worker", help=argparse.SUPPRESS)
@@ -933,6 +940,13 @@ def main():
             if parts:
                 compile_cells.append(f"{w['name']}: " + ", ".join(parts))
         print("Compile (excluded above): " + "; ".join(compile_cells))
+        for w, g, _, _ in rows:
+            if g is not None and "device" in g:
+                print(
+                    f"- {w['name']} on {g['adapter']}: per run {g['launches']} kernel launches, "
+                    f"{g['host_steps']} host steps, {g['uploads']} uploads ({g['bytes_up']} bytes), "
+                    f"{g['downloads']} downloads ({g['bytes_down']} bytes), {g['syncs']} waits"
+                )
     for e in errors:
         print(f"- {e}")
     for n in notes:

@@ -6,9 +6,18 @@
 //! into that executable's buffer pool (`Executable::recycle`), so the timed
 //! runs see the steady state a training loop sees (no fresh zero-filled
 //! output buffers per call).
+//!
+//! `--device gpu|auto` (or `GRAFT_DEVICE`) times the GPU executor instead,
+//! as `graft run --device` runs it: host inputs uploaded and results
+//! downloaded on every call, pipelines built at plan time (in the compile
+//! figure, with one untimed run). The report adds the adapter and what one
+//! run moved: kernel launches, steps still on the host, transfers and
+//! waits, so a figure is read next to how much of the program ran on the
+//! device.
 
 use crate::{inputs, load, render_all, Fail};
 use graft_core::{Executable, Tensor};
+use graft_gpu::{Device, GpuStats, Runner};
 use graft_lang::diag::{Diagnostic, Stage};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -22,6 +31,19 @@ pub struct BenchArgs<'a> {
     pub runs: usize,
     pub warmup: usize,
     pub json: bool,
+    /// Where to run (`--device`, else `GRAFT_DEVICE`, else the CPU).
+    pub device: Device,
+}
+
+/// What a GPU run used, for the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuReport {
+    /// The adapter (name, backend, type, driver).
+    pub adapter: String,
+    /// Steps that ran on the host, per run.
+    pub host_steps: usize,
+    /// Launches, transfers and waits of the last timed run.
+    pub stats: GpuStats,
 }
 
 /// The measured times.
@@ -31,6 +53,8 @@ pub struct Timings {
     /// One entry per timed run, sorted ascending.
     pub runs: Vec<Duration>,
     pub warmup: usize,
+    /// Set when the runs were on the GPU.
+    pub gpu: Option<GpuReport>,
 }
 
 impl Timings {
@@ -53,11 +77,30 @@ impl Timings {
     }
 
     /// `{"compile_ms":..,"min_ms":..,"median_ms":..,"max_ms":..,"runs":..}` and a newline
-    /// (keys in this order).
+    /// (keys in this order); a GPU run adds `"device":"gpu"`, `"adapter"`,
+    /// `"host_steps"`, `"launches"`, `"uploads"`, `"downloads"`,
+    /// `"bytes_up"`, `"bytes_down"` and `"syncs"` (per run).
     pub fn json(&self) -> String {
         let num = |d: Duration| serde_json::Value::from(ms(d)).to_string();
+        let gpu = match &self.gpu {
+            None => String::new(),
+            Some(g) => {
+                let st = &g.stats;
+                format!(
+                    ",\"device\":\"gpu\",\"adapter\":{},\"host_steps\":{},\"launches\":{},\"uploads\":{},\"downloads\":{},\"bytes_up\":{},\"bytes_down\":{},\"syncs\":{}",
+                    serde_json::Value::from(g.adapter.as_str()),
+                    g.host_steps,
+                    st.launches,
+                    st.uploads,
+                    st.downloads,
+                    st.bytes_up,
+                    st.bytes_down,
+                    st.syncs
+                )
+            }
+        };
         format!(
-            "{{\"compile_ms\":{},\"min_ms\":{},\"median_ms\":{},\"max_ms\":{},\"runs\":{}}}\n",
+            "{{\"compile_ms\":{},\"min_ms\":{},\"median_ms\":{},\"max_ms\":{},\"runs\":{}{gpu}}}\n",
             num(self.compile),
             num(self.min()),
             num(self.median()),
@@ -66,9 +109,10 @@ impl Timings {
         )
     }
 
-    /// Two lines: the compile time, then min/median/max of the runs.
+    /// Two lines: the compile time, then min/median/max of the runs (and a
+    /// third for a GPU run: the adapter and what one run moved).
     pub fn human(&self) -> String {
-        format!(
+        let mut s = format!(
             "compile {}\nrun     min {}  median {}  max {}  ({} runs, {} warm-up)\n",
             show(self.compile),
             show(self.min()),
@@ -76,7 +120,15 @@ impl Timings {
             show(self.max()),
             self.runs.len(),
             self.warmup
-        )
+        );
+        if let Some(g) = &self.gpu {
+            let st = &g.stats;
+            s.push_str(&format!(
+                "gpu     {}: per run {} launches, {} host steps, {} uploads ({} bytes), {} downloads ({} bytes), {} waits\n",
+                g.adapter, st.launches, g.host_steps, st.uploads, st.bytes_up, st.downloads, st.bytes_down, st.syncs
+            ));
+        }
+        s
     }
 }
 
@@ -122,7 +174,19 @@ fn measure(a: &BenchArgs) -> Result<Timings, Fail> {
     let runtime = |e: graft_core::ExecError| {
         render_all(&[Diagnostic::new(Stage::Runtime, span.clone(), e.to_string())], m.file(), m.source())
     };
-    let exe = Executable::new(c.func.clone()).map_err(runtime)?;
+    let exe = match a.device {
+        Device::Cpu => Executable::new(c.func.clone()).map_err(runtime)?,
+        device => {
+            let (runner, note) = Runner::new(c.func.clone(), device).map_err(|e| Fail::new(format!("error: {e}")))?;
+            if let Some(n) = note {
+                eprintln!("{n}");
+            }
+            match runner {
+                Runner::Cpu(exe) => exe,
+                Runner::Gpu(g) => return measure_gpu(a, &g, &ins, parse_time + start.elapsed()),
+            }
+        }
+    };
     // Native kernels compile on a background thread (GRAFT_COMPILE=async):
     // wait for them, so the timed runs measure the code later calls run
     // and the compile figure includes the C compiler. Loop bodies are
@@ -147,7 +211,36 @@ fn measure(a: &BenchArgs) -> Result<Timings, Fail> {
         exe.recycle(outs);
     }
     runs.sort();
-    Ok(Timings { compile, runs, warmup: a.warmup })
+    Ok(Timings { compile, runs, warmup: a.warmup, gpu: None })
+}
+
+/// [`measure`] on the GPU executor `g` (planned, its pipelines built, in
+/// `planned` since the start): one untimed run joins the compile figure.
+fn measure_gpu(
+    a: &BenchArgs,
+    g: &graft_gpu::GpuExecutable,
+    ins: &[Tensor],
+    planned: Duration,
+) -> Result<Timings, Fail> {
+    let fail = |e: graft_gpu::GpuError| Fail::new(format!("error: {e}"));
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let start = Instant::now();
+    g.run(&refs).map_err(fail)?;
+    let compile = planned + start.elapsed();
+    for _ in 0..a.warmup {
+        g.run(&refs).map_err(fail)?;
+    }
+    let mut runs = Vec::with_capacity(a.runs);
+    let mut stats = GpuStats::default();
+    for _ in 0..a.runs {
+        let t = Instant::now();
+        let (_, st) = g.run_with_stats(&refs).map_err(fail)?;
+        runs.push(t.elapsed());
+        stats = st;
+    }
+    runs.sort();
+    let gpu = GpuReport { adapter: g.gpu().describe(), host_steps: g.host_steps().len(), stats };
+    Ok(Timings { compile, runs, warmup: a.warmup, gpu: Some(gpu) })
 }
 
 #[cfg(test)]
@@ -157,7 +250,7 @@ mod tests {
     fn timings(runs_us: &[u64]) -> Timings {
         let mut runs: Vec<Duration> = runs_us.iter().map(|&u| Duration::from_micros(u)).collect();
         runs.sort();
-        Timings { compile: Duration::from_millis(12), runs, warmup: 3 }
+        Timings { compile: Duration::from_millis(12), runs, warmup: 3, gpu: None }
     }
 
     #[test]

@@ -152,6 +152,11 @@ enum Cmd {
         /// Print one JSON object instead of the two human-readable lines.
         #[arg(long)]
         json: bool,
+        /// Where to run, as `graft run --device`: `cpu`, `gpu` or `auto`.
+        /// A GPU run also reports the adapter and one run's launches, host
+        /// steps and transfers. Default: GRAFT_DEVICE, else cpu.
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
     },
     /// Serve the GradBench protocol on stdin/stdout (the `graft` tool), with
     /// the evals written in graft (`gradbench/*.graft`, built in).
@@ -253,11 +258,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             // Ranks other than 0 write only to a path of their own.
             let own_out = out.as_ref().is_some_and(|p| p.to_string_lossy().contains("{rank}"));
             let out = out.map(|p| PathBuf::from(per_rank(&p.to_string_lossy()))).filter(|_| rank == 0 || own_out);
-            let device = match device {
-                Some(d) => graft_gpu::Device::parse(&d),
-                None => graft_gpu::Device::from_env().map(|d| d.unwrap_or(graft_gpu::Device::Cpu)),
-            }
-            .map_err(|e| Fail::usage(format!("error: --device: {e}")))?;
+            let device = parse_device(device)?;
             let limit = match max_memory {
                 Some(s) => graft_core::memory::parse_bytes(&s).ok_or_else(|| {
                     Fail::usage(format!(
@@ -304,7 +305,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             Ok(results::show(m.def(&entry), &res, raw))
         }
-        Cmd::Bench { file, entry, inputs, seed, runs, warmup, json } => bench::bench(&bench::BenchArgs {
+        Cmd::Bench { file, entry, inputs, seed, runs, warmup, json, device } => bench::bench(&bench::BenchArgs {
             file: &file,
             entry: &entry,
             inputs: &inputs,
@@ -313,6 +314,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             runs: runs as usize,
             warmup: warmup as usize,
             json,
+            device: parse_device(device)?,
         }),
         Cmd::Gradbench => match graft_gradbench::serve_stdio(graft_gradbench::LangBackend::new()) {
             Ok(log) => {
@@ -403,6 +405,16 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
         }
     }
     Ok(s)
+}
+
+/// `--device` of `graft run` and `graft bench`: the named device, else
+/// `GRAFT_DEVICE`, else the CPU; an unknown name is a usage error.
+fn parse_device(device: Option<String>) -> Result<graft_gpu::Device, Fail> {
+    match device {
+        Some(d) => graft_gpu::Device::parse(&d),
+        None => graft_gpu::Device::from_env().map(|d| d.unwrap_or(graft_gpu::Device::Cpu)),
+    }
+    .map_err(|e| Fail::usage(format!("error: --device: {e}")))
 }
 
 /// `graft run --device gpu|auto`: plans `c` for the device (auto may fall

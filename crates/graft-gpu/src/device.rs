@@ -30,6 +30,20 @@ pub struct Gpu {
     errors: Arc<Mutex<Vec<String>>>,
     /// Set when the device is lost.
     lost: Arc<Mutex<Option<String>>>,
+    /// Bytes of value buffers in use or pooled, and the most allowed.
+    memory: Arc<Mutex<Memory>>,
+}
+
+/// Device memory held by value buffers (in use or pooled), against a
+/// budget: `GRAFT_GPU_MAX_MEMORY` (bytes, with K/M/G/T suffixes) or
+/// [`Gpu::set_memory_limit`]; unlimited by default, when only the driver
+/// decides (its out-of-memory error is caught as well). A budget makes the
+/// exhaustion path testable on any adapter, and lets a shared GPU be
+/// bounded.
+#[derive(Debug, Default)]
+struct Memory {
+    live: u64,
+    limit: Option<u64>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -55,6 +69,7 @@ pub struct DevBuf {
     /// Bytes (at least 4: WebGPU has no empty bindings).
     pub size: u64,
     pool: Arc<Mutex<Pool>>,
+    memory: Arc<Mutex<Memory>>,
 }
 
 impl std::fmt::Debug for DevBuf {
@@ -74,12 +89,22 @@ impl DevBuf {
 impl Drop for DevBuf {
     fn drop(&mut self) {
         if let Some(b) = self.buf.take() {
-            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-            if p.held + self.size <= POOL_MAX_BYTES {
-                p.held += self.size;
-                p.free.entry(self.size).or_default().push(b);
-            } else {
+            // The pool's lock is released before the budget's is taken
+            // (`Gpu::reserve` takes them in the other order).
+            let spill = {
+                let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+                if p.held + self.size <= POOL_MAX_BYTES {
+                    p.held += self.size;
+                    p.free.entry(self.size).or_default().push(b);
+                    None
+                } else {
+                    Some(b)
+                }
+            };
+            if let Some(b) = spill {
                 b.destroy();
+                let mut m = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+                m.live = m.live.saturating_sub(self.size);
             }
         }
     }
@@ -144,7 +169,63 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, msg| {
             *lost_sink.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {msg}"));
         });
-        Ok(Gpu { info, limits, device, queue, pipelines: Mutex::default(), pool: Arc::default(), errors, lost })
+        let limit = match std::env::var("GRAFT_GPU_MAX_MEMORY") {
+            Ok(v) if !v.trim().is_empty() => Some(graft_core::memory::parse_bytes(v.trim()).ok_or_else(|| {
+                GpuError::Inputs(format!("GRAFT_GPU_MAX_MEMORY={v}: expected a byte count such as 512M or 4G"))
+            })?),
+            _ => None,
+        };
+        let memory = Arc::new(Mutex::new(Memory { live: 0, limit }));
+        Ok(Gpu { info, limits, device, queue, pipelines: Mutex::default(), pool: Arc::default(), errors, lost, memory })
+    }
+
+    /// Bounds the bytes of value buffers this device holds (in use or
+    /// pooled; `None`: no bound but the driver's). An allocation past it
+    /// fails with [`GpuError::OutOfMemory`]; pooled buffers are freed
+    /// first.
+    pub fn set_memory_limit(&self, limit: Option<u64>) {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner()).limit = limit;
+    }
+
+    /// Bytes of value buffers held now (in use or pooled).
+    pub fn memory_in_use(&self) -> u64 {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner()).live
+    }
+
+    /// Takes `size` bytes from the budget, destroying pooled buffers when
+    /// that makes room; the error says how much is held and allowed.
+    fn reserve(&self, size: u64) -> Result<(), GpuError> {
+        let mut m = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(limit) = m.limit else {
+            m.live += size;
+            return Ok(());
+        };
+        if m.live + size > limit {
+            // Free the pool (its buffers count as held).
+            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            for (_, bufs) in p.free.drain() {
+                for b in bufs {
+                    m.live = m.live.saturating_sub(b.size());
+                    b.destroy();
+                }
+            }
+            p.held = 0;
+        }
+        if m.live + size > limit {
+            return Err(GpuError::OutOfMemory(format!(
+                "{size} bytes with {} held, beyond the device memory limit of {limit} bytes \
+                 (GRAFT_GPU_MAX_MEMORY or Gpu::set_memory_limit)",
+                m.live
+            )));
+        }
+        m.live += size;
+        Ok(())
+    }
+
+    /// Gives `size` reserved bytes back (an allocation that failed).
+    fn unreserve(&self, size: u64) {
+        let mut m = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+        m.live = m.live.saturating_sub(size);
     }
 
     /// One line naming the adapter: name, backend, driver.
@@ -208,7 +289,11 @@ impl Gpu {
     pub fn alloc(&self, size: u64) -> Result<Arc<DevBuf>, GpuError> {
         let size = size.max(4).div_ceil(4) * 4;
         if size > self.limits.max_storage_buffer_binding_size || size > self.limits.max_buffer_size {
-            return Err(GpuError::TooLarge { bytes: size, limit: self.limits.max_storage_buffer_binding_size });
+            return Err(GpuError::TooLarge {
+                bytes: size,
+                limit: self.limits.max_storage_buffer_binding_size,
+                what: String::new(),
+            });
         }
         let reused = {
             let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
@@ -221,6 +306,7 @@ impl Gpu {
         let buf = match reused {
             Some(b) => b,
             None => {
+                self.reserve(size)?;
                 let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
                 let b = self.device.create_buffer(&wgpu::BufferDescriptor {
                     label: None,
@@ -229,12 +315,17 @@ impl Gpu {
                     mapped_at_creation: false,
                 });
                 if let Some(e) = pollster::block_on(scope.pop()) {
+                    self.unreserve(size);
                     return Err(GpuError::OutOfMemory(format!("{size} bytes: {e}")));
                 }
                 b
             }
         };
-        Ok(Arc::new(DevBuf { buf: Some(buf), size, pool: self.pool.clone() }))
+        Ok(self.wrap(buf, size))
+    }
+
+    fn wrap(&self, buf: wgpu::Buffer, size: u64) -> Arc<DevBuf> {
+        Arc::new(DevBuf { buf: Some(buf), size, pool: self.pool.clone(), memory: self.memory.clone() })
     }
 
     /// Uploads a host tensor (f32, i32 or bool; bool becomes one u32 per
@@ -251,8 +342,13 @@ impl Gpu {
         };
         let size = (bytes.len() as u64).max(4).div_ceil(4) * 4;
         if size > self.limits.max_storage_buffer_binding_size {
-            return Err(GpuError::TooLarge { bytes: size, limit: self.limits.max_storage_buffer_binding_size });
+            return Err(GpuError::TooLarge {
+                bytes: size,
+                limit: self.limits.max_storage_buffer_binding_size,
+                what: String::new(),
+            });
         }
+        self.reserve(size)?;
         let mut padded = bytes;
         padded.resize(size as usize, 0);
         // A fresh buffer (not the pool's): writes into a pooled buffer would
@@ -262,7 +358,7 @@ impl Gpu {
             contents: &padded,
             usage: VALUE_USAGE,
         });
-        Ok(Arc::new(DevBuf { buf: Some(buf), size, pool: self.pool.clone() }))
+        Ok(self.wrap(buf, size))
     }
 
     /// A new command encoder.

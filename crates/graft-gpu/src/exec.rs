@@ -466,7 +466,8 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
             if eqn.inputs.is_empty() && eqn.outputs.len() == 1 {
                 let ty = f.ty(eqn.outputs[0]);
                 if matches!(ty.dtype, DType::F32 | DType::I32 | DType::Bool) {
-                    let mut outs = vec![Tensor::zeros(ty)];
+                    let mut outs = vec![Tensor::try_zeros(ty)
+                        .map_err(|e| GpuError::OutOfMemory(format!("the constant {}: {e}", eqn.prim.name())))?];
                     eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;
                     let buf = gpu.upload(&outs[0])?;
                     return Ok(Prepared::Const { value: eqn.outputs[0], buf });
@@ -652,7 +653,12 @@ impl Run<'_> {
         if !eqn.inputs.is_empty() {
             return Err(GpuError::Internal(format!("{v} ({}) is read before it is computed", eqn.prim.name())));
         }
-        let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&o| Tensor::zeros(self.func.ty(o))).collect();
+        let mut outs: Vec<Tensor> = eqn
+            .outputs
+            .iter()
+            .map(|&o| Tensor::try_zeros(self.func.ty(o)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| GpuError::OutOfMemory(format!("the constant {}: {e}", eqn.prim.name())))?;
         eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;
         for (&o, t) in eqn.outputs.iter().zip(outs) {
             self.env[o.index()].host = Some(Arc::new(t));
@@ -732,7 +738,7 @@ impl Run<'_> {
                     Some(l) => self.run_launch(l, Some(*rhs), "dot_general")?,
                     None => self.dev(*rhs)?,
                 };
-                let c = self.gpu.alloc(device_bytes(self.func.ty(*out)))?;
+                let c = self.gpu.alloc(device_bytes(self.func.ty(*out))).map_err(|e| e.during("dot_general (gemm)"))?;
                 let wg = plan.gemm.workgroups();
                 let gpu = self.gpu;
                 gpu.dispatch(self.encoder(), pipeline, &[a.buffer(), b.buffer(), c.buffer()], wg);
@@ -744,7 +750,12 @@ impl Run<'_> {
                     let eqn = &self.func.eqns[e];
                     let ins = self.fetch(&eqn.inputs)?;
                     let ins_ref: Vec<&Tensor> = ins.iter().collect();
-                    let mut outs: Vec<Tensor> = eqn.outputs.iter().map(|&o| Tensor::zeros(self.func.ty(o))).collect();
+                    let mut outs: Vec<Tensor> = eqn
+                        .outputs
+                        .iter()
+                        .map(|&o| Tensor::try_zeros(self.func.ty(o)))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| GpuError::OutOfMemory(format!("a host result of {}: {e}", eqn.prim.name())))?;
                     eqn.prim.kernel(&ins_ref, &mut outs).map_err(GpuError::Exec)?;
                     self.stats.host_eqns += 1;
                     for (&o, t) in eqn.outputs.iter().zip(outs) {
@@ -759,6 +770,10 @@ impl Run<'_> {
     /// Records one launch. `copy_of`: a layout copy of that value, whose
     /// result is returned instead of being bound to a value.
     fn run_launch(&mut self, l: &Launch, copy_of: Option<Value>, what: &str) -> Result<Arc<DevBuf>, GpuError> {
+        self.record_launch(l, copy_of, what).map_err(|e| e.during(&format!("kernel {} ({what})", l.name)))
+    }
+
+    fn record_launch(&mut self, l: &Launch, copy_of: Option<Value>, what: &str) -> Result<Arc<DevBuf>, GpuError> {
         let mut bufs: Vec<Arc<DevBuf>> = Vec::with_capacity(l.binds.len() + l.rendered.scratch.len());
         let mut last = None;
         for (j, (&v, &w)) in l.binds.iter().zip(&l.writes).enumerate() {

@@ -62,12 +62,14 @@ pub enum GpuError {
     #[error("GPU memory exhausted allocating {0}")]
     OutOfMemory(String),
     /// A buffer beyond the adapter's limits.
-    #[error("a GPU buffer of {bytes} bytes exceeds the adapter's limit of {limit}")]
+    #[error("a GPU buffer of {bytes} bytes{what} exceeds the adapter's limit of {limit}")]
     TooLarge {
         /// Bytes asked for.
         bytes: u64,
         /// The limit.
         limit: u64,
+        /// ` for <the kernel and its primitives>`, when known.
+        what: String,
     },
     /// Inputs that do not match the function.
     #[error("{0}")]
@@ -81,6 +83,21 @@ pub enum GpuError {
     /// An unknown device name.
     #[error("unknown device `{0}` (expected cpu, gpu or auto)")]
     UnknownDevice(String),
+}
+
+impl GpuError {
+    /// The error with the work it happened in (`kernel ek3 (broadcast_in_dim)`)
+    /// added to an allocation failure's message, so exhausted memory names
+    /// the kernel and the primitive it came from.
+    pub fn during(self, what: &str) -> GpuError {
+        match self {
+            GpuError::OutOfMemory(m) => GpuError::OutOfMemory(format!("{m}, for {what}")),
+            GpuError::TooLarge { bytes, limit, what: w } if w.is_empty() => {
+                GpuError::TooLarge { bytes, limit, what: format!(" for {what}") }
+            }
+            other => other,
+        }
+    }
 }
 
 /// Where a program runs.

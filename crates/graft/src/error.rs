@@ -19,4 +19,8 @@ pub enum Error {
     /// expected (the message names the file and every problem).
     #[error("{0}")]
     Io(String),
+    /// The GPU backend failed or refused the function (no adapter, a 64-bit
+    /// value, exhausted device memory...), with its message (feature `gpu`).
+    #[error("{0}")]
+    Gpu(String),
 }

@@ -14,60 +14,157 @@ use std::sync::{Arc, Mutex};
 /// A verified and planned function.
 #[derive(Debug, Clone)]
 pub struct Compiled {
-    exe: Arc<Executable>,
+    exe: Backend,
+}
+
+/// Where a compiled function runs.
+#[derive(Debug, Clone)]
+enum Backend {
+    Cpu(Arc<Executable>),
+    #[cfg(feature = "gpu")]
+    Gpu(Arc<graft_gpu::GpuExecutable>),
 }
 
 /// Verifies and plans a function built with the builder (or traced).
 pub fn compile(func: Func) -> Result<Compiled, Error> {
-    Ok(Compiled { exe: Arc::new(Executable::new(func)?) })
+    Ok(Compiled { exe: Backend::Cpu(Arc::new(Executable::new(func)?)) })
 }
 
 /// [`compile`] with size-generic native kernels: plans of the same function
 /// at other sizes share their compiled code (see [`Jit::shapeless`]).
 pub fn compile_shapeless(func: Func) -> Result<Compiled, Error> {
     let options = graft_core::ExecOptions { shapeless: true, ..graft_core::ExecOptions::from_env() };
-    Ok(Compiled { exe: Arc::new(Executable::with_options(func, options)?) })
+    Ok(Compiled { exe: Backend::Cpu(Arc::new(Executable::with_options(func, options)?)) })
+}
+
+/// The GPU backend's device choice (`cpu`, `gpu`, `auto`), as `graft run
+/// --device` and `GRAFT_DEVICE` take it (feature `gpu`).
+#[cfg(feature = "gpu")]
+pub use graft_gpu::Device;
+
+/// [`compile`] for a device: [`Device::Gpu`] plans for the GPU backend
+/// (an error without an adapter or for a function with f64/i64 values),
+/// [`Device::Auto`] the GPU when it can run the function and else the CPU
+/// (the reason is dropped: [`Compiled::device_name`] says where it runs),
+/// [`Device::Cpu`] is [`compile`] (feature `gpu`).
+#[cfg(feature = "gpu")]
+pub fn compile_on(func: Func, device: Device) -> Result<Compiled, Error> {
+    if device == Device::Cpu {
+        return compile(func);
+    }
+    let (runner, _note) = graft_gpu::Runner::new(func, device).map_err(|e| Error::Gpu(e.to_string()))?;
+    Ok(Compiled {
+        exe: match runner {
+            graft_gpu::Runner::Cpu(e) => Backend::Cpu(Arc::new(e)),
+            graft_gpu::Runner::Gpu(g) => Backend::Gpu(Arc::new(g)),
+        },
+    })
 }
 
 impl Compiled {
     /// Runs on the inputs.
     pub fn call(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, Error> {
-        Ok(self.exe.run(inputs)?)
+        match &self.exe {
+            Backend::Cpu(e) => Ok(e.run(inputs)?),
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(g) => g.run(inputs).map_err(|e| Error::Gpu(e.to_string())),
+        }
     }
 
     /// Runs with some inputs donated (see [`Executable::run_donating`]):
     /// their buffers are reused by the run once they are dead, and an
-    /// elementwise update can write its result over its own input.
+    /// elementwise update can write its result over its own input. On the
+    /// GPU a donation only ends the caller's ownership (inputs are copied
+    /// to the device anyway).
     pub fn call_donating(&self, inputs: Vec<graft_core::Input<'_>>) -> Result<Vec<Tensor>, Error> {
-        Ok(self.exe.run_donating(inputs)?.0)
+        match &self.exe {
+            Backend::Cpu(e) => Ok(e.run_donating(inputs)?.0),
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(g) => {
+                let owned: Vec<Tensor> = inputs
+                    .into_iter()
+                    .map(|i| match i {
+                        graft_core::Input::Borrowed(t) => t.clone(),
+                        graft_core::Input::Donated(t) => t,
+                    })
+                    .collect();
+                let refs: Vec<&Tensor> = owned.iter().collect();
+                g.run(&refs).map_err(|e| Error::Gpu(e.to_string()))
+            }
+        }
     }
 
-    /// Runs and reports peak bytes and kernel counts.
+    /// Runs and reports peak bytes and kernel counts (CPU statistics: on
+    /// the GPU this is an error; `graft_gpu::GpuExecutable::run_with_stats`
+    /// reports launches and transfers).
     pub fn call_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, RunStats), Error> {
-        Ok(self.exe.run_with_stats(inputs)?)
+        match &self.exe {
+            Backend::Cpu(e) => Ok(e.run_with_stats(inputs)?),
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(_) => Err(Error::Gpu(
+                "call_with_stats reports the CPU executor's statistics; this function runs on the GPU".into(),
+            )),
+        }
     }
 
     /// Returns finished tensors (e.g. earlier outputs) to the buffer pool so
     /// later calls reuse them instead of allocating (see [`Executable::recycle`]).
+    /// A GPU function's host results are simply dropped.
     pub fn recycle(&self, tensors: impl IntoIterator<Item = Tensor>) {
-        self.exe.recycle(tensors)
+        match &self.exe {
+            Backend::Cpu(e) => e.recycle(tensors),
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(_) => tensors.into_iter().for_each(drop),
+        }
     }
 
     /// The IR being run.
     pub fn func(&self) -> &Func {
-        self.exe.func()
+        match &self.exe {
+            Backend::Cpu(e) => e.func(),
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(g) => g.func(),
+        }
+    }
+
+    /// `cpu` or `gpu`: where calls run.
+    pub fn device_name(&self) -> &'static str {
+        match &self.exe {
+            Backend::Cpu(_) => "cpu",
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(_) => "gpu",
+        }
+    }
+
+    /// The GPU executable, when this function runs on the GPU (its plan,
+    /// host steps and transfer statistics).
+    #[cfg(feature = "gpu")]
+    pub fn gpu(&self) -> Option<&graft_gpu::GpuExecutable> {
+        match &self.exe {
+            Backend::Gpu(g) => Some(g),
+            Backend::Cpu(_) => None,
+        }
     }
 
     /// How many of its fused kernels have native code ready, of how many
     /// (see [`Executable::native_status`]); the rest run on the interpreter.
+    /// `(0, 0)` on the GPU.
     pub fn native_status(&self) -> (usize, usize) {
-        self.exe.native_status()
+        match &self.exe {
+            Backend::Cpu(e) => e.native_status(),
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(_) => (0, 0),
+        }
     }
 
     /// Waits (up to `timeout`) until every compile this function started
     /// has finished; true if they did in time. Calls never need it.
     pub fn wait_native(&self, timeout: std::time::Duration) -> bool {
-        self.exe.wait_all_native(timeout)
+        match &self.exe {
+            Backend::Cpu(e) => e.wait_all_native(timeout),
+            #[cfg(feature = "gpu")]
+            Backend::Gpu(_) => true,
+        }
     }
 }
 
@@ -107,6 +204,9 @@ pub struct Jit<F> {
     cache: Mutex<[HashMap<Vec<TensorType>, Compiled>; 2]>,
     /// Compiled once per dtypes and ranks ([`Jit::shapeless`]).
     shapeless: bool,
+    /// Where compiled forms run ([`Jit::device`]; `None`: the CPU).
+    #[cfg(feature = "gpu")]
+    device: Option<Device>,
 }
 
 /// Wraps a closure over traced tensors. The closure receives one [`Tr`] per
@@ -133,7 +233,31 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
             arity: None,
             cache: Mutex::new([HashMap::new(), HashMap::new()]),
             shapeless: false,
+            #[cfg(feature = "gpu")]
+            device: None,
         }
+    }
+
+    /// The same function compiled for `device` (feature `gpu`):
+    /// [`Device::Gpu`] runs every call on the GPU backend (the first call
+    /// at new input types fails without an adapter or for f64/i64 values),
+    /// [`Device::Auto`] there when it can and else on the CPU.
+    /// [`Compiled::device_name`] of [`Jit::compiled`] says which.
+    /// `Jit::device_from_env` takes the device from `GRAFT_DEVICE`.
+    #[cfg(feature = "gpu")]
+    pub fn device(&self, device: Device) -> Self {
+        let mut j = self.with_layers(self.layers.clone());
+        j.device = Some(device);
+        j
+    }
+
+    /// [`Jit::device`] with the device `GRAFT_DEVICE` names (`cpu` when it
+    /// is unset), as `graft run` chooses without `--device`; an unknown
+    /// name is an error.
+    #[cfg(feature = "gpu")]
+    pub fn device_from_env(&self) -> Result<Self, Error> {
+        let d = Device::from_env().map_err(|e| Error::Gpu(e.to_string()))?;
+        Ok(self.device(d.unwrap_or(Device::Cpu)))
     }
 
     /// The same function compiled once per input dtypes and ranks instead
@@ -169,6 +293,8 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
             arity: self.arity,
             cache: Mutex::new([HashMap::new(), HashMap::new()]),
             shapeless: self.shapeless,
+            #[cfg(feature = "gpu")]
+            device: self.device,
         }
     }
 
@@ -495,6 +621,12 @@ impl<O: IntoOutputs, F: Fn(&[Tr]) -> O> Jit<F> {
             return Ok(c.clone());
         }
         let func = self.trace(types)?;
+        #[cfg(feature = "gpu")]
+        if let Some(d) = self.device.filter(|&d| d != Device::Cpu) {
+            let c = compile_on(func, d)?;
+            cache[mode].insert(types.to_vec(), c.clone());
+            return Ok(c);
+        }
         let c = if self.shapeless { compile_shapeless(func)? } else { compile(func)? };
         if self.shapeless {
             // Plans at earlier sizes are dropped once many sizes were seen

@@ -75,6 +75,8 @@ pub mod ops {
 
 pub use error::Error;
 pub use function::{compile, compile_shapeless, jit, jit_n, signature, Compiled, Jit, Pullback};
+#[cfg(feature = "gpu")]
+pub use function::{compile_on, Device};
 pub use graft_core::ad;
 pub use graft_core::ad::Wrt;
 pub use graft_core::comm;

@@ -97,3 +97,41 @@ fn verbose_and_wgsl_show_the_device_plan() {
     let s = String::from_utf8_lossy(&ir.stdout);
     assert!(s.contains("# GPU plan") && s.contains("@compute @workgroup_size(256)"), "{s}");
 }
+
+#[test]
+fn bench_device_reports_the_adapter_and_the_transfers() {
+    let (_d, p) = program(F32);
+    let bench = |device: &str| {
+        graft()
+            .arg("bench")
+            .arg(&p)
+            .args(["--entry", "f", "--input", "x=[1.5, -2.0]", "--json", "--runs", "3", "--device", device])
+            .output()
+            .expect("runs")
+    };
+    let bad = bench("tpu");
+    assert_eq!(bad.status.code(), Some(2), "an unknown device is a usage error");
+    let auto = bench("auto");
+    assert!(auto.status.success(), "{}", String::from_utf8_lossy(&auto.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&auto.stdout).expect("one JSON object");
+    if !have_gpu() {
+        assert!(String::from_utf8_lossy(&auto.stderr).contains("running on the CPU"));
+        assert!(v.get("device").is_none(), "a CPU run has the CPU keys only: {v}");
+        return;
+    }
+    assert_eq!(v["device"], "gpu", "{v}");
+    assert!(v["adapter"].as_str().is_some_and(|a| !a.is_empty()), "{v}");
+    // One fused kernel, nothing on the host; the input goes up and the
+    // result comes down once per run.
+    assert_eq!((v["launches"].as_u64(), v["host_steps"].as_u64()), (Some(1), Some(0)), "{v}");
+    assert_eq!((v["uploads"].as_u64(), v["downloads"].as_u64()), (Some(1), Some(1)), "{v}");
+    assert_eq!(v["runs"], 3);
+    let human = graft()
+        .arg("bench")
+        .arg(&p)
+        .args(["--entry", "f", "--input", "x=[1.5, -2.0]", "--runs", "2", "--device", "gpu"])
+        .output()
+        .expect("runs");
+    let s = String::from_utf8_lossy(&human.stdout);
+    assert!(s.lines().count() == 3 && s.contains("gpu ") && s.contains("1 launches"), "{s}");
+}

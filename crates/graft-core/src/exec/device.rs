@@ -113,7 +113,15 @@ impl Executable {
                         Some(EqnLowering::Kernels(kernels)) => {
                             steps.push(DeviceStep::Kernels { kernels, eqns: vec![e], what: "equation" })
                         }
-                        None => steps.push(DeviceStep::Eqn(e)),
+                        None => match crate::ops::index::scatter_add_device_kernel(func, eqn, &format!("sk{e}")) {
+                            // Not the interpreter's bits (see ops::index): devices only.
+                            Some((k, binds)) => steps.push(DeviceStep::Kernels {
+                                kernels: vec![(k, binds)],
+                                eqns: vec![e],
+                                what: "scatter rows",
+                            }),
+                            None => steps.push(DeviceStep::Eqn(e)),
+                        },
                     }
                 }
             }

@@ -176,6 +176,47 @@ impl fmt::Display for Lit {
     }
 }
 
+/// A 32-bit word operation on `i32` registers read as unsigned words
+/// (their `u32` bit patterns), giving an `i32` of the result's bits. These
+/// have no primitive of their own: they are how the kernel IR spells the
+/// counter-based random generator (`ops::random`'s Threefry-2x32), whose
+/// words are `u32` (wrapping addition is [`Binary::Add`] on `i32`, the
+/// same bits). Shift and rotation amounts are the second operand modulo 32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WordOp {
+    /// `a ^ b`.
+    Xor,
+    /// `a << (b % 32)`.
+    Shl,
+    /// `a >> (b % 32)`, logical (zeros shifted in).
+    Shr,
+    /// `a` rotated left by `b % 32` bits.
+    Rotl,
+}
+
+impl WordOp {
+    /// The operation on words, as the interpreter's reference: what every
+    /// renderer must compute bit for bit.
+    pub fn apply(self, a: u32, b: u32) -> u32 {
+        match self {
+            WordOp::Xor => a ^ b,
+            WordOp::Shl => a.wrapping_shl(b),
+            WordOp::Shr => a.wrapping_shr(b),
+            WordOp::Rotl => a.rotate_left(b % 32),
+        }
+    }
+
+    /// The printed name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WordOp::Xor => "xor",
+            WordOp::Shl => "shl",
+            WordOp::Shr => "shr",
+            WordOp::Rotl => "rotl",
+        }
+    }
+}
+
 /// One instruction of a kernel body.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Inst {
@@ -198,6 +239,28 @@ pub enum Inst {
     Select(Reg, Reg, Reg),
     /// Dtype conversion with the `convert` primitive's rules.
     Convert(DType, Reg),
+    /// A 32-bit word operation on two `i32` registers (see [`WordOp`]).
+    Word(WordOp, Reg, Reg),
+    /// The same bits as another dtype of the same width (`i32` <-> `f32`).
+    Bitcast(DType, Reg),
+    /// The element a load through `index` reads at this point, as an
+    /// `i32` (for [`Index::Point`], the point itself): coordinates as
+    /// values, how a counter-based generator numbers its outputs and a
+    /// gather finds the row of its indices. Not in a row kernel's outer
+    /// body (inner bodies number their points `j = i * len + k`); the
+    /// verifier checks that every address fits an `i32`.
+    Position(Index),
+    /// Reads argument `arg` at the element an `i32` register names,
+    /// clamped to the buffer (`min(max(addr, 0), len - 1)`): a gather.
+    /// The clamp is part of the semantics, so no address computed at run
+    /// time reaches outside a buffer whatever the data. Outer bodies of
+    /// elementwise kernels only.
+    LoadAt {
+        /// Argument position (a read buffer of at least one element).
+        arg: u32,
+        /// The register holding the element index.
+        addr: Reg,
+    },
     /// Writes a register to argument `arg` (an [`Access::Write`] buffer)
     /// at `index`: element `i` ([`Index::Point`]), or an affine address
     /// ([`Index::Strided`], outer bodies of elementwise kernels only), which
@@ -300,13 +363,16 @@ impl Inst {
             | Inst::Reduce(_)
             | Inst::Outer(_)
             | Inst::Restore(_)
-            | Inst::Inside(_) => vec![],
+            | Inst::Inside(_)
+            | Inst::Position(_) => vec![],
             Inst::Unary(_, a)
             | Inst::Convert(_, a)
+            | Inst::Bitcast(_, a)
+            | Inst::LoadAt { addr: a, .. }
             | Inst::Store { value: a, .. }
             | Inst::Save { value: a, .. }
             | Inst::Window { fill: a, .. } => vec![a],
-            Inst::Binary(_, a, b) | Inst::Compare(_, a, b) => vec![a, b],
+            Inst::Binary(_, a, b) | Inst::Compare(_, a, b) | Inst::Word(_, a, b) => vec![a, b],
             Inst::Select(p, a, b) => vec![p, a, b],
         }
     }
@@ -487,6 +553,40 @@ pub fn body_types(
                 ty(*a)?;
                 Some(*to)
             }
+            Inst::Word(_, a, b) => {
+                if same(*a, *b)? != DType::I32 {
+                    return Err(err(at, format!("word operation on %{a}: {}, not i32", ty(*a)?)));
+                }
+                Some(DType::I32)
+            }
+            Inst::Bitcast(to, a) => {
+                let from = ty(*a)?;
+                let word = |d: DType| matches!(d, DType::I32 | DType::F32);
+                if !word(from) || !word(*to) {
+                    return Err(err(at, format!("bitcast from {from} to {to} (i32 and f32 only)")));
+                }
+                Some(*to)
+            }
+            Inst::Position(index) => {
+                if outer.is_none() && is_row_kernel(k) {
+                    return Err(err(at, "a position in a row kernel's outer body".into()));
+                }
+                check_position(points, index).map_err(|m| err(at, m))?;
+                Some(DType::I32)
+            }
+            Inst::LoadAt { arg, addr } => {
+                let a = k.args.get(*arg as usize).ok_or_else(|| err(at, format!("no argument {arg}")))?;
+                if a.access != Access::Read || a.len == 0 {
+                    return Err(err(at, format!("gather from argument {arg} ({:?}, {} elements)", a.access, a.len)));
+                }
+                if ty(*addr)? != DType::I32 {
+                    return Err(err(at, format!("gather address %{addr} is not i32")));
+                }
+                if outer.is_some() || is_row_kernel(k) {
+                    return Err(err(at, "a gather outside an elementwise kernel".into()));
+                }
+                Some(a.dtype)
+            }
             Inst::Store { arg, value, index } => {
                 let d = ty(*value)?;
                 let a = k.args.get(*arg as usize).ok_or_else(|| err(at, format!("no argument {arg}")))?;
@@ -641,6 +741,34 @@ fn check_window(points: usize, a: &Arg, w: &Window) -> Result<(), String> {
     Ok(())
 }
 
+/// A position's addresses must fit an `i32` (the register it defines).
+fn check_position(points: usize, index: &Index) -> Result<(), String> {
+    let fits = |lo: i128, hi: i128| lo >= i128::from(i32::MIN) && hi <= i128::from(i32::MAX);
+    match index {
+        Index::Point if fits(0, points as i128 - 1) => Ok(()),
+        Index::Scalar => Ok(()),
+        Index::Point => Err(format!("position over {points} points, beyond i32")),
+        Index::Strided { dims, strides, offset } => {
+            if dims.len() != strides.len() || dims.iter().product::<usize>() != points {
+                return Err(format!("strided position over {dims:?} does not cover the {points} points"));
+            }
+            let (mut lo, mut hi) = (*offset as i128, *offset as i128);
+            for (&d, &s) in dims.iter().zip(strides) {
+                let span = (d as i128 - 1).max(0) * s as i128;
+                if span < 0 {
+                    lo += span;
+                } else {
+                    hi += span;
+                }
+            }
+            if !fits(lo, hi) {
+                return Err(format!("strided position reaches {lo}..={hi}, beyond i32"));
+            }
+            Ok(())
+        }
+    }
+}
+
 fn check_index(points: usize, a: &Arg, index: &Index) -> Result<(), String> {
     match index {
         Index::Point if a.len == points => Ok(()),
@@ -714,6 +842,16 @@ fn print_body(f: &mut fmt::Formatter<'_>, body: &[Inst], inner: bool) -> fmt::Re
             Inst::Compare(op, a, b) => writeln!(f, "{p}{r} = {} {p}{a}, {p}{b}", op.name())?,
             Inst::Select(c, a, b) => writeln!(f, "{p}{r} = select {p}{c}, {p}{a}, {p}{b}")?,
             Inst::Convert(to, a) => writeln!(f, "{p}{r} = convert[{to}] {p}{a}")?,
+            Inst::Word(op, a, b) => writeln!(f, "{p}{r} = {} {p}{a}, {p}{b}", op.name())?,
+            Inst::Bitcast(to, a) => writeln!(f, "{p}{r} = bitcast[{to}] {p}{a}")?,
+            Inst::Position(index) => match index {
+                Index::Point => writeln!(f, "{p}{r} = position {ix}")?,
+                Index::Scalar => writeln!(f, "{p}{r} = position 0")?,
+                Index::Strided { dims, strides, offset } => {
+                    writeln!(f, "{p}{r} = position {offset} + {ix}{dims:?} . {strides:?}")?
+                }
+            },
+            Inst::LoadAt { arg, addr } => writeln!(f, "{p}{r} = load a{arg}[clamp {p}{addr}]")?,
             Inst::Outer(a) => writeln!(f, "{p}{r} = outer %{a}")?,
             Inst::Save { slot, value } => writeln!(f, "save s{slot}[k] = {p}{value}")?,
             Inst::Restore(slot) => writeln!(f, "{p}{r} = restore s{slot}[k]")?,

@@ -153,7 +153,9 @@ pub(crate) fn row_strides(shape: &[usize]) -> Vec<isize> {
 
 /// The kernel form of one equation: elementwise primitives, layout
 /// operations with a strided map (broadcast, transpose, slice, reverse),
-/// concatenation and pads (crops too, unless with interior padding). `None` for anything else (the loop
+/// concatenation and pads (crops too, unless with interior padding), the
+/// random family (`ops::random::eqn_kernel`) and gathers
+/// (`ops::index::gather_eqn_kernel`). `None` for anything else (the loop
 /// holding it then runs on the interpreter). Kernel names are `name` with a
 /// suffix per kernel.
 pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Option<EqnLowering> {
@@ -195,6 +197,14 @@ pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Opti
         Prim::Compare(op) => elementwise(Inst::Compare(*op, 0, 1)),
         Prim::Select(_) => elementwise(Inst::Select(0, 1, 2)),
         Prim::Convert(c) => elementwise(Inst::Convert(c.dtype, 0)),
+        Prim::Gather(_) => {
+            let (k, binds) = crate::ops::index::gather_eqn_kernel(func, eqn, name)?;
+            Some(EqnLowering::Kernels(vec![(k, binds)]))
+        }
+        Prim::RandomBits(_) | Prim::RandomUniform(_) | Prim::RandomSplit(_) | Prim::RandomFoldIn(_) => {
+            let (k, binds) = crate::ops::random::eqn_kernel(func, eqn, name)?;
+            Some(EqnLowering::Kernels(vec![(k, binds)]))
+        }
         Prim::Concatenate(p) => {
             // One kernel per (non-empty) operand, storing it at its offset
             // along the axis through the result's strides.

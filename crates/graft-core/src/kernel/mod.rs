@@ -23,7 +23,7 @@ pub mod render_c;
 pub mod render_wgsl;
 pub(crate) mod rows;
 
-pub use ir::{verify, Access, Arg, Index, Inner, Inst, Kernel, KernelError, Lit, Reduction, Reg, Window};
+pub use ir::{verify, Access, Arg, Index, Inner, Inst, Kernel, KernelError, Lit, Reduction, Reg, Window, WordOp};
 
 use crate::exec::fuse::Plan;
 use crate::ir::Func;
@@ -128,14 +128,14 @@ pub(crate) fn in_place_candidates(k: &Kernel, n_inputs: usize) -> Vec<Vec<usize>
     let point_only = |a: usize| {
         k.body.iter().all(|i| match i {
             Inst::Load { arg, index } => *arg as usize != a || *index == Index::Point,
-            Inst::Window { arg, .. } => *arg as usize != a,
+            Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } => *arg as usize != a,
             _ => true,
         })
     };
     let last_load = |a: usize| {
         k.body
             .iter()
-            .rposition(|i| matches!(i, Inst::Load { arg, .. } | Inst::Window { arg, .. } if *arg as usize == a))
+            .rposition(|i| matches!(i, Inst::Load { arg, .. } | Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } if *arg as usize == a))
     };
     let store_at = |a: usize| {
         k.body.iter().position(|i| matches!(i, Inst::Store { arg, index: Index::Point, .. } if *arg as usize == a))

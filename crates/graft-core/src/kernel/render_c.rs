@@ -55,6 +55,12 @@ static inline vbool gk_splat_bool(uint8_t x) { return gk_splat_i32(x ? -1 : 0); 
 /* A compiled loop's way back into Rust for its host calls
  * (kernel::host::HostTable, same layout). */
 typedef struct { void (*call)(const void *, int64_t, void *const *); const void *ctx; } graft_host;
+/* The kernel IR's word operations (ir::WordOp) on i32 lanes read as u32. */
+static inline vi32 gk_xor(vi32 a, vi32 b) { return (vi32)((vu32)a ^ (vu32)b); }
+static inline vi32 gk_shl(vi32 a, vi32 b) { return (vi32)((vu32)a << ((vu32)b & 31u)); }
+static inline vi32 gk_shr(vi32 a, vi32 b) { return (vi32)((vu32)a >> ((vu32)b & 31u)); }
+static inline vi32 gk_rotl(vi32 a, vi32 b) {
+  vu32 x = (vu32)a, r = (vu32)b & 31u; return (vi32)((x << r) | (x >> ((32u - r) & 31u))); }
 static inline float gk_f32_bits(uint32_t b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
 static inline double gk_f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, 8); return f; }
 /* Reduction combiners, as ops::reduce's Monoid::op (scalar, NaN-propagating
@@ -1004,8 +1010,50 @@ fn spell(k: &Kernel, inst: &Inst, types: &[Option<DType>], sp: &Spell) -> String
             window_load(a_, *arg, k.args[*arg as usize].dtype, window, &format!("{q}{fill}"))
         }
         Inst::Inside(window) => inside_test(window),
+        Inst::Word(op, a, b) => format!("gk_{}({q}{a}, {q}{b})", op.name()),
+        // GCC vector casts between types of one size keep the bits.
+        Inst::Bitcast(to, a) => format!("(({}){q}{a})", ctype(*to).0),
+        Inst::Position(index) => position(index),
+        Inst::LoadAt { arg, addr } => {
+            let a = &k.args[*arg as usize];
+            gather_load(a_, *arg, a.dtype, a.len, &format!("{q}{addr}"))
+        }
         Inst::Store { .. } | Inst::Map(_) | Inst::Reduce(_) | Inst::Save { .. } | Inst::Restore(_) => String::new(),
     }
+}
+
+/// The element index a load through `index` reads at each of the step's
+/// points, as `vi32` lanes (a GCC statement expression; the verifier
+/// checked that every address fits an `i32`). Lanes past `m` compute the
+/// positions of points that do not exist, which is harmless: nothing is
+/// read at them.
+fn position(index: &Index) -> String {
+    match index {
+        Index::Scalar => "gk_splat_i32(0)".to_string(),
+        Index::Point => {
+            "({ int32_t b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = (int32_t)(i + l); vi32 v; __builtin_memcpy(&v, b, sizeof v); v; })".to_string()
+        }
+        Index::Strided { dims, strides, offset } => {
+            let (dims, strides, offset) = super::ir::coalesce_strided(dims, strides, *offset);
+            let mut s = format!("({{ int32_t b[GL]; for (int64_t l = 0; l < GL; l++) {{ int64_t q = i + l, e = {};", n(offset));
+            address(&mut s, "q", "e", &dims, &strides);
+            s.push_str(" b[l] = (int32_t)e; } vi32 v; __builtin_memcpy(&v, b, sizeof v); v; })");
+            s
+        }
+    }
+}
+
+/// A gather (a GCC statement expression): each lane reads the element its
+/// address lane names, clamped to the buffer's `len` elements. Lanes past
+/// `m` read a clamped element too (in bounds, and never stored).
+fn gather_load(a_: &str, arg: u32, d: DType, len: usize, addr: &str) -> String {
+    let (vt, _) = ctype(d);
+    let lt = lane_type(d);
+    let get = if d == DType::Bool { format!("({a_}{arg}[e] ? -1 : 0)") } else { format!("{a_}{arg}[e]") };
+    format!(
+        "({{ int32_t ad[GL]; {lt} b[GL]; const int64_t hi = {}; __builtin_memcpy(ad, &{addr}, sizeof ad); for (int64_t l = 0; l < GL; l++) {{ int64_t e = ad[l]; e = e < 0 ? 0 : e; e = e > hi ? hi : e; b[l] = {get}; }} {vt} v; __builtin_memcpy(&v, b, sizeof v); v; }})",
+        n(len as i64 - 1)
+    )
 }
 
 /// A window load (a GCC statement expression): the coordinates of the

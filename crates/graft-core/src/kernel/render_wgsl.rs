@@ -36,7 +36,7 @@
 //! polynomial (the CPU's algorithm) over the device's `log`, and a
 //! reduction combines in a different order. The GPU tests state their tolerances.
 
-use super::ir::{body_types, verify, Access, Index, Inst, Kernel, KernelError, Lit, Window};
+use super::ir::{body_types, verify, Access, Index, Inst, Kernel, KernelError, Lit, Window, WordOp};
 use crate::dtype::DType;
 use crate::ops::binary::{Binary, Compare};
 use crate::ops::reduce::ReduceKind;
@@ -173,6 +173,11 @@ fn g_f32_to_i32(x: f32) -> i32 {
   if (x >= 2147483648.0) { return 2147483647; }
   if (x <= -2147483648.0) { return bitcast<i32>(0x80000000u); }
   return i32(x);
+}
+fn g_rotl(a: i32, b: i32) -> i32 {
+  let x = bitcast<u32>(a);
+  let r = bitcast<u32>(b) & 31u;
+  return bitcast<i32>((x << r) | (x >> ((32u - r) & 31u)));
 }
 fn g_div_i32(a: i32, b: i32) -> i32 { return select(a / select(b, 1, b == 0), 0, b == 0); }
 fn g_rem_i32(a: i32, b: i32) -> i32 { return select(a % select(b, 1, b == 0), 0, b == 0); }
@@ -377,6 +382,33 @@ impl Renderer<'_> {
                 }
                 Inst::Convert(to, a) => {
                     let v = convert(ty(*a), *to, &reg(*a));
+                    self.line(ind, &format!("let {name} = {v};"));
+                }
+                Inst::Word(op, a, b) => {
+                    let (a, b) = (reg(*a), reg(*b));
+                    let v = match op {
+                        WordOp::Xor => format!("bitcast<i32>(bitcast<u32>({a}) ^ bitcast<u32>({b}))"),
+                        WordOp::Shl => format!("bitcast<i32>(bitcast<u32>({a}) << (bitcast<u32>({b}) & 31u))"),
+                        WordOp::Shr => format!("bitcast<i32>(bitcast<u32>({a}) >> (bitcast<u32>({b}) & 31u))"),
+                        WordOp::Rotl => format!("g_rotl({a}, {b})"),
+                    };
+                    self.line(ind, &format!("let {name} = {v};"));
+                }
+                Inst::Bitcast(to, a) => {
+                    let v = if *to == ty(*a) { reg(*a) } else { format!("bitcast<{}>({})", reg_type(*to), reg(*a)) };
+                    self.line(ind, &format!("let {name} = {v};"));
+                }
+                Inst::Position(index) => {
+                    let v = match index {
+                        Index::Point => ppt.to_string(),
+                        Index::Scalar => "0".to_string(),
+                        Index::Strided { .. } => self.element(index, &name, (pt, ppt), ind),
+                    };
+                    self.line(ind, &format!("let {name}: i32 = {v};"));
+                }
+                Inst::LoadAt { arg, addr } => {
+                    let a = &self.k.args[*arg as usize];
+                    let v = read(&format!("a{arg}[clamp({}, 0, {})]", reg(*addr), a.len - 1), a.dtype);
                     self.line(ind, &format!("let {name} = {v};"));
                 }
                 Inst::Store { arg, value, index } => {

@@ -886,6 +886,220 @@ impl Op for DynamicUpdateSlice {
     }
 }
 
+// Kernel-IR forms (what the native loops and the GPU backend render).
+//
+// A gather is one point per output element: the element's slab origin
+// and run offset come from its position (`Inst::Position`: batch and
+// slab coordinates times the operand's strides), each index component is
+// loaded through a strided index, resolved under the mode (clamped; `Fill`
+// also tests the range and selects 0), scaled by its axis stride and
+// added, and the operand is read there (`Inst::LoadAt`). The same
+// elements as `gather_kernel`, so the result is bitwise the interpreter's.
+//
+// scatter_add on a device: one *row* per operand element (a row kernel
+// whose `Reduce` walks the positions of the element's batch), summing the
+// updates whose index vector resolves to that element (others contribute
+// 0) and adding the sum to the operand. Why this form: it is deterministic
+// (every element sums its positions in the row kernel's fixed order,
+// whatever the scheduling: no atomics, and no float atomics exist in
+// WGSL anyway) and needs nothing the kernel IR lacks; a sort of the
+// positions by target would do less work but needs a device sort. The
+// price is work proportional to elements x positions per batch (fine for
+// the gradients of cross-entropy labels, embedding lookups of a few
+// thousand rows and `take`; [`SCATTER_ROWS_MAX`] bounds it), and float
+// results that are not the interpreter's bits: the interpreter adds in
+// position order onto the operand, the row sums pairwise and then adds
+// (both are exact sums of the same terms up to rounding). So this form is
+// for devices only; the CPU keeps `scatter_elements`.
+
+/// Most `elements x positions` a device scatter_add visits (2^28); larger
+/// ones run on the host.
+pub const SCATTER_ROWS_MAX: usize = 1 << 28;
+
+/// Row-major strides as `isize`.
+fn istrides(shape: &[usize]) -> Vec<isize> {
+    strides_of(shape).into_iter().map(|s| s as isize).collect()
+}
+
+/// The kernel of a gather equation (i32 indices, an operand of at most
+/// `i32::MAX` elements) and the values its arguments bind to, or `None`.
+pub(crate) fn gather_eqn_kernel(
+    func: &crate::ir::Func,
+    eqn: &crate::ir::Eqn,
+    name: &str,
+) -> Option<(crate::kernel::Kernel, Vec<Value>)> {
+    use crate::kernel::ir::{Access, Arg, Index, Inst, Kernel, Lit, Reg};
+    use crate::ops::binary::{Binary, Compare};
+    let crate::ops::Prim::Gather(g) = &eqn.prim else { return None };
+    let (&x, &idx, &out) = (eqn.inputs.first()?, eqn.inputs.get(1)?, eqn.outputs.first()?);
+    let (xt, it, ot) = (func.ty(x), func.ty(idx), func.ty(out));
+    let n = ot.numel();
+    if it.dtype != DType::I32 || xt.numel() == 0 || n == 0 || xt.numel() > i32::MAX as usize {
+        return None;
+    }
+    let bd = g.batch_dims;
+    let ni_dims = it.rank() - 1 - bd;
+    let (xs, is) = (istrides(&xt.shape), istrides(&it.shape));
+    let rest: Vec<usize> = (bd..xt.rank()).filter(|d| !g.index_dims.contains(d)).collect();
+    // Over the output's dims [B..., I..., R...].
+    let mut base = Vec::with_capacity(ot.rank());
+    let mut comp = Vec::with_capacity(ot.rank());
+    for d in 0..bd {
+        base.push(xs[d]);
+        comp.push(is[d]);
+    }
+    for j in 0..ni_dims {
+        base.push(0);
+        comp.push(is[bd + j]);
+    }
+    for &d in &rest {
+        base.push(xs[d]);
+        comp.push(0);
+    }
+    let dims = ot.shape.clone();
+    let args = vec![
+        Arg { dtype: xt.dtype, len: xt.numel(), access: Access::Read },
+        Arg { dtype: DType::I32, len: it.numel(), access: Access::Read },
+        Arg { dtype: ot.dtype, len: n, access: Access::Write },
+    ];
+    let mut body: Vec<Inst> = Vec::new();
+    let push = |body: &mut Vec<Inst>, i: Inst| {
+        body.push(i);
+        (body.len() - 1) as Reg
+    };
+    let i32lit = |v: i64| Inst::Lit(Lit { dtype: DType::I32, bits: v as u64 });
+    let mut addr = push(&mut body, Inst::Position(Index::Strided { dims: dims.clone(), strides: base, offset: 0 }));
+    let zero = push(&mut body, i32lit(0));
+    let mut inside: Option<Reg> = None;
+    for (c, &d) in g.index_dims.iter().enumerate() {
+        let index = Index::Strided { dims: dims.clone(), strides: comp.clone(), offset: c as isize };
+        let raw = push(&mut body, Inst::Load { arg: 1, index });
+        let top = push(&mut body, i32lit(xt.shape[d] as i64 - 1));
+        let lo = push(&mut body, Inst::Binary(Binary::Max, raw, zero));
+        let clamped = push(&mut body, Inst::Binary(Binary::Min, lo, top));
+        if g.mode == IndexMode::Fill {
+            let ok = push(&mut body, Inst::Compare(Compare::Eq, clamped, raw));
+            inside = Some(match inside {
+                None => ok,
+                Some(a) => push(&mut body, Inst::Binary(Binary::And, a, ok)),
+            });
+        }
+        let stride = push(&mut body, i32lit(xs[d] as i64));
+        let off = push(&mut body, Inst::Binary(Binary::Mul, clamped, stride));
+        addr = push(&mut body, Inst::Binary(Binary::Add, addr, off));
+    }
+    let mut value = push(&mut body, Inst::LoadAt { arg: 0, addr });
+    if let Some(ok) = inside {
+        let z = push(&mut body, Inst::Lit(Lit { dtype: xt.dtype, bits: 0 }));
+        value = push(&mut body, Inst::Select(ok, value, z));
+    }
+    body.push(Inst::Store { arg: 2, value, index: Index::Point });
+    let k = Kernel { name: name.to_string(), args, extent: n, body };
+    crate::kernel::ir::verify(&k).ok()?;
+    Some((k, vec![x, idx, out]))
+}
+
+/// The device form of a float scatter_add equation (see the comment
+/// above: one row per operand element, not the interpreter's bits) and the
+/// values its arguments bind to, or `None` (integer or f64 data, i64
+/// indices, nothing to add, more than [`SCATTER_ROWS_MAX`] element-position
+/// pairs).
+pub fn scatter_add_device_kernel(
+    func: &crate::ir::Func,
+    eqn: &crate::ir::Eqn,
+    name: &str,
+) -> Option<(crate::kernel::Kernel, Vec<Value>)> {
+    use crate::kernel::ir::{Access, Arg, Index, Inner, Inst, Kernel, Lit, Reduction, Reg};
+    use crate::ops::binary::{Binary, Compare};
+    use crate::ops::reduce::ReduceKind;
+    let crate::ops::Prim::ScatterAdd(g) = &eqn.prim else { return None };
+    let (&x, &idx, &upd, &out) = (eqn.inputs.first()?, eqn.inputs.get(1)?, eqn.inputs.get(2)?, eqn.outputs.first()?);
+    let (xt, it, ut) = (func.ty(x), func.ty(idx), func.ty(upd));
+    let bd = g.batch_dims;
+    let ni: usize = it.shape[bd..it.rank() - 1].iter().product();
+    let rows = xt.numel();
+    if xt.dtype != DType::F32 || it.dtype != DType::I32 || rows == 0 || ni == 0 {
+        return None;
+    }
+    if rows.checked_mul(ni)? > SCATTER_ROWS_MAX {
+        return None;
+    }
+    let kc = g.index_dims.len();
+    let slab: usize = ut.shape[it.rank() - 1..].iter().product();
+    let (is, us) = (istrides(&it.shape), istrides(&ut.shape));
+    // Inner points over [S..., ni]: the row's operand coordinates, then the position.
+    let mut dims = xt.shape.clone();
+    dims.push(ni);
+    let mut comp = vec![0isize; dims.len()];
+    let mut ustr = vec![0isize; dims.len()];
+    comp[..bd].copy_from_slice(&is[..bd]);
+    ustr[..bd].copy_from_slice(&us[..bd]);
+    comp[xt.rank()] = kc as isize;
+    ustr[xt.rank()] = slab as isize;
+    let nidims = it.rank() - 1 - bd;
+    for (j, d) in (bd..xt.rank()).filter(|d| !g.index_dims.contains(d)).enumerate() {
+        ustr[d] = us[bd + nidims + j];
+    }
+    let mut inner: Vec<Inst> = Vec::new();
+    let push = |body: &mut Vec<Inst>, i: Inst| {
+        body.push(i);
+        (body.len() - 1) as Reg
+    };
+    let i32lit = |v: i64| Inst::Lit(Lit { dtype: DType::I32, bits: v as u64 });
+    let zero = push(&mut inner, i32lit(0));
+    let mut hit: Option<Reg> = None;
+    for (c, &d) in g.index_dims.iter().enumerate() {
+        let raw = push(
+            &mut inner,
+            Inst::Load {
+                arg: 1,
+                index: Index::Strided { dims: dims.clone(), strides: comp.clone(), offset: c as isize },
+            },
+        );
+        let mut unit = vec![0isize; dims.len()];
+        unit[d] = 1;
+        let coord = push(&mut inner, Inst::Position(Index::Strided { dims: dims.clone(), strides: unit, offset: 0 }));
+        // Fill: only an in-range index equals a coordinate; Clip: the clamped one.
+        let target = match g.mode {
+            IndexMode::Fill => raw,
+            IndexMode::Clip => {
+                let top = push(&mut inner, i32lit(xt.shape[d] as i64 - 1));
+                let lo = push(&mut inner, Inst::Binary(Binary::Max, raw, zero));
+                push(&mut inner, Inst::Binary(Binary::Min, lo, top))
+            }
+        };
+        let h = push(&mut inner, Inst::Compare(Compare::Eq, target, coord));
+        hit = Some(match hit {
+            None => h,
+            Some(a) => push(&mut inner, Inst::Binary(Binary::And, a, h)),
+        });
+    }
+    let u =
+        push(&mut inner, Inst::Load { arg: 2, index: Index::Strided { dims: dims.clone(), strides: ustr, offset: 0 } });
+    let value = match hit {
+        Some(h) => {
+            let z = push(&mut inner, Inst::Lit(Lit { dtype: DType::F32, bits: 0 }));
+            push(&mut inner, Inst::Select(h, u, z))
+        }
+        None => u,
+    };
+    let body = vec![
+        Inst::Reduce(Box::new(Reduction { kind: ReduceKind::Sum, inner: Inner { len: ni, body: inner }, value })),
+        Inst::Load { arg: 0, index: Index::Point },
+        Inst::Binary(Binary::Add, 1, 0),
+        Inst::Store { arg: 3, value: 2, index: Index::Point },
+    ];
+    let args = vec![
+        Arg { dtype: DType::F32, len: rows, access: Access::Read },
+        Arg { dtype: DType::I32, len: it.numel(), access: Access::Read },
+        Arg { dtype: DType::F32, len: ut.numel(), access: Access::Read },
+        Arg { dtype: DType::F32, len: rows, access: Access::Write },
+    ];
+    let k = Kernel { name: name.to_string(), args, extent: rows, body };
+    crate::kernel::ir::verify(&k).ok()?;
+    Some((k, vec![x, idx, upd, out]))
+}
+
 impl Builder {
     /// Gathers slabs of `operand` at the index vectors in `indices` (see [`Gather`]).
     pub fn gather(

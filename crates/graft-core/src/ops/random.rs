@@ -26,12 +26,23 @@
 //!   as the mantissa of a float in `[1, 2)` and subtracts 1; f64 takes the
 //!   top 52 bits of `(y0 << 32) | y1` the same way. Results lie in `[0, 1)`
 //!   on a grid of `2^-23` (f32) or `2^-52` (f64); 0 is possible, 1 is not.
+//!
+//! Kernel-IR form ([`eqn_kernel`], through `kernel::lower::eqn_kernels`):
+//! one point per output element, Threefry spelled in the IR's 32-bit word
+//! operations by [`threefry_ir`] (the same operations in the same order as
+//! [`threefry2x32`]), with the counter from the point's position. The GPU
+//! backend renders it to WGSL and compiled loops to C, so random draws are
+//! the same bits on every backend. f64 uniforms and more than `i32::MAX`
+//! outputs keep the Rust kernel.
 
 use super::kernel::{input, output, worth_parallel, CHUNK};
 use super::{check, Op};
 use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
-use crate::ir::{Builder, Value};
+use crate::ir::{Builder, Eqn, Func, Value};
+use crate::kernel::ir::{Access, Arg, Index, Inst, Kernel, Lit, Reg, WordOp};
+use crate::ops::binary::{Binary, Compare};
+use crate::ops::Prim;
 use crate::tensor::Tensor;
 use crate::types::{fmt_list, TensorType};
 use rayon::prelude::*;
@@ -62,6 +73,149 @@ pub fn threefry2x32(key: [u32; 2], counter: [u32; 2]) -> [u32; 2] {
         x1 = x1.wrapping_add(ks[(s + 1) % 3]).wrapping_add(s as u32);
     }
     [x0, x1]
+}
+
+/// Emits [`threefry2x32`] into a kernel body: the key and counter words are
+/// `i32` registers holding `u32` bit patterns, and the result's two words
+/// are returned as registers. The same operations in the same order as the
+/// Rust function (wrapping adds as `i32` adds, rotations as
+/// [`WordOp::Rotl`]), so every backend that renders the kernel IR draws
+/// exactly the interpreter's bits: this is the generator's one definition
+/// in kernel-IR form, next to its Rust kernel.
+pub(crate) fn threefry_ir(body: &mut Vec<Inst>, key: [Reg; 2], counter: [Reg; 2]) -> [Reg; 2] {
+    let mut push = |i: Inst| {
+        body.push(i);
+        (body.len() - 1) as Reg
+    };
+    let word = |w: u32| Inst::Lit(Lit { dtype: DType::I32, bits: w as i32 as i64 as u64 });
+    let parity = push(word(PARITY));
+    let k01 = push(Inst::Word(WordOp::Xor, key[0], key[1]));
+    let ks2 = push(Inst::Word(WordOp::Xor, parity, k01));
+    let ks = [key[0], key[1], ks2];
+    let rot: Vec<Reg> = ROTATIONS.iter().map(|&r| push(word(r))).collect();
+    let mut x0 = push(Inst::Binary(Binary::Add, counter[0], ks[0]));
+    let mut x1 = push(Inst::Binary(Binary::Add, counter[1], ks[1]));
+    for block in 0..5usize {
+        for &r in &rot[(block % 2) * 4..(block % 2) * 4 + 4] {
+            x0 = push(Inst::Binary(Binary::Add, x0, x1));
+            x1 = push(Inst::Word(WordOp::Rotl, x1, r));
+            x1 = push(Inst::Word(WordOp::Xor, x1, x0));
+        }
+        let s = block + 1;
+        x0 = push(Inst::Binary(Binary::Add, x0, ks[s % 3]));
+        x1 = push(Inst::Binary(Binary::Add, x1, ks[(s + 1) % 3]));
+        let sw = push(word(s as u32));
+        x1 = push(Inst::Binary(Binary::Add, x1, sw));
+    }
+    [x0, x1]
+}
+
+/// The kernel of a random equation (`random_bits`, `random_uniform` in
+/// f32, `random_split`, `random_fold_in`) and the values its arguments
+/// bind to: one point per output element, which loads its key's words,
+/// takes its counter from its position ([`Inst::Position`]: the row-major
+/// index within its key's block; the high counter word is 0, since
+/// positions are `i32`) and hashes with [`threefry_ir`]. `None` where the
+/// kernel IR has no form for it (f64 uniforms, more than `i32::MAX`
+/// outputs, no keys): the equation then runs this file's Rust kernel.
+pub(crate) fn eqn_kernel(func: &Func, eqn: &Eqn, name: &str) -> Option<(Kernel, Vec<Value>)> {
+    let (&key, &out) = (eqn.inputs.first()?, eqn.outputs.first()?);
+    let ot = func.ty(out);
+    let n = ot.numel();
+    let nkeys = func.ty(key).numel() / 2;
+    if n == 0 || nkeys == 0 {
+        return None;
+    }
+    let mut args = vec![Arg { dtype: DType::I32, len: 2 * nkeys, access: Access::Read }];
+    let mut binds = vec![key];
+    let mut body: Vec<Inst> = Vec::new();
+    let push = |body: &mut Vec<Inst>, i: Inst| {
+        body.push(i);
+        (body.len() - 1) as Reg
+    };
+    // `dims` splits the points into (key, position within the key's
+    // block[, word]); `key_stride` steps between keys' words.
+    let load_key = |body: &mut Vec<Inst>, dims: &[usize]| -> [Reg; 2] {
+        let mut strides = vec![0isize; dims.len()];
+        strides[0] = 2;
+        let at = |body: &mut Vec<Inst>, offset: isize| {
+            push(
+                body,
+                Inst::Load { arg: 0, index: Index::Strided { dims: dims.to_vec(), strides: strides.clone(), offset } },
+            )
+        };
+        [at(body, 0), at(body, 1)]
+    };
+    let zero = |body: &mut Vec<Inst>| push(body, Inst::Lit(Lit { dtype: DType::I32, bits: 0 }));
+    let value = match &eqn.prim {
+        Prim::RandomBits(_) | Prim::RandomUniform(_) => {
+            let per = n / nkeys;
+            let dims = [nkeys, per];
+            let k = load_key(&mut body, &dims);
+            let hi = zero(&mut body);
+            let lo =
+                push(&mut body, Inst::Position(Index::Strided { dims: dims.to_vec(), strides: vec![0, 1], offset: 0 }));
+            let [y0, y1] = threefry_ir(&mut body, k, [hi, lo]);
+            let bits = push(&mut body, Inst::Word(WordOp::Xor, y0, y1));
+            match &eqn.prim {
+                Prim::RandomUniform(u) if u.dtype == DType::F32 => {
+                    // `f32::from_bits(((y0 ^ y1) >> 9) | 0x3f80_0000) - 1.0`, as the kernel.
+                    let nine = push(&mut body, Inst::Lit(Lit { dtype: DType::I32, bits: 9 }));
+                    let mant = push(&mut body, Inst::Word(WordOp::Shr, bits, nine));
+                    let one_bits = push(&mut body, Inst::Lit(Lit { dtype: DType::I32, bits: 0x3f80_0000 }));
+                    let m = push(&mut body, Inst::Binary(Binary::Or, mant, one_bits));
+                    let f = push(&mut body, Inst::Bitcast(DType::F32, m));
+                    let one = push(&mut body, Inst::Lit(Lit { dtype: DType::F32, bits: 1.0f32.to_bits() as u64 }));
+                    push(&mut body, Inst::Binary(Binary::Sub, f, one))
+                }
+                Prim::RandomUniform(_) => return None,
+                _ => bits,
+            }
+        }
+        Prim::RandomSplit(p) => {
+            // Child `c`'s words are `(y0, y1)` of counter `c`.
+            let dims = [nkeys, p.n, 2];
+            let k = load_key(&mut body, &dims);
+            let hi = zero(&mut body);
+            let lo = push(
+                &mut body,
+                Inst::Position(Index::Strided { dims: dims.to_vec(), strides: vec![0, 1, 0], offset: 0 }),
+            );
+            let [y0, y1] = threefry_ir(&mut body, k, [hi, lo]);
+            let w = push(
+                &mut body,
+                Inst::Position(Index::Strided { dims: dims.to_vec(), strides: vec![0, 0, 1], offset: 0 }),
+            );
+            let first = push(&mut body, Inst::Compare(Compare::Eq, w, hi));
+            push(&mut body, Inst::Select(first, y0, y1))
+        }
+        Prim::RandomFoldIn(_) => {
+            // The key's words hashed at the counter `(0, data)`.
+            let data = *eqn.inputs.get(1)?;
+            args.push(Arg { dtype: DType::I32, len: nkeys, access: Access::Read });
+            binds.push(data);
+            let dims = [nkeys, 2];
+            let k = load_key(&mut body, &dims);
+            let hi = zero(&mut body);
+            let lo = push(
+                &mut body,
+                Inst::Load { arg: 1, index: Index::Strided { dims: dims.to_vec(), strides: vec![1, 0], offset: 0 } },
+            );
+            let [y0, y1] = threefry_ir(&mut body, k, [hi, lo]);
+            let w =
+                push(&mut body, Inst::Position(Index::Strided { dims: dims.to_vec(), strides: vec![0, 1], offset: 0 }));
+            let first = push(&mut body, Inst::Compare(Compare::Eq, w, hi));
+            push(&mut body, Inst::Select(first, y0, y1))
+        }
+        _ => return None,
+    };
+    let oarg = args.len() as u32;
+    args.push(Arg { dtype: ot.dtype, len: n, access: Access::Write });
+    binds.push(out);
+    body.push(Inst::Store { arg: oarg, value, index: Index::Point });
+    let k = Kernel { name: name.to_string(), args, extent: n, body };
+    crate::kernel::ir::verify(&k).ok()?;
+    Some((k, binds))
 }
 
 /// The hash of row-major position `i` under `key` (the u64 counter split hi, lo).

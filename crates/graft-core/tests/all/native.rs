@@ -22,8 +22,9 @@ use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorTy
 /// `PENDING_*` ones, select, convert); end to end, this file runs the layout
 /// operations as strided loads, `fusion.rs` random DAGs (with
 /// `stop_gradient`) natively, `native_rows.rs` row reductions and
-/// `native_loops.rs` compiled `scan`/`while` loops (with `concatenate` and
-/// `pad`).
+/// `native_loops.rs` compiled `scan`/`while` loops (with `concatenate`,
+/// `pad` and the random family: Threefry in kernel-IR word operations; f64
+/// uniforms keep the interpreter's kernel).
 pub(crate) fn covered() -> Vec<String> {
     [
         "Unary::*",
@@ -42,6 +43,10 @@ pub(crate) fn covered() -> Vec<String> {
         "Reduce::*",
         "Scan",
         "While",
+        "RandomBits",
+        "RandomSplit",
+        "RandomUniform",
+        "RandomFoldIn",
     ]
     .map(String::from)
     .to_vec()
@@ -63,10 +68,6 @@ pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("Gather", "no kernel: interpreter only"),
     ("ScatterAdd", "no kernel: interpreter only"),
     ("Argsort", "no kernel: interpreter only"),
-    ("RandomBits", "no kernel: interpreter only"),
-    ("RandomSplit", "no kernel: interpreter only"),
-    ("RandomUniform", "no kernel: interpreter only"),
-    ("RandomFoldIn", "no kernel: interpreter only"),
     (
         "Collective",
         "communicates: no kernel form, run by the interpreter through the bound communicator (collective.rs)",

@@ -917,3 +917,54 @@ fn blocked_runs_lead_by_the_farthest_read_and_stop_at_reused_buffers() {
     // Too few points for two blocks: nothing to gain.
     assert!(runs(&three_kernel_step(1000, 5, false)).is_empty());
 }
+
+/// A scan drawing random numbers at every step: the key is split (one
+/// child carried on, two more as a key-batched pair drawing bits), folded
+/// with the step counter and drawn as f32 uniforms, so `random_split`,
+/// `random_bits` (with two keys), `random_fold_in` and `random_uniform`
+/// all run inside the compiled loop as Threefry in kernel-IR word
+/// operations.
+fn random_scan(n: usize, length: usize) -> Func {
+    let i32t = |shape: &[usize]| TensorType::new(DType::I32, shape.to_vec());
+    let f32t = |shape: &[usize]| TensorType::new(DType::F32, shape.to_vec());
+    let mut body = Builder::new("draws");
+    let key = body.param(i32t(&[2]));
+    let step = body.param(TensorType::scalar(DType::I32));
+    let acc = body.param(f32t(&[n]));
+    let kids = body.random_split(key, 3).unwrap();
+    let next = body.slice(kids, &[0, 0], &[1, 2], &[1, 1]).unwrap();
+    let next = body.reshape(next, &[2]).unwrap();
+    let pair = body.slice(kids, &[1, 0], &[3, 2], &[1, 1]).unwrap();
+    let drawn = body.random_bits(pair, &[n]).unwrap();
+    let folded = body.random_fold_in(key, step).unwrap();
+    let u = body.random_uniform(folded, &[n], DType::F32).unwrap();
+    let acc2 = body.add(acc, u).unwrap();
+    let one = body.scalar(1.0, DType::I32).unwrap();
+    let step2 = body.add(step, one).unwrap();
+    let body = body.finish(&[next, step2, acc2, drawn]).unwrap();
+
+    let mut b = Builder::new("draw_loop");
+    let key = b.param(i32t(&[2]));
+    let step = b.param(TensorType::scalar(DType::I32));
+    let acc = b.param(f32t(&[n]));
+    let out = b.scan(Arc::new(body), &[], &[key, step, acc], &[], ScanOpts::new(length)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn random_draws_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    // Keys with high bits set in both words (sign bits of the i32 patterns),
+    // and sizes below, at and past a vector, not multiples of it.
+    for (n, key) in [(1, [0, 42]), (37, [-1, 7]), (256, [0x1234_5678, -0x0f0f_0f10]), (1003, [-2, -3])] {
+        let f = random_scan(n, 5);
+        let ins = vec![
+            Tensor::from_vec(vec![2], key.to_vec()).unwrap(),
+            Tensor::from_vec(vec![], vec![-4i32]).unwrap(),
+            Tensor::from_fn(&TensorType::new(DType::F32, vec![n]), |i| i as f64 * 0.25),
+        ];
+        assert_eq!(compare(&f, &ins), 1, "n = {n}: the loop ran compiled");
+    }
+}

@@ -247,9 +247,10 @@ def vnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[3, 2, 2, 8
 
 #[test]
 fn host_families_forward_grad_vmap() {
-    // Convolution, pooling, gather (take) and its scatter-add gradient,
-    // cumsum, sort and pow have no GPU kernels yet: they run on the host
-    // between device steps, and the results still agree.
+    // Convolution, pooling, cumsum, sort and pow have no GPU kernels yet:
+    // they run on the host between device steps, and the results still
+    // agree. The gather (take) and its scatter-add gradient run on the
+    // device.
     let idx = Tensor::from_vec(vec![5], vec![3i32, 0, 9, 3, 7]).expect("shape matches");
     let (w, e) = (f32s(&[4, 2, 3, 3], 35), f32s(&[10, 6], 36));
     both(FAMILIES, "net", &[w.clone(), e.clone(), f32s(&[2, 2, 8, 8], 37), idx.clone()]);
@@ -505,4 +506,241 @@ fn gemm_throughput() {
         2.0 * (n * n * n) as f64 / s / 1e9,
         s * 1e3
     );
+}
+
+/// Every element's bit pattern (f32 by `to_bits`, integers as they are).
+fn bit_patterns(t: &Tensor) -> Vec<u64> {
+    use graft_core::tensor::Storage;
+    match t.storage() {
+        Storage::F32(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+        Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
+        Storage::Bool(v) => v.iter().map(|&x| u64::from(x)).collect(),
+        Storage::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
+        Storage::I64(v) => v.iter().map(|&x| x as u64).collect(),
+    }
+}
+
+/// Asserts bitwise equality of every result.
+fn assert_same_bits(what: &str, gpu: &[Tensor], cpu: &[Tensor]) {
+    assert_eq!(gpu.len(), cpu.len(), "{what}: result count");
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        assert_eq!(g.ty(), c.ty(), "{what}: result {i} type");
+        let (gb, cb) = (bit_patterns(g), bit_patterns(c));
+        if let Some(j) = gb.iter().zip(&cb).position(|(a, b)| a != b) {
+            panic!("{what}: result {i} element {j}: gpu bits {:#x} vs cpu {:#x}", gb[j], cb[j]);
+        }
+    }
+}
+
+/// The four random primitives at once: bits and f32 uniforms of `shape`,
+/// five child keys, and the key folded with `data` (one i32 per key).
+/// `keys` is the key tensor's shape: `[2]`, or `[K..., 2]` for one key per
+/// leading index.
+fn random_func(keys: &[usize], shape: &[usize]) -> graft_core::Func {
+    let i32t = |s: &[usize]| TensorType::new(DType::I32, s.to_vec());
+    let mut b = graft_core::Builder::new("draws");
+    let key = b.param(i32t(keys));
+    let data = b.param(i32t(&keys[..keys.len() - 1]));
+    let bits = b.random_bits(key, shape).expect("bits");
+    let u = b.random_uniform(key, shape, DType::F32).expect("uniform");
+    let kids = b.random_split(key, 5).expect("split");
+    let folded = b.random_fold_in(key, data).expect("fold_in");
+    b.finish(&[bits, u, kids, folded]).expect("builds")
+}
+
+#[test]
+fn random_draws_are_the_cpus_bit_for_bit() {
+    let Some(g) = gpu() else { return };
+    let words = [[0, 0], [0, 42], [-1, -1], [0x1234_5678, -0x0f0f_0f10], [7, i32::MIN]];
+    for (keys, shape) in [
+        (vec![2], vec![1]),
+        (vec![2], vec![1000]),
+        (vec![2], vec![300, 257]),
+        (vec![3, 2], vec![7, 11]),
+        (vec![2, 2, 2], vec![513]),
+    ] {
+        let f = Arc::new(random_func(&keys, &shape));
+        let exe = GpuExecutable::with_gpu(g.clone(), f.clone()).expect("plans for the GPU");
+        let host = exe.host_steps();
+        assert!(host.is_empty(), "random draws run on the device: {host:?}\n{}", exe.describe());
+        let cpu = Executable::new(f).expect("plans");
+        let nkeys: usize = keys[..keys.len() - 1].iter().product();
+        for (s, w) in words.iter().enumerate() {
+            // Key k of a batch: the words with k folded into the second.
+            let key: Vec<i32> = (0..nkeys).flat_map(|k| [w[0], w[1].wrapping_add(k as i32 * 977)]).collect();
+            let key = Tensor::from_vec(keys.clone(), key).expect("shape matches");
+            let data: Vec<i32> = (0..nkeys).map(|k| k as i32 * 31 - 5 + s as i32).collect();
+            let data = Tensor::from_vec(keys[..keys.len() - 1].to_vec(), data).expect("shape matches");
+            let want = cpu.run(&[&key, &data]).expect("cpu runs");
+            let got = exe.run(&[&key, &data]).expect("gpu runs");
+            assert_same_bits(&format!("keys {keys:?}, shape {shape:?}, key words {w:?}"), &got, &want);
+        }
+    }
+}
+
+#[test]
+fn dropout_style_masks_run_on_the_device() {
+    // Uniforms compared with a rate and used as a mask, forward and through
+    // a gradient: the draws fuse with nothing but stay on the device.
+    let src = "
+def f(k: tensor[2, i32], x: tensor[33, 65, f32]) -> tensor[33, 65, f32] =
+  where(uniform(k, (33, 65)) < 0.25, 0.0 * x, x * 1.3333)
+def gf(k: tensor[2, i32], x: tensor[33, 65, f32]) -> tensor[33, 65, f32] = grad(fn (a) -> sum(f(k, a) * a))(x)
+";
+    let key = Tensor::from_vec(vec![2], vec![3i32, -77]).expect("shape matches");
+    for entry in ["f", "gf"] {
+        if let Some(exe) = both(src, entry, &[key.clone(), f32s(&[33, 65], 61)]) {
+            let host = exe.host_steps();
+            assert!(host.iter().all(|(p, _)| !p.contains("random")), "{entry}: {host:?}");
+        }
+    }
+}
+
+#[test]
+fn exhausted_device_memory_is_an_error_naming_the_kernel() {
+    if gpu().is_none() {
+        return;
+    }
+    // A device of its own, so its budget touches no other test.
+    let g = Arc::new(graft_gpu::Gpu::open().expect("the adapter opens a second device"));
+    // Beyond what the adapter can bind: refused before the driver sees it.
+    let limit = g.limits.max_storage_buffer_binding_size.min(g.limits.max_buffer_size);
+    match g.alloc(limit + 4) {
+        Err(GpuError::TooLarge { bytes, limit: l, .. }) => assert!(bytes > l, "{bytes} vs {l}"),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    // A program needing more than the device's memory budget: the input
+    // (800 KB) fits, the fused kernel's result does not.
+    let n = 200_000;
+    let src = "def f(x: tensor[n, f32]) -> tensor[n, f32] = exp(x) * 2.0 + x";
+    let f = func(src, "f", &[ty(&[n])]);
+    let x = f32s(&[n], 71);
+    let exe = GpuExecutable::with_gpu(g.clone(), f.clone()).expect("plans");
+    g.set_memory_limit(Some(1 << 20));
+    let err = exe.run(&[&x]).expect_err("the budget is exceeded");
+    let msg = err.to_string();
+    assert!(matches!(err, GpuError::OutOfMemory(_)), "{err:?}");
+    assert!(
+        msg.contains("kernel") && msg.contains("exp") && msg.contains("1048576"),
+        "names the kernel, its primitives and the limit: {msg}"
+    );
+    // The device is still usable once the budget allows the program.
+    g.set_memory_limit(None);
+    let cpu = Executable::new(f).expect("plans").run(&[&x]).expect("cpu runs");
+    assert_close("after exhaustion", &exe.run(&[&x]).expect("runs"), &cpu);
+    assert!(g.memory_in_use() >= 2 * 4 * n as u64, "held buffers are counted: {}", g.memory_in_use());
+}
+
+/// Gathers and scatter-adds of several forms, built directly: element and
+/// slab gathers, a batch dim, two indexed axes, both index modes (the
+/// indices include negative and too-large ones, and repeats), an i32 and a
+/// bool operand; the scatter-adds are the gathers' transposes.
+fn indexing_funcs() -> Vec<(String, graft_core::Func, Vec<Tensor>)> {
+    use graft_core::ops::index::IndexMode;
+    let mut out = Vec::new();
+    let idx = |shape: &[usize], vals: Vec<i32>| Tensor::from_vec(shape.to_vec(), vals).expect("shape matches");
+    let i32t = |s: &[usize]| TensorType::new(DType::I32, s.to_vec());
+    // (operand shape, indices, batch_dims, index_dims)
+    let forms: Vec<(Vec<usize>, Tensor, usize, Vec<usize>)> = vec![
+        (vec![10, 6], idx(&[7, 1], vec![3, 0, 9, 3, -1, 12, 7]), 0, vec![0]),
+        (vec![10], idx(&[4, 3, 1], (0..12).map(|i| (i * 7) % 13 - 1).collect()), 0, vec![0]),
+        (vec![4, 5, 3], idx(&[4, 2, 1], vec![1, 4, 0, 0, 5, 2, -3, 3]), 1, vec![1]),
+        (vec![6, 4, 3], idx(&[5, 2], vec![0, 0, 5, 3, 2, 1, 7, -1, 2, 3]), 0, vec![0, 1]),
+        (vec![3, 6, 2], idx(&[4, 1], vec![5, 0, 2, 9]), 0, vec![1]),
+    ];
+    for (k, (xshape, ix, bd, dims)) in forms.into_iter().enumerate() {
+        for mode in [IndexMode::Clip, IndexMode::Fill] {
+            for dtype in [DType::F32, DType::I32, DType::Bool] {
+                let mut b = graft_core::Builder::new("gather");
+                let x = b.param(TensorType::new(dtype, xshape.clone()));
+                let i = b.param(i32t(ix.shape()));
+                let y = b.gather(x, i, bd, &dims, mode).expect("gather");
+                let f = b.finish(&[y]).expect("builds");
+                let xs = Tensor::from_fn(&TensorType::new(dtype, xshape.clone()), |j| (j as f64 * 0.37).sin() * 5.0);
+                out.push((format!("gather form {k} {mode} {dtype}"), f, vec![xs, ix.clone()]));
+            }
+            let mut b = graft_core::Builder::new("scatter");
+            let x = b.param(ty(&xshape));
+            let i = b.param(i32t(ix.shape()));
+            let y = b.gather(x, i, bd, &dims, mode).expect("gather");
+            let uty = b.ty(y).expect("typed").clone();
+            let u = b.param(uty.clone());
+            let s = b.scatter_add(x, i, u, bd, &dims, mode).expect("scatter_add");
+            let f = b.finish(&[s]).expect("builds");
+            let (xs, us) = (f32s(&xshape, 80 + k as u64), f32s(&uty.shape, 90 + k as u64));
+            out.push((format!("scatter_add form {k} {mode}"), f, vec![xs, ix.clone(), us]));
+        }
+    }
+    out
+}
+
+#[test]
+fn gathers_and_scatter_adds_run_on_the_device() {
+    let Some(g) = gpu() else { return };
+    for (what, f, ins) in indexing_funcs() {
+        let f = Arc::new(f);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+        let exe = GpuExecutable::with_gpu(g.clone(), f).expect("plans for the GPU");
+        let host = exe.host_steps();
+        assert!(host.is_empty(), "{what} runs on the device: {host:?}\n{}", exe.describe());
+        let out = exe.run(&refs).expect("gpu runs");
+        if what.starts_with("gather") {
+            // A gather is a copy: bitwise.
+            assert_same_bits(&what, &out, &cpu);
+        } else {
+            // The device sums each element's updates in another order.
+            assert_close(&what, &out, &cpu);
+        }
+    }
+}
+
+#[test]
+fn integer_scatter_adds_stay_on_the_host_and_exact() {
+    // The device form sums in floating point; an integer scatter keeps the
+    // interpreter's kernel (wrapping adds in position order).
+    let Some(g) = gpu() else { return };
+    use graft_core::ops::index::IndexMode;
+    let mut b = graft_core::Builder::new("iscatter");
+    let x = b.param(TensorType::new(DType::I32, vec![6]));
+    let i = b.param(TensorType::new(DType::I32, vec![5, 1]));
+    let u = b.param(TensorType::new(DType::I32, vec![5]));
+    let s = b.scatter_add(x, i, u, 0, &[0], IndexMode::Clip).expect("scatter_add");
+    let f = Arc::new(b.finish(&[s]).expect("builds"));
+    let ins = [
+        Tensor::from_vec(vec![6], vec![1i32, 2, 3, 4, 5, i32::MAX]).expect("shape"),
+        Tensor::from_vec(vec![5, 1], vec![5i32, 0, 5, 9, -2]).expect("shape"),
+        Tensor::from_vec(vec![5], vec![1i32, 10, 100, 1000, 10000]).expect("shape"),
+    ];
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    assert!(exe.host_steps().iter().any(|(p, _)| p.contains("scatter_add")), "{}", exe.describe());
+    assert_same_bits("integer scatter_add", &exe.run(&refs).expect("gpu runs"), &cpu);
+}
+
+#[test]
+fn jit_runs_on_the_device_it_is_given() {
+    // `graft::Jit::device`: the same traced closure compiled for the CPU and
+    // for the GPU; `auto` picks the GPU for f32 and the CPU for f64.
+    let f = graft::jit("f", |x| (x.sin() * x).sum(()));
+    let df = f.grad(graft::Wrt::All);
+    let x = f32s(&[1000], 31);
+    let cpu = df.call(&[&x]).expect("cpu runs");
+    let on_gpu = df.device(Device::Gpu);
+    if gpu().is_none() {
+        let err = on_gpu.call(&[&x]).expect_err("no adapter");
+        assert!(matches!(err, graft::Error::Gpu(_)) && err.to_string().contains("no GPU adapter"), "{err}");
+        return;
+    }
+    let c = on_gpu.compiled(&[x.ty()]).expect("compiles for the GPU");
+    assert_eq!(c.device_name(), "gpu");
+    assert!(c.gpu().is_some_and(|g| g.host_steps().is_empty()), "runs whole on the device");
+    assert_close("Jit::device(Gpu)", &on_gpu.call(&[&x]).expect("gpu runs"), &cpu);
+    let x64 = Tensor::from_fn(&TensorType::new(DType::F64, vec![10]), |i| i as f64 * 0.1);
+    let auto = df.device(Device::Auto);
+    assert_eq!(auto.compiled(&[x.ty()]).expect("compiles").device_name(), "gpu");
+    assert_eq!(auto.compiled(&[x64.ty()]).expect("compiles").device_name(), "cpu", "f64 falls back to the CPU");
+    let err = on_gpu.call(&[&x64]).expect_err("f64 on the GPU");
+    assert!(err.to_string().contains("f64"), "{err}");
 }

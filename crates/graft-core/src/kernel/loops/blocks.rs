@@ -83,7 +83,7 @@ fn read_offset(inst: &Inst, n: usize) -> Option<isize> {
 /// The argument a read instruction reads.
 fn read_arg(inst: &Inst) -> Option<u32> {
     match inst {
-        Inst::Load { arg, .. } | Inst::Window { arg, .. } => Some(*arg),
+        Inst::Load { arg, .. } | Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } => Some(*arg),
         _ => None,
     }
 }

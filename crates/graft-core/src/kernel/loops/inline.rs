@@ -148,6 +148,13 @@ fn moved(inst: &Inst, dims: &[usize], shift: &[isize], reg: &dyn Fn(Reg) -> Reg,
             Inst::Inside(w)
         }
         Inst::Window { .. } | Inst::Inside(_) => return None,
+        // Positions and gathers depend on the point itself: they move only
+        // when the reader reads at its own points.
+        Inst::Position(_) if still => inst.clone(),
+        Inst::LoadAt { addr, .. } if still => Inst::LoadAt { arg, addr: reg(*addr) },
+        Inst::Position(_) | Inst::LoadAt { .. } => return None,
+        Inst::Word(op, a, b) => Inst::Word(*op, reg(*a), reg(*b)),
+        Inst::Bitcast(d, a) => Inst::Bitcast(*d, reg(*a)),
         Inst::Lit(_) => inst.clone(),
         Inst::Unary(op, a) => Inst::Unary(*op, reg(*a)),
         Inst::Binary(op, a, b) => Inst::Binary(*op, reg(*a), reg(*b)),
@@ -163,7 +170,7 @@ fn moved(inst: &Inst, dims: &[usize], shift: &[isize], reg: &dyn Fn(Reg) -> Reg,
 /// The argument of the producer instruction `inst`, if it reads one.
 fn arg_read(inst: &Inst) -> Option<u32> {
     match inst {
-        Inst::Load { arg, .. } | Inst::Window { arg, .. } => Some(*arg),
+        Inst::Load { arg, .. } | Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } => Some(*arg),
         _ => None,
     }
 }

@@ -453,7 +453,7 @@ impl Builder<'_> {
                 let point_only = k.args[j].access == super::ir::Access::Read
                     && k.body.iter().all(|i| match i {
                         Inst::Load { arg, index } => *arg as usize != j || *index == Index::Point,
-                        Inst::Window { arg, .. } => *arg as usize != j,
+                        Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } => *arg as usize != j,
                         _ => true,
                     });
                 let rewritten = match self.views.get(&v) {
@@ -847,7 +847,9 @@ fn forward_arg(func: &Func, k: &Kernel, binds: &[Value], j: usize, view: &View) 
     let shift = |a: u32| if a as usize > j { a - 1 } else { a };
     for inst in &mut body {
         match inst {
-            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => *arg = shift(*arg),
+            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } => {
+                *arg = shift(*arg)
+            }
             _ => {}
         }
     }
@@ -864,7 +866,9 @@ fn drop_unused_args<B>(args: Vec<Arg>, binds: Vec<B>, body: &mut [Inst]) -> (Vec
     let mut used = vec![false; args.len()];
     for inst in body.iter() {
         match inst {
-            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => used[*arg as usize] = true,
+            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } => {
+                used[*arg as usize] = true
+            }
             _ => {}
         }
     }
@@ -876,7 +880,9 @@ fn drop_unused_args<B>(args: Vec<Arg>, binds: Vec<B>, body: &mut [Inst]) -> (Vec
     }
     for inst in body.iter_mut() {
         match inst {
-            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } => *arg = renum[*arg as usize],
+            Inst::Load { arg, .. } | Inst::Store { arg, .. } | Inst::Window { arg, .. } | Inst::LoadAt { arg, .. } => {
+                *arg = renum[*arg as usize]
+            }
             _ => {}
         }
     }
@@ -915,7 +921,10 @@ fn remap(inst: &Inst, map: &[Reg]) -> Option<Inst> {
         Inst::Convert(d, a) => Inst::Convert(*d, m(a)?),
         Inst::Store { arg, value, index } => Inst::Store { arg: *arg, value: m(value)?, index: index.clone() },
         Inst::Window { arg, window, fill } => Inst::Window { arg: *arg, window: window.clone(), fill: m(fill)? },
-        Inst::Inside(_) => inst.clone(),
+        Inst::Inside(_) | Inst::Position(_) => inst.clone(),
+        Inst::Word(op, a, b) => Inst::Word(*op, m(a)?, m(b)?),
+        Inst::Bitcast(d, a) => Inst::Bitcast(*d, m(a)?),
+        Inst::LoadAt { arg, addr } => Inst::LoadAt { arg: *arg, addr: m(addr)? },
         Inst::Reduce(_) | Inst::Map(_) | Inst::Outer(_) | Inst::Save { .. } | Inst::Restore(_) => return None,
     })
 }
