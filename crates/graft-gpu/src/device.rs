@@ -397,6 +397,57 @@ impl Gpu {
         self.queue.submit(std::iter::once(enc.finish()));
     }
 
+    /// Maps every staging buffer for reading and waits until each mapping
+    /// has answered: `Some(true)` where it succeeded.
+    ///
+    /// wgpu runs a mapping's callback inside whichever thread's `poll` finds
+    /// it ready, so with the device shared between threads another caller's
+    /// poll may take our callback and run it a moment after our own poll has
+    /// returned. Each answer therefore arrives on a channel, and we poll
+    /// again until all have (bounded by [`MAP_TIMEOUT`]).
+    fn map_for_reading(&self, staging: &[wgpu::Buffer]) -> Result<Vec<Option<bool>>, GpuError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (i, s) in staging.iter().enumerate() {
+            let tx = tx.clone();
+            s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                // The receiver lives until every answer has come or we gave up.
+                let _ = tx.send((i, r.is_ok()));
+            });
+        }
+        drop(tx);
+        let mut ok = vec![None; staging.len()];
+        let mut pending = staging.len();
+        let mut idle_since = None;
+        while pending > 0 {
+            self.device
+                .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+                .map_err(|e| GpuError::Device { what: "waiting for the device".into(), msg: e.to_string() })?;
+            self.check("the commands before a download")?;
+            let idle = *idle_since.get_or_insert_with(std::time::Instant::now);
+            loop {
+                match rx.recv_timeout(std::time::Duration::from_millis(2)) {
+                    Ok((i, r)) => {
+                        ok[i] = Some(r);
+                        pending -= 1;
+                        if pending == 0 {
+                            break;
+                        }
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                    // Every callback was dropped unanswered: those mappings failed.
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(ok),
+                }
+            }
+            if pending > 0 && idle.elapsed() > MAP_TIMEOUT {
+                return Err(GpuError::Device {
+                    what: "a download".into(),
+                    msg: format!("{pending} staging buffer(s) not mapped after {} s", MAP_TIMEOUT.as_secs()),
+                });
+            }
+        }
+        Ok(ok)
+    }
+
     /// Submits `enc`, then copies each buffer back into a host tensor of
     /// the given type (one submission and one wait for all of them).
     pub fn download(
@@ -417,18 +468,7 @@ impl Gpu {
             staging.push(s);
         }
         self.submit(enc);
-        let status: Arc<Mutex<Vec<Option<bool>>>> = Arc::new(Mutex::new(vec![None; staging.len()]));
-        for (i, s) in staging.iter().enumerate() {
-            let st = status.clone();
-            s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-                st.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r.is_ok());
-            });
-        }
-        self.device
-            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
-            .map_err(|e| GpuError::Device { what: "waiting for the device".into(), msg: e.to_string() })?;
-        self.check("the commands before a download")?;
-        let ok = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let ok = self.map_for_reading(&staging)?;
         let mut out = Vec::with_capacity(items.len());
         for ((s, (_, ty)), ok) in staging.iter().zip(items).zip(ok) {
             if ok != Some(true) {
@@ -460,6 +500,9 @@ impl Gpu {
         Ok(out)
     }
 }
+
+/// How long a download waits for its mappings once the device is idle.
+const MAP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The buffers and dispatch of a rendered kernel, less its arguments:
 /// scratch buffers for saved reduction values.

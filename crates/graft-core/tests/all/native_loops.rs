@@ -968,3 +968,49 @@ fn random_draws_run_compiled_and_bitwise() {
         assert_eq!(compare(&f, &ins), 1, "n = {n}: the loop ran compiled");
     }
 }
+
+/// A scan looking rows of a table up at every step (an embedding lookup):
+/// two gathers (clipped and zero-filled, with indices out of range on both
+/// sides) feed elementwise work on the carry, and the filled rows are
+/// stacked as `ys`.
+fn lookup_scan(length: usize) -> Func {
+    use graft_core::ops::index::IndexMode;
+    let (v, d) = (10, 6);
+    let f32t = |shape: &[usize]| TensorType::new(DType::F32, shape.to_vec());
+    let i32t = |shape: &[usize]| TensorType::new(DType::I32, shape.to_vec());
+    let mut body = Builder::new("lookup");
+    let table = body.param(f32t(&[v, d]));
+    let h = body.param(f32t(&[d]));
+    let idx = body.param(i32t(&[2, 1]));
+    let clipped = body.gather(table, idx, 0, &[0], IndexMode::Clip).unwrap();
+    let filled = body.gather(table, idx, 0, &[0], IndexMode::Fill).unwrap();
+    let a = body.slice(clipped, &[0, 0], &[1, d], &[1, 1]).unwrap();
+    let a = body.reshape(a, &[d]).unwrap();
+    let b = body.slice(filled, &[1, 0], &[2, d], &[1, 1]).unwrap();
+    let b = body.reshape(b, &[d]).unwrap();
+    let ab = body.mul(a, b).unwrap();
+    let s = body.add(h, ab).unwrap();
+    let h2 = body.tanh(s).unwrap();
+    let body = body.finish(&[h2, filled]).unwrap();
+
+    let mut b = Builder::new("lookup_loop");
+    let table = b.param(f32t(&[v, d]));
+    let h = b.param(f32t(&[d]));
+    let idx = b.param(i32t(&[length, 2, 1]));
+    let out = b.scan(Arc::new(body), &[table], &[h], &[idx], ScanOpts::new(length)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn gathers_in_a_body_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    let length = 7;
+    let f = lookup_scan(length);
+    let mut ins = inputs(&f, 5);
+    let idx: Vec<i32> = (0..2 * length as i32).map(|k| (k * 5) % 14 - 2).collect();
+    assert!(idx.iter().any(|&k| k < 0) && idx.iter().any(|&k| k >= 10), "indices out of range on both sides");
+    ins[2] = Tensor::from_vec(vec![length, 2, 1], idx).unwrap();
+    assert_eq!(compare(&f, &ins), 1, "the loop ran compiled");
+}
