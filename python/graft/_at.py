@@ -264,10 +264,6 @@ class At:
 
 # ---- traced indices ----
 
-# Above this many entries of repeated-position groups (entries squared
-# times values per entry), mul/min/max/divide/power with traced array
-# indices refuse (their duplicates are combined through an n x n mask).
-_MAX_GROUP_MASK = 1 << 24
 
 
 def _positions(x: Any, index: Any) -> Any:
@@ -421,18 +417,20 @@ def _dynamic_update(x: Any, index: Any, values: Any, op: str, mode: Any = None) 
         combine = _ops()[op]
         group = v
         if k > 1:
-            if k * k > _MAX_GROUP_MASK:
-                raise NotImplementedError(
-                    f"x.at[...].{op} with {k} traced index entries (repeated positions are combined through a "
-                    f"{k} x {k} mask; at most {int(np.sqrt(_MAX_GROUP_MASK))} entries)"
-                )
-            same = drop[:, None] == drop[None, :]
-            red = {"mul": ("prod", 1.0), "divide": ("prod", 1.0), "power": ("prod", 1.0),
-                   "min": ("min", None), "max": ("max", None)}[op]
-            # Outside its group an entry sees its own value (neutral for min and max).
-            filler = v[:, None] if red[1] is None else red[1]
-            masked = gnp.where(same, v[None, :], filler)
-            group = getattr(gnp, red[0])(masked, axis=1)
+            # Each group's combined value at its last entry: an inclusive
+            # segmented scan over the sorted entries (Hillis-Steele doubling,
+            # log2(k) elementwise passes; within one run of equal positions
+            # every step combines with an entry of the same run).
+            both = {"mul": gnp.multiply, "divide": gnp.multiply, "power": gnp.multiply,
+                    "min": gnp.minimum, "max": gnp.maximum}[op]
+            sv = gnp.take(v, perm)
+            step = 1
+            while step < k:
+                later, earlier = sv[step:], sv[:-step]
+                same = sp[step:] == sp[:-step]
+                sv = gnp.concatenate([sv[:step], gnp.where(same, both(later, earlier), later)])
+                step *= 2
+            group = gnp.take(sv, gnp.argsort(perm))
         old = gnp.take(flat, pos)
         new = combine(old, group)
         if new.dtype != flat.dtype:
