@@ -39,6 +39,42 @@ pub struct Gemm {
     pub ta: bool,
     /// `B` is stored `[B, N, K]`.
     pub tb: bool,
+    /// Batch `z` reads `A`'s matrix `z % a_period`: `batch` for one matrix
+    /// per batch, fewer when matrices repeat (a convolution's batch is
+    /// (image, group) and its weights depend on the group only).
+    pub a_period: usize,
+    /// Element offset of `B`'s first matrix in its buffer.
+    pub b_base: usize,
+    /// Element offset of `C`'s first matrix in its buffer (a convolution
+    /// split over the batch writes each part of its result in place).
+    pub c_base: usize,
+}
+
+impl Gemm {
+    /// A product with one `A` matrix per batch and both operands and the
+    /// result at the start of their buffers.
+    pub fn plain(batch: usize, m: usize, n: usize, k: usize, ta: bool, tb: bool) -> Gemm {
+        Gemm { batch, m, n, k, ta, tb, a_period: batch, b_base: 0, c_base: 0 }
+    }
+
+    /// The first line of either kernel: the batch offsets of `A`, `B` and
+    /// `C` (plain products print as before the offsets existed).
+    fn bases(&self) -> String {
+        let Gemm { m, n, k, .. } = *self;
+        let a = if self.a_period == self.batch {
+            format!("wid.z * {}u", m * k)
+        } else {
+            format!("(wid.z % {}u) * {}u", self.a_period, m * k)
+        };
+        let plus = |base: usize| if base == 0 { String::new() } else { format!("{base}u + ") };
+        format!(
+            "  let ab = {a}; let bb = {}wid.z * {}u; let cb = {}wid.z * {}u;\n",
+            plus(self.b_base),
+            k * n,
+            plus(self.c_base),
+            m * n
+        )
+    }
 }
 
 /// How one `dot_general` runs: optional copies of its operands into a
@@ -98,7 +134,7 @@ pub fn plan(func: &Func, p: &DotGeneral, lhs: Value, rhs: Value, out: Value) -> 
     } else {
         (false, Some(permute_kernel(&rt.shape, &r_norm, "gemm_rhs")?))
     };
-    Some(GemmPlan { gemm: Gemm { batch, m, n, k, ta, tb }, lhs_copy, rhs_copy })
+    Some(GemmPlan { gemm: Gemm::plain(batch, m, n, k, ta, tb), lhs_copy, rhs_copy })
 }
 
 /// A kernel-IR copy of an f32 tensor of `shape` into the order `perm` (a
@@ -154,7 +190,7 @@ impl Gemm {
         s.push_str("@compute @workgroup_size(16, 16)\n");
         s.push_str("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n");
         let _ = writeln!(s, "  let m0 = wid.y * {TILE}u; let n0 = wid.x * {TILE}u;");
-        let _ = writeln!(s, "  let ab = wid.z * {}u; let bb = wid.z * {}u; let cb = wid.z * {}u;", m * k, k * n, m * n);
+        s.push_str(&self.bases());
         s.push_str("  let tx = lid.x; let ty = lid.y;\n");
         for r in 0..4 {
             // Rows and columns past the edge read row/column 0 (in range) and are not stored.
@@ -193,7 +229,7 @@ impl Gemm {
         s.push_str("@compute @workgroup_size(16, 16)\n");
         s.push_str("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n");
         let _ = writeln!(s, "  let m0 = wid.y * {TILE}u; let n0 = wid.x * {TILE}u;");
-        let _ = writeln!(s, "  let ab = wid.z * {}u; let bb = wid.z * {}u; let cb = wid.z * {}u;", m * k, k * n, m * n);
+        s.push_str(&self.bases());
         s.push_str("  let tx = lid.x; let ty = lid.y; let t = ty * 16u + tx;\n");
         // Sixteen accumulators in registers, the inner products unrolled.
         for r in 0..4 {
