@@ -187,6 +187,12 @@ impl Gpu {
         self.memory.lock().unwrap_or_else(|e| e.into_inner()).limit = limit;
     }
 
+    /// The bound [`Gpu::set_memory_limit`] set, if any (a convolution splits
+    /// its batch to keep its im2col matrix a fraction of it).
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner()).limit
+    }
+
     /// Bytes of value buffers held now (in use or pooled).
     pub fn memory_in_use(&self) -> u64 {
         self.memory.lock().unwrap_or_else(|e| e.into_inner()).live
@@ -424,11 +430,22 @@ impl Gpu {
                 st.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r.is_ok());
             });
         }
-        self.device
-            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
-            .map_err(|e| GpuError::Device { what: "waiting for the device".into(), msg: e.to_string() })?;
+        // Another thread's poll may have taken these callbacks and not run
+        // them yet when ours returns (wgpu runs callbacks after its poll
+        // releases the device): poll until every callback has reported,
+        // a bounded number of times.
+        let mut ok = Vec::new();
+        for attempt in 0..1000 {
+            self.device
+                .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+                .map_err(|e| GpuError::Device { what: "waiting for the device".into(), msg: e.to_string() })?;
+            ok = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if ok.iter().all(Option::is_some) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100 * attempt.min(10)));
+        }
         self.check("the commands before a download")?;
-        let ok = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut out = Vec::with_capacity(items.len());
         for ((s, (_, ty)), ok) in staging.iter().zip(items).zip(ok) {
             if ok != Some(true) {

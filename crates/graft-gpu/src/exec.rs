@@ -119,7 +119,8 @@ struct ConvPart {
 }
 
 /// Largest im2col matrix of one part of a convolution's batch, in bytes
-/// (besides the adapter's binding size): a larger batch is split, so the
+/// (besides the adapter's binding size and a quarter of the device memory
+/// budget, when one is set): a larger batch is split, so the
 /// temporary stays a fraction of the device memory (and of a memory budget)
 /// while each product still has `images x groups` matrices to run in z.
 const IM2COL_BYTES_MAX: u64 = 64 << 20;
@@ -628,7 +629,8 @@ fn prepare_conv(
     let mut per_part = images.min(z_max);
     if !identity {
         let per_image = (groups * k * p) as u64 * 4;
-        let fit = (limit.min(IM2COL_BYTES_MAX) / per_image) as usize;
+        let part_max = limit.min(IM2COL_BYTES_MAX).min(gpu.memory_limit().map_or(u64::MAX, |m| m / 4));
+        let fit = (part_max / per_image) as usize;
         if fit == 0 {
             return Ok(Err(format!("the im2col matrix of one image ({per_image} bytes) exceeds the part size")));
         }
@@ -649,7 +651,7 @@ fn prepare_conv(
             None
         } else {
             let name = format!("im2col{e}_{part}");
-            let Some(kernel) = im2col_kernel(c, xs, ws, os, n0, nb, DType::F32, &name) else {
+            let Some(kernel) = im2col_kernel(c, xs, ws, os, n0..n0 + nb, DType::F32, &name) else {
                 return Ok(Err("im2col addresses beyond i32".into()));
             };
             match launch(gpu, &kernel, vec![lhs, lhs], "conv_general")? {

@@ -1150,10 +1150,10 @@ impl crate::batch::Batch for ConvGeneral {
     }
 }
 
-/// The im2col matrix of batch elements `n0..n0 + nb` of a convolution as a
+/// The im2col matrix of batch elements `images` of a convolution as a
 /// kernel of the kernel IR, for device backends (the GPU runs the product
 /// with its own GEMM; see `graft-gpu`'s `exec.rs`). Arguments: the lhs
-/// `[N, C, *in]` (read) and the matrix (written), `[nb, groups, C/groups,
+/// `[N, C, *in]` (read) and the matrix (written), `[images, groups, C/groups,
 /// *kernel, *out]` row-major: for batch element `n` and group `g`, the
 /// `[C/groups * prod(kernel), prod(out)]` operand that the group's weights
 /// `[O/groups, C/groups * prod(kernel)]` multiply.
@@ -1177,8 +1177,7 @@ pub fn im2col_kernel(
     xs: &[usize],
     ws: &[usize],
     os: &[usize],
-    n0: usize,
-    nb: usize,
+    images: std::ops::Range<usize>,
     dtype: crate::dtype::DType,
     name: &str,
 ) -> Option<crate::kernel::Kernel> {
@@ -1188,6 +1187,7 @@ pub fn im2col_kernel(
         return None;
     }
     let s = xs.len() - 2;
+    let (n0, nb) = (images.start, images.len());
     let (groups, cg) = (c.feature_group_count, ws[1]);
     let in_sp = &xs[2..];
     let in_size: usize = in_sp.iter().product();
