@@ -13,7 +13,8 @@ use std::time::Instant;
 
 const MM: &str = "def mm(a: tensor[m, k, f32], b: tensor[k, n, f32]) -> tensor[m, n, f32] = a @ b";
 
-const CONV: &str = "def conv(x: tensor[b, ci, hh, ww, f32], w: tensor[co, ci, 3, 3, f32]) -> tensor[b, co, hh, ww, f32] =
+const CONV: &str =
+    "def conv(x: tensor[b, ci, hh, ww, f32], w: tensor[co, ci, 3, 3, f32]) -> tensor[b, co, hh, ww, f32] =
   conv2d(x, w, padding=1)";
 
 /// The convolution's GEMM alone: one product per image, as the device runs it

@@ -1256,10 +1256,7 @@ pub fn im2col_kernel(
         value = push(&mut body, Inst::Select(ok, value, zero));
     }
     body.push(Inst::Store { arg: 1, value, index: Index::Point });
-    let args = vec![
-        Arg { dtype, len: x_len, access: Access::Read },
-        Arg { dtype, len: extent, access: Access::Write },
-    ];
+    let args = vec![Arg { dtype, len: x_len, access: Access::Read }, Arg { dtype, len: extent, access: Access::Write }];
     let k = Kernel { name: name.to_string(), args, extent, body };
     crate::kernel::verify(&k).ok()?;
     Some(k)
@@ -1269,7 +1266,6 @@ pub fn im2col_kernel(
 /// without padding or dilation): the lhs `[N, C, *in]` already is the
 /// `[N, groups, C/groups, prod(out)]` matrix [`im2col_kernel`] would build.
 pub fn im2col_is_identity(c: &ConvGeneral, ws: &[usize]) -> bool {
-    (0..ws.len().saturating_sub(2)).all(|d| {
-        ws[d + 2] == 1 && c.strides[d] == 1 && c.padding[d] == (0, 0) && c.lhs_dilation[d] == 1
-    })
+    (0..ws.len().saturating_sub(2))
+        .all(|d| ws[d + 2] == 1 && c.strides[d] == 1 && c.padding[d] == (0, 0) && c.lhs_dilation[d] == 1)
 }
