@@ -583,6 +583,20 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                         None => host(vec![e], "reduction of a non-float dtype or over nothing".into()),
                     }
                 }
+                // The plan had no device kernel for it (`ops::window::device_kernel`).
+                Prim::ReduceWindow(w) => {
+                    let taps: usize = w.window.iter().product();
+                    let why = if !f.ty(eqn.inputs[0]).dtype.is_float() {
+                        "a window over integers or bools (float windows only)".to_string()
+                    } else if w.base_dilation.iter().any(|&d| d > 1) {
+                        "a window with base dilation (taps on holes have no window-load form)".to_string()
+                    } else if taps > graft_core::ops::window::DEVICE_TAPS_MAX {
+                        format!("a window of {taps} taps (unrolled up to {})", graft_core::ops::window::DEVICE_TAPS_MAX)
+                    } else {
+                        "a window whose kernel did not verify".to_string()
+                    };
+                    host(vec![e], why)
+                }
                 p => host(vec![e], format!("no GPU kernel for {} yet", p.name())),
             }
         }

@@ -1007,6 +1007,28 @@ fn pooling_windows_of_every_kind() {
     }
 }
 
+/// Windows the device does not run stay on the host, say why, and agree:
+/// base dilation (taps on holes) and windows beyond the unrolled size.
+#[test]
+fn pooling_windows_left_on_the_host_say_why() {
+    use graft_core::ops::window::WindowKind;
+    let cases: [(&str, Vec<usize>, Vec<usize>, Vec<usize>); 2] =
+        [("base dilation", vec![3, 2], vec![1, 1], vec![2, 3]), ("of 289 taps", vec![17, 17], vec![1, 1], vec![1, 1])];
+    for (why, window, strides, base) in cases {
+        let Some(g) = gpu() else { return };
+        let mut b = graft_core::Builder::new("pool");
+        let x = b.param(ty(&[20, 18]));
+        let y = b.reduce_window(WindowKind::Max, x, &window, &strides, &[(1, 0), (0, 2)], &base, &[1, 1]);
+        let f = Arc::new(b.finish(&[y.expect("a valid window")]).expect("a function"));
+        let input = f32s(&[20, 18], 830);
+        let cpu = Executable::new(f.clone()).expect("plans").run(&[&input]).expect("cpu runs");
+        let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+        assert_close(why, &exe.run(&[&input]).expect("gpu runs"), &cpu);
+        let host = exe.host_steps();
+        assert!(host.len() == 1 && host[0].0 == "reduce_window_max" && host[0].1.contains(why), "{host:?}");
+    }
+}
+
 /// The language's CNN programs end to end: the convnet example's gradient
 /// (conv, relu, max pooling, dense, cross-entropy) and the benchmarked CNN
 /// training step (two convolutions, one strided, and their gradients), each with no convolution or
