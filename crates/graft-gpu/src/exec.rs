@@ -597,6 +597,15 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                     };
                     host(vec![e], why)
                 }
+                // The plan had no device kernel for it (`ops::index::scatter_add_device_kernel`).
+                Prim::ScatterAdd(_) => host(
+                    vec![e],
+                    format!(
+                        "a scatter-add of integer or 64-bit data, or of more than {} element-position pairs \
+                         (the device sums each element's updates in a row of its own)",
+                        graft_core::ops::index::SCATTER_ROWS_MAX
+                    ),
+                ),
                 p => host(vec![e], format!("no GPU kernel for {} yet", p.name())),
             }
         }
