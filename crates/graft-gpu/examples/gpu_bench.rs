@@ -1,4 +1,4 @@
-//! GPU next to CPU: GEMM GFLOP/s and an MLP training step.
+//! GPU next to CPU: GEMM and convolution GFLOP/s and an MLP training step.
 //!
 //!     cargo run --release -p graft-gpu --example gpu_bench
 //!
@@ -12,6 +12,15 @@ use graft_gpu::GpuExecutable;
 use std::time::Instant;
 
 const MM: &str = "def mm(a: tensor[m, k, f32], b: tensor[k, n, f32]) -> tensor[m, n, f32] = a @ b";
+
+const CONV: &str =
+    "def conv(x: tensor[b, ci, hh, ww, f32], w: tensor[co, ci, 3, 3, f32]) -> tensor[b, co, hh, ww, f32] =
+  conv2d(x, w, padding=1)";
+
+/// The convolution's GEMM alone: one product per image, as the device runs it
+/// after im2col (`[co, ci * 9] x [ci * 9, hh * ww]`; here the weights are
+/// passed once per image).
+const CONV_GEMM: &str = "def g(w: tensor[b, co, k, f32], col: tensor[b, k, p, f32]) -> tensor[b, co, p, f32] = w @ col";
 
 const MLP: &str = "
 def loss(w1: tensor[d, h, f32], b1: tensor[h, f32], w2: tensor[h, c, f32], x: tensor[n, d, f32],
@@ -97,6 +106,24 @@ fn main() {
             }
             Err(e) => println!("gemm {n}: {e}"),
         }
+    }
+    // The benchmark convolution (bench/programs/conv2d.graft's shape): im2col
+    // and the GEMM, next to the GEMM alone.
+    let (b, ci, co, hw) = (32usize, 32usize, 64usize, 28usize);
+    let flop = 2.0 * (b * co * ci * 9 * hw * hw) as f64;
+    match time(CONV, "conv", &[data(&[b, ci, hw, hw], 9), data(&[co, ci, 3, 3], 10)], 3) {
+        Ok((g, c)) => println!(
+            "conv {b}x{ci}x{hw}x{hw} by {co}x{ci}x3x3 pad 1: gpu {:.1} ms ({:.2} GFLOP/s), cpu {:.2} ms ({:.2} GFLOP/s)",
+            g * 1e3,
+            flop / g / 1e9,
+            c * 1e3,
+            flop / c / 1e9
+        ),
+        Err(e) => println!("conv: {e}"),
+    }
+    match time(CONV_GEMM, "g", &[data(&[b, co, ci * 9], 11), data(&[b, ci * 9, hw * hw], 12)], 3) {
+        Ok((g, _)) => println!("  its GEMM alone: gpu {:.1} ms ({:.2} GFLOP/s)", g * 1e3, flop / g / 1e9),
+        Err(e) => println!("conv gemm: {e}"),
     }
     // Fixed cost of a call: one fused kernel over few or many elements.
     let ew = "def f(x: tensor[n, f32]) -> tensor[n, f32] = tanh(x) * 2.0 + 1.0";

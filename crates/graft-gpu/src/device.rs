@@ -187,6 +187,12 @@ impl Gpu {
         self.memory.lock().unwrap_or_else(|e| e.into_inner()).limit = limit;
     }
 
+    /// The bound [`Gpu::set_memory_limit`] set, if any (a convolution splits
+    /// its batch to keep its im2col matrix a fraction of it).
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner()).limit
+    }
+
     /// Bytes of value buffers held now (in use or pooled).
     pub fn memory_in_use(&self) -> u64 {
         self.memory.lock().unwrap_or_else(|e| e.into_inner()).live

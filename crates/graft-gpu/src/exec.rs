@@ -12,9 +12,13 @@
 //! - **float reductions** the planner left as equations: a row kernel of
 //!   the kernel IR built here (a strided load over the kept and reduced
 //!   dimensions, reduced per row), rendered like any other;
+//! - **`conv_general`** on f32: an im2col kernel of the kernel IR
+//!   (`ops::conv::im2col_kernel`) and the GEMM over (image, group), whose
+//!   result is the output's layout (see [`prepare_conv`]); pooling windows
+//!   come as kernels of the plan (`ops::window::device_kernel`);
 //! - **aliases** (reshape, stop_gradient): the operand's buffer;
-//! - **everything else** (loops, gathers, scatters, sorts, random bits,
-//!   convolutions, integer reductions, `pow`/`atan2`...): on the host, by
+//! - **everything else** (loops, integer scatters, sorts, cumulative ops,
+//!   integer reductions, `pow`/`atan2`...): on the host, by
 //!   the primitive's interpreter kernel, with explicit transfers: its
 //!   operands are downloaded (one wait for all of them) and its results
 //!   uploaded when a device step first reads them. [`GpuExecutable::host_steps`]
@@ -61,6 +65,8 @@ enum Prepared {
     },
     /// A matrix product.
     Gemm(Box<GemmStep>),
+    /// A convolution: im2col and a product per part of the batch.
+    Conv(Box<ConvStep>),
     Alias {
         src: Value,
         dst: Value,
@@ -91,6 +97,38 @@ struct GemmStep {
     rhs: Value,
     out: Value,
 }
+
+/// A convolution (see [`prepare_conv`]): the batch in parts, each an
+/// im2col launch (none when the window is the identity and the lhs already
+/// is the matrix) and a GEMM that writes its part of the result in place.
+#[derive(Debug)]
+struct ConvStep {
+    parts: Vec<ConvPart>,
+    lhs: Value,
+    rhs: Value,
+    out: Value,
+}
+
+/// One part of a [`ConvStep`]'s batch.
+#[derive(Debug)]
+struct ConvPart {
+    /// The im2col kernel, bound to the lhs and a temporary.
+    im2col: Option<Launch>,
+    gemm: gemm::Gemm,
+    pipeline: Arc<wgpu::ComputePipeline>,
+}
+
+/// Largest im2col matrix of one part of a convolution's batch, in bytes
+/// (besides the adapter's binding size and a quarter of the device memory
+/// budget, when one is set): a larger batch is split, so the
+/// temporary stays a fraction of the device memory (and of a memory budget)
+/// while each product still has `images x groups` matrices to run in z.
+const IM2COL_BYTES_MAX: u64 = 64 << 20;
+
+/// Most parts a convolution's batch is split into (each part compiles its
+/// own two kernels, whose offsets are constants); beyond that it runs on
+/// the host.
+const CONV_PARTS_MAX: usize = 64;
 
 /// Transfers and launches of one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -228,6 +266,7 @@ impl GpuExecutable {
             match s {
                 Prepared::Device { launches, .. } => dev += launches.len(),
                 Prepared::Gemm(g) => dev += 1 + g.lhs_copy.is_some() as usize + g.rhs_copy.is_some() as usize,
+                Prepared::Conv(c) => dev += c.parts.iter().map(|p| 1 + p.im2col.is_some() as usize).sum::<usize>(),
                 Prepared::Host { .. } => host += 1,
                 Prepared::Alias { .. } | Prepared::Const { .. } => {}
             }
@@ -255,6 +294,20 @@ impl GpuExecutable {
                         s,
                         "  step {i}: gpu  dot_general as gemm [{}x{}x{}] x [{}x{}] ({copies} layout copies)",
                         g.batch, g.m, g.k, g.k, g.n
+                    );
+                }
+                Prepared::Conv(c) => {
+                    let g = &c.parts[0].gemm;
+                    let im2col = if c.parts[0].im2col.is_some() { "im2col + " } else { "" };
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gpu  conv_general as {im2col}gemm [{}x{}x{}] x [{}x{}] per part, {} part(s)",
+                        g.batch,
+                        g.m,
+                        g.k,
+                        g.k,
+                        g.n,
+                        c.parts.len()
                     );
                 }
                 Prepared::Alias { .. } => {
@@ -289,6 +342,14 @@ impl GpuExecutable {
                         out.push((l.name.clone(), l.rendered.source.clone()));
                     }
                     out.push(("gemm".into(), gemm_source(&self.gpu, &g.plan.gemm)));
+                }
+                Prepared::Conv(c) => {
+                    for p in &c.parts {
+                        if let Some(l) = &p.im2col {
+                            out.push((l.name.clone(), l.rendered.source.clone()));
+                        }
+                        out.push(("conv gemm".into(), gemm_source(&self.gpu, &p.gemm)));
+                    }
                 }
                 _ => {}
             }
@@ -426,6 +487,7 @@ fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
                 .flat_map(|l| l.binds.iter().zip(&l.writes).filter(|(_, w)| !**w).map(|(v, _)| *v))
                 .collect(),
             Prepared::Gemm(g) => vec![g.lhs, g.rhs],
+            Prepared::Conv(c) => vec![c.lhs, c.rhs],
             Prepared::Alias { src, .. } => vec![*src],
             Prepared::Const { .. } => vec![],
             Prepared::Host { eqns, .. } => eqns.iter().flat_map(|&e| f.eqns[e].inputs.iter().copied()).collect(),
@@ -503,6 +565,12 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                     let pipeline = gpu.pipeline(&gemm_source(gpu, &plan.gemm), "dot_general (gemm)")?;
                     Ok(Prepared::Gemm(Box::new(GemmStep { lhs_copy, rhs_copy, pipeline, plan, lhs, rhs, out })))
                 }
+                Prim::ConvGeneral(c) if eqn.inputs.len() == 2 && eqn.outputs.len() == 1 => {
+                    match prepare_conv(gpu, f, e, c)? {
+                        Ok(step) => Ok(Prepared::Conv(Box::new(step))),
+                        Err(why) => host(vec![e], why),
+                    }
+                }
                 Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
                     match reduce_kernel(f, r, eqn.inputs[0], eqn.outputs[0], &format!("rk{e}")) {
                         Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
@@ -515,10 +583,120 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                         None => host(vec![e], "reduction of a non-float dtype or over nothing".into()),
                     }
                 }
+                // The plan had no device kernel for it (`ops::window::device_kernel`).
+                Prim::ReduceWindow(w) => {
+                    let taps: usize = w.window.iter().product();
+                    let why = if !f.ty(eqn.inputs[0]).dtype.is_float() {
+                        "a window over integers or bools (float windows only)".to_string()
+                    } else if w.base_dilation.iter().any(|&d| d > 1) {
+                        "a window with base dilation (taps on holes have no window-load form)".to_string()
+                    } else if taps > graft_core::ops::window::DEVICE_TAPS_MAX {
+                        format!("a window of {taps} taps (unrolled up to {})", graft_core::ops::window::DEVICE_TAPS_MAX)
+                    } else {
+                        "a window whose kernel did not verify".to_string()
+                    };
+                    host(vec![e], why)
+                }
+                // The plan had no device kernel for it (`ops::index::scatter_add_device_kernel`).
+                Prim::ScatterAdd(_) => host(
+                    vec![e],
+                    format!(
+                        "a scatter-add of integer or 64-bit data, or of more than {} element-position pairs \
+                         (the device sums each element's updates in a row of its own)",
+                        graft_core::ops::index::SCATTER_ROWS_MAX
+                    ),
+                ),
                 p => host(vec![e], format!("no GPU kernel for {} yet", p.name())),
             }
         }
     }
+}
+
+/// A convolution on the device: per part of the batch, the im2col matrix
+/// `[images, groups, C/groups * taps, positions]` (`ops::conv::im2col_kernel`,
+/// a kernel-IR kernel: padding and dilation holes read 0) and one batched
+/// GEMM over (image, group) in z whose `A` is the group's weights
+/// `[O/groups, C/groups * taps]` (the rhs as stored, `z % groups`) and whose
+/// result `[O/groups, positions]` per (image, group) is exactly the output
+/// layout `[N, O, *out]`, so no layout kernel follows. The inner `Err` is a
+/// reason to run it on the host.
+fn prepare_conv(
+    gpu: &Gpu,
+    f: &Func,
+    e: usize,
+    c: &graft_core::ops::conv::ConvGeneral,
+) -> Result<Result<ConvStep, String>, GpuError> {
+    use graft_core::ops::conv::{im2col_is_identity, im2col_kernel};
+    let eqn = &f.eqns[e];
+    let (lhs, rhs, out) = (eqn.inputs[0], eqn.inputs[1], eqn.outputs[0]);
+    let (xt, wt, ot) = (f.ty(lhs), f.ty(rhs), f.ty(out));
+    if [xt, wt, ot].iter().any(|t| t.dtype != DType::F32) {
+        return Ok(Err("convolution of non-f32 operands".into()));
+    }
+    if [xt, wt, ot].iter().any(|t| t.numel() == 0) {
+        return Ok(Err("an empty convolution".into()));
+    }
+    let limit = gpu.limits.max_storage_buffer_binding_size;
+    if [xt, wt, ot].iter().any(|t| device_bytes(t) > limit || t.numel() > i32::MAX as usize) {
+        return Ok(Err("operands beyond the adapter's storage-buffer binding size".into()));
+    }
+    let (xs, ws, os) = (&xt.shape, &wt.shape, &ot.shape);
+    let groups = c.feature_group_count;
+    let (images, chans, outs) = (xs[0], xs[1], os[1]);
+    let og = outs / groups;
+    let k = ws[1..].iter().product::<usize>();
+    let p = os[2..].iter().product::<usize>();
+    let identity = im2col_is_identity(c, ws);
+    // Images per part: every image at once unless the matrix needs splitting.
+    let z_max = 65535 / groups;
+    let mut per_part = images.min(z_max);
+    if !identity {
+        let per_image = (groups * k * p) as u64 * 4;
+        let part_max = limit.min(IM2COL_BYTES_MAX).min(gpu.memory_limit().map_or(u64::MAX, |m| m / 4));
+        let fit = (part_max / per_image) as usize;
+        if fit == 0 {
+            return Ok(Err(format!("the im2col matrix of one image ({per_image} bytes) exceeds the part size")));
+        }
+        per_part = per_part.min(fit);
+    }
+    if per_part == 0 {
+        return Ok(Err(format!("{groups} feature groups, beyond one dispatch dimension")));
+    }
+    let nparts = images.div_ceil(per_part);
+    if nparts > CONV_PARTS_MAX {
+        return Ok(Err(format!("the batch would be split into {nparts} parts (at most {CONV_PARTS_MAX})")));
+    }
+    let mut parts = Vec::with_capacity(nparts);
+    for part in 0..nparts {
+        let n0 = part * per_part;
+        let nb = per_part.min(images - n0);
+        let im2col = if identity {
+            None
+        } else {
+            let name = format!("im2col{e}_{part}");
+            let Some(kernel) = im2col_kernel(c, xs, ws, os, n0..n0 + nb, DType::F32, &name) else {
+                return Ok(Err("im2col addresses beyond i32".into()));
+            };
+            match launch(gpu, &kernel, vec![lhs, lhs], "conv_general")? {
+                Ok(l) => Some(l),
+                Err(why) => return Ok(Err(why)),
+            }
+        };
+        let gemm = gemm::Gemm {
+            batch: nb * groups,
+            m: og,
+            n: p,
+            k,
+            ta: false,
+            tb: false,
+            a_period: groups,
+            b_base: if identity { n0 * chans * p } else { 0 },
+            c_base: n0 * outs * p,
+        };
+        let pipeline = gpu.pipeline(&gemm_source(gpu, &gemm), "conv_general (gemm)")?;
+        parts.push(ConvPart { im2col, gemm, pipeline });
+    }
+    Ok(Ok(ConvStep { parts, lhs, rhs, out }))
 }
 
 /// The GEMM kernel for this adapter: without workgroup memory on a CPU
@@ -744,6 +922,26 @@ impl Run<'_> {
                 gpu.dispatch(self.encoder(), pipeline, &[a.buffer(), b.buffer(), c.buffer()], wg);
                 self.stats.launches += 1;
                 self.env[out.index()] = Slot { host: None, dev: Some(c) };
+            }
+            Prepared::Conv(c) => {
+                let ConvStep { parts, lhs, rhs, out } = &**c;
+                let w = self.dev(*rhs)?;
+                let y = self.gpu.alloc(device_bytes(self.func.ty(*out))).map_err(|e| e.during("conv_general"))?;
+                for part in parts {
+                    // The im2col temporary goes back to the pool after the
+                    // product that reads it is recorded (a later part's
+                    // kernels are recorded after it, so may reuse it).
+                    let col = match &part.im2col {
+                        Some(l) => self.run_launch(l, Some(*lhs), "conv_general")?,
+                        None => self.dev(*lhs)?,
+                    };
+                    let gpu = self.gpu;
+                    let bufs = [w.buffer(), col.buffer(), y.buffer()];
+                    gpu.dispatch(self.encoder(), &part.pipeline, &bufs, part.gemm.workgroups());
+                    self.stats.launches += 1;
+                }
+                self.gpu.check("conv_general (gemm)")?;
+                self.env[out.index()] = Slot { host: None, dev: Some(y) };
             }
             Prepared::Host { eqns, .. } => {
                 for &e in eqns {

@@ -9,7 +9,7 @@
 //!
 //! The kernel: a workgroup of 16 x 16 invocations computes a 64 x 64 tile
 //! of `C`, each invocation 4 x 4 outputs (rows `ty + 16 r`, columns
-//! `tx + 16 c`); the loop over `K` stages 16-deep slices of `A` and `B` in
+//! `tx + 16 c`; fewer for a thin product, see `Gemm::blocks`); the loop over `K` stages 16-deep slices of `A` and `B` in
 //! workgroup memory. Sums run in `k` order per output (no split-K), so
 //! results differ from the CPU's blocked order only by rounding.
 
@@ -39,6 +39,52 @@ pub struct Gemm {
     pub ta: bool,
     /// `B` is stored `[B, N, K]`.
     pub tb: bool,
+    /// Batch `z` reads `A`'s matrix `z % a_period`: `batch` for one matrix
+    /// per batch, fewer when matrices repeat (a convolution's batch is
+    /// (image, group) and its weights depend on the group only).
+    pub a_period: usize,
+    /// Element offset of `B`'s first matrix in its buffer.
+    pub b_base: usize,
+    /// Element offset of `C`'s first matrix in its buffer (a convolution
+    /// split over the batch writes each part of its result in place).
+    pub c_base: usize,
+}
+
+impl Gemm {
+    /// A product with one `A` matrix per batch and both operands and the
+    /// result at the start of their buffers.
+    pub fn plain(batch: usize, m: usize, n: usize, k: usize, ta: bool, tb: bool) -> Gemm {
+        Gemm { batch, m, n, k, ta, tb, a_period: batch, b_base: 0, c_base: 0 }
+    }
+
+    /// Rows and columns of the register block each invocation computes:
+    /// 4 x 4, except that a product with at most 48 rows (or columns) has
+    /// one tile in that direction and needs only `ceil(m / 16)` of the
+    /// block's rows: a convolution's `[O/groups, positions]` products with
+    /// 16 or 32 channels, or a weight gradient's 9 columns, would otherwise
+    /// compute up to 16 times the products they store.
+    fn blocks(&self) -> (usize, usize) {
+        (self.m.div_ceil(16).min(4), self.n.div_ceil(16).min(4))
+    }
+
+    /// The first line of either kernel: the batch offsets of `A`, `B` and
+    /// `C` (plain products print as before the offsets existed).
+    fn bases(&self) -> String {
+        let Gemm { m, n, k, .. } = *self;
+        let a = if self.a_period == self.batch {
+            format!("wid.z * {}u", m * k)
+        } else {
+            format!("(wid.z % {}u) * {}u", self.a_period, m * k)
+        };
+        let plus = |base: usize| if base == 0 { String::new() } else { format!("{base}u + ") };
+        format!(
+            "  let ab = {a}; let bb = {}wid.z * {}u; let cb = {}wid.z * {}u;\n",
+            plus(self.b_base),
+            k * n,
+            plus(self.c_base),
+            m * n
+        )
+    }
 }
 
 /// How one `dot_general` runs: optional copies of its operands into a
@@ -98,7 +144,7 @@ pub fn plan(func: &Func, p: &DotGeneral, lhs: Value, rhs: Value, out: Value) -> 
     } else {
         (false, Some(permute_kernel(&rt.shape, &r_norm, "gemm_rhs")?))
     };
-    Some(GemmPlan { gemm: Gemm { batch, m, n, k, ta, tb }, lhs_copy, rhs_copy })
+    Some(GemmPlan { gemm: Gemm::plain(batch, m, n, k, ta, tb), lhs_copy, rhs_copy })
 }
 
 /// A kernel-IR copy of an f32 tensor of `shape` into the order `perm` (a
@@ -154,28 +200,33 @@ impl Gemm {
         s.push_str("@compute @workgroup_size(16, 16)\n");
         s.push_str("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n");
         let _ = writeln!(s, "  let m0 = wid.y * {TILE}u; let n0 = wid.x * {TILE}u;");
-        let _ = writeln!(s, "  let ab = wid.z * {}u; let bb = wid.z * {}u; let cb = wid.z * {}u;", m * k, k * n, m * n);
+        s.push_str(&self.bases());
         s.push_str("  let tx = lid.x; let ty = lid.y;\n");
-        for r in 0..4 {
+        let (rows, cols) = self.blocks();
+        for r in 0..rows.max(cols) {
             // Rows and columns past the edge read row/column 0 (in range) and are not stored.
-            let _ = writeln!(s, "  let gm{r} = select(0u, m0 + ty + {}u, m0 + ty + {}u < {m}u);", 16 * r, 16 * r);
-            let _ = writeln!(s, "  let gn{r} = select(0u, n0 + tx + {}u, n0 + tx + {}u < {n}u);", 16 * r, 16 * r);
-        }
-        for r in 0..4 {
-            for q in 0..4 {
-                let _ = writeln!(s, "  var c{r}{q}: f32 = 0.0;");
+            if r < rows {
+                let _ = writeln!(s, "  let gm{r} = select(0u, m0 + ty + {}u, m0 + ty + {}u < {m}u);", 16 * r, 16 * r);
+            }
+            if r < cols {
+                let _ = writeln!(s, "  let gn{r} = select(0u, n0 + tx + {}u, n0 + tx + {}u < {n}u);", 16 * r, 16 * r);
             }
         }
+        accumulators(&mut s, rows, cols);
         let _ = writeln!(s, "  for (var kk = 0u; kk < {k}u; kk = kk + 1u) {{");
-        for r in 0..4 {
+        for r in 0..rows.max(cols) {
             let a_at = if ta { format!("kk * {m}u + gm{r}") } else { format!("gm{r} * {k}u + kk") };
             let b_at = if tb { format!("gn{r} * {k}u + kk") } else { format!("kk * {n}u + gn{r}") };
-            let _ = writeln!(s, "    let x{r} = a[ab + {a_at}];");
-            let _ = writeln!(s, "    let y{r} = b[bb + {b_at}];");
+            if r < rows {
+                let _ = writeln!(s, "    let x{r} = a[ab + {a_at}];");
+            }
+            if r < cols {
+                let _ = writeln!(s, "    let y{r} = b[bb + {b_at}];");
+            }
         }
-        fma_block(&mut s, "    ");
+        fma_block(&mut s, "    ", rows, cols);
         s.push_str("  }\n");
-        store_block(&mut s, m, n);
+        store_block(&mut s, m, n, rows, cols);
         s
     }
 
@@ -193,14 +244,12 @@ impl Gemm {
         s.push_str("@compute @workgroup_size(16, 16)\n");
         s.push_str("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {\n");
         let _ = writeln!(s, "  let m0 = wid.y * {TILE}u; let n0 = wid.x * {TILE}u;");
-        let _ = writeln!(s, "  let ab = wid.z * {}u; let bb = wid.z * {}u; let cb = wid.z * {}u;", m * k, k * n, m * n);
+        s.push_str(&self.bases());
         s.push_str("  let tx = lid.x; let ty = lid.y; let t = ty * 16u + tx;\n");
-        // Sixteen accumulators in registers, the inner products unrolled.
-        for r in 0..4 {
-            for q in 0..4 {
-                let _ = writeln!(s, "  var c{r}{q}: f32 = 0.0;");
-            }
-        }
+        // Sixteen accumulators in registers (fewer for a thin product), the
+        // inner products unrolled.
+        let (rows, cols) = self.blocks();
+        accumulators(&mut s, rows, cols);
         let _ = writeln!(s, "  for (var k0 = 0u; k0 < {k}u; k0 = k0 + {BK}u) {{");
         // Stage A's slice as [kk][mm] and B's as [kk][nn]; neighbouring
         // invocations read neighbouring addresses of the stored layout.
@@ -227,32 +276,45 @@ impl Gemm {
         s.push_str("    }\n    workgroupBarrier();\n");
         let _ = writeln!(s, "    for (var kk = 0u; kk < {BK}u; kk = kk + 1u) {{");
         let _ = writeln!(s, "      let o = kk * {TILE}u;");
-        for r in 0..4 {
-            let _ = writeln!(s, "      let x{r} = ta_[o + ty + {}u];", 16 * r);
-            let _ = writeln!(s, "      let y{r} = tb_[o + tx + {}u];", 16 * r);
+        for r in 0..rows.max(cols) {
+            if r < rows {
+                let _ = writeln!(s, "      let x{r} = ta_[o + ty + {}u];", 16 * r);
+            }
+            if r < cols {
+                let _ = writeln!(s, "      let y{r} = tb_[o + tx + {}u];", 16 * r);
+            }
         }
-        fma_block(&mut s, "      ");
+        fma_block(&mut s, "      ", rows, cols);
         s.push_str("    }\n    workgroupBarrier();\n  }\n");
-        store_block(&mut s, m, n);
+        store_block(&mut s, m, n, rows, cols);
         s
     }
 }
 
-/// The 4x4 register block's multiply-adds (`c_rq += x_r * y_q`), shared by
-/// both GEMM kernels.
-fn fma_block(s: &mut String, indent: &str) {
-    for r in 0..4 {
-        for q in 0..4 {
+/// The register block's accumulators, `rows x cols` of them.
+fn accumulators(s: &mut String, rows: usize, cols: usize) {
+    for r in 0..rows {
+        for q in 0..cols {
+            let _ = writeln!(s, "  var c{r}{q}: f32 = 0.0;");
+        }
+    }
+}
+
+/// The register block's multiply-adds (`c_rq += x_r * y_q`), shared by both
+/// GEMM kernels.
+fn fma_block(s: &mut String, indent: &str, rows: usize, cols: usize) {
+    for r in 0..rows {
+        for q in 0..cols {
             let _ = writeln!(s, "{indent}c{r}{q} = c{r}{q} + x{r} * y{q};");
         }
     }
 }
 
-/// Stores the 4x4 register block (rows 16 apart, columns 16 apart) where it
+/// Stores the register block (rows 16 apart, columns 16 apart) where it
 /// lies inside the `m x n` result, and closes the kernel's function.
-fn store_block(s: &mut String, m: impl std::fmt::Display, n: impl std::fmt::Display) {
-    for r in 0..4 {
-        for q in 0..4 {
+fn store_block(s: &mut String, m: impl std::fmt::Display, n: impl std::fmt::Display, rows: usize, cols: usize) {
+    for r in 0..rows {
+        for q in 0..cols {
             let _ = writeln!(
                 s,
                 "  {{ let gm = m0 + ty + {}u; let gn = n0 + tx + {}u; if (gm < {m}u && gn < {n}u) {{ c[cb + gm * {n}u + gn] = c{r}{q}; }} }}",

@@ -34,9 +34,10 @@ pub enum DeviceStep {
         /// The result.
         dst: Value,
     },
-    /// An equation with no kernel-IR form (a matrix product, a reduction
-    /// the planner left alone, a loop, a gather...): the backend runs it
-    /// with its own kernel or on the host.
+    /// An equation with no kernel-IR form of its own (a matrix product, a
+    /// convolution, a reduction the planner left alone, a loop, a sort...):
+    /// the backend runs it with its own kernel (a convolution as
+    /// `ops::conv::im2col_kernel` and a product) or on the host.
     Eqn(usize),
     /// A fused group with no kernel-IR form: its equations, in order.
     Eqns(Vec<usize>),
@@ -120,7 +121,16 @@ impl Executable {
                                 eqns: vec![e],
                                 what: "scatter rows",
                             }),
-                            None => steps.push(DeviceStep::Eqn(e)),
+                            None => match crate::ops::window::device_kernel(func, eqn, &format!("wk{e}")) {
+                                // The interpreter's order of combination, but
+                                // device-only: the CPU has its own row kernels.
+                                Some((k, binds)) => steps.push(DeviceStep::Kernels {
+                                    kernels: vec![(k, binds)],
+                                    eqns: vec![e],
+                                    what: "pooling window",
+                                }),
+                                None => steps.push(DeviceStep::Eqn(e)),
+                            },
                         },
                     }
                 }

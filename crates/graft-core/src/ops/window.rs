@@ -598,3 +598,97 @@ impl crate::batch::Batch for ReduceWindow {
         Ok(vec![(b.emit1(op, &[cx.args[0]])?, Some(d))])
     }
 }
+
+/// Most window taps [`device_kernel`] unrolls; larger windows run on the
+/// host (one load per tap per output; a global pool is a `reduce` instead).
+pub const DEVICE_TAPS_MAX: usize = 256;
+
+/// The device form of a float `reduce_window_*` equation and the values its
+/// arguments bind to (operand, result), for device backends
+/// (`Executable::device_plan`): an elementwise kernel with one point per
+/// output element that reads each window tap through an [`Inst::Window`]
+/// load (the box of outputs whose tap lies inside the operand; padding
+/// reads the combiner's identity) and combines the taps in row-major
+/// window order from the identity, as [`window_kernel`] does. So it is the
+/// interpreter's computation, NaN propagation included (`Binary::Max`/`Min`
+/// propagate NaN like the `Monoid`s), and a tap that reads only padding
+/// is skipped (combining the identity changes nothing: a sum started at
+/// `+0` is never `-0`).
+///
+/// `None` (the equation then runs on the host): a non-float dtype, base
+/// dilation (taps would land on holes, which no box describes), more than
+/// [`DEVICE_TAPS_MAX`] taps, or a rank-0 operand.
+///
+/// [`Inst::Window`]: crate::kernel::Inst::Window
+pub fn device_kernel(
+    func: &crate::ir::Func,
+    eqn: &crate::ir::Eqn,
+    name: &str,
+) -> Option<(crate::kernel::Kernel, Vec<Value>)> {
+    use crate::kernel::{Access, Arg, Index, Inst, Kernel, Lit, Window};
+    use crate::ops::binary::Binary;
+    let crate::ops::Prim::ReduceWindow(rw) = &eqn.prim else { return None };
+    let (x, y) = (*eqn.inputs.first()?, *eqn.outputs.first()?);
+    let (xt, yt) = (func.ty(x), func.ty(y));
+    let rank = xt.rank();
+    if !xt.dtype.is_float() || rank == 0 || xt.numel() == 0 || yt.numel() == 0 {
+        return None;
+    }
+    if rw.base_dilation.iter().any(|&b| b != 1) {
+        return None;
+    }
+    let taps = rw.window.iter().try_fold(1usize, |a, &w| a.checked_mul(w))?;
+    if taps > DEVICE_TAPS_MAX {
+        return None;
+    }
+    let dims = rw.dims(&xt.shape).ok()?;
+    let in_strides = strides_of(&xt.shape);
+    let (op, id) = match rw.kind {
+        WindowKind::Sum => (Binary::Add, 0.0),
+        WindowKind::Max => (Binary::Max, f64::NEG_INFINITY),
+        WindowKind::Min => (Binary::Min, f64::INFINITY),
+    };
+    let bits = match xt.dtype {
+        crate::dtype::DType::F32 => (id as f32).to_bits() as u64,
+        _ => id.to_bits(),
+    };
+    let mut body = vec![Inst::Lit(Lit { dtype: xt.dtype, bits })];
+    let mut acc = 0u32;
+    let mut tap = vec![0usize; rank];
+    'taps: for flat in 0..taps {
+        let mut rem = flat;
+        for d in (0..rank).rev() {
+            tap[d] = rem % rw.window[d];
+            rem /= rw.window[d];
+        }
+        // Per dimension, the outputs whose tap reads operand `o * s + off`
+        // inside `0..n`: `lo <= o <= hi`.
+        let (mut lo, mut size, mut strides, mut offset) = (vec![], vec![], vec![], 0isize);
+        for (d, dim) in dims.iter().enumerate() {
+            let off = isize::try_from(tap[d] * dim.wd).ok()? - isize::try_from(dim.lo).ok()?;
+            let s = isize::try_from(dim.s).ok()?;
+            let first = (-off).div_euclid(s) + isize::from((-off).rem_euclid(s) != 0);
+            let first = first.max(0);
+            let last = (isize::try_from(dim.n).ok()? - 1 - off).div_euclid(s).min(dim.out as isize - 1);
+            if last < first {
+                continue 'taps; // only padding: combining the identity changes nothing
+            }
+            lo.push(first);
+            size.push((last - first + 1) as usize);
+            strides.push(s * in_strides[d] as isize);
+            offset += (first * s + off) * in_strides[d] as isize;
+        }
+        let window = Window { dims: yt.shape.clone(), lo, size, strides, offset };
+        body.push(Inst::Window { arg: 0, window, fill: 0 });
+        body.push(Inst::Binary(op, acc, (body.len() - 1) as u32));
+        acc = (body.len() - 1) as u32;
+    }
+    body.push(Inst::Store { arg: 1, value: acc, index: Index::Point });
+    let args = vec![
+        Arg { dtype: xt.dtype, len: xt.numel(), access: Access::Read },
+        Arg { dtype: xt.dtype, len: yt.numel(), access: Access::Write },
+    ];
+    let k = Kernel { name: name.to_string(), args, extent: yt.numel(), body };
+    crate::kernel::verify(&k).ok()?;
+    Some((k, vec![x, y]))
+}

@@ -247,17 +247,28 @@ def vnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[3, 2, 2, 8
 
 #[test]
 fn host_families_forward_grad_vmap() {
-    // Convolution, pooling, cumsum, sort and pow have no GPU kernels yet:
-    // they run on the host between device steps, and the results still
-    // agree. The gather (take) and its scatter-add gradient run on the
-    // device.
+    // cumsum, sort and pow have no GPU kernels yet: they run on the host
+    // between device steps, and the results still agree. The convolution,
+    // the pooling window, the gather (take) and their gradients (a
+    // scatter-add for the gather and the max pooling) run on the device.
     let idx = Tensor::from_vec(vec![5], vec![3i32, 0, 9, 3, 7]).expect("shape matches");
     let (w, e) = (f32s(&[4, 2, 3, 3], 35), f32s(&[10, 6], 36));
-    both(FAMILIES, "net", &[w.clone(), e.clone(), f32s(&[2, 2, 8, 8], 37), idx.clone()]);
-    if let Some(exe) = both(FAMILIES, "gnet", &[w.clone(), e.clone(), f32s(&[2, 2, 8, 8], 38), idx.clone()]) {
-        assert!(!exe.host_steps().is_empty() && exe.step_counts().0 > 0, "{}", exe.describe());
+    let on_host = |exe: &GpuExecutable| {
+        let host = exe.host_steps();
+        assert!(host.iter().any(|(p, _)| p.contains("cumsum")), "cumsum on the host: {host:?}");
+        assert!(conv_pool_host_steps(exe).is_empty(), "{}", exe.describe());
+        assert!(exe.step_counts().0 > 0, "{}", exe.describe());
+    };
+    if let Some(exe) = both(FAMILIES, "net", &[w.clone(), e.clone(), f32s(&[2, 2, 8, 8], 37), idx.clone()]) {
+        on_host(&exe);
+        assert!(exe.host_steps().iter().any(|(p, _)| p.contains("sort")), "{:?}", exe.host_steps());
     }
-    both(FAMILIES, "vnet", &[w, e, f32s(&[3, 2, 2, 8, 8], 39), idx]);
+    if let Some(exe) = both(FAMILIES, "gnet", &[w.clone(), e.clone(), f32s(&[2, 2, 8, 8], 38), idx.clone()]) {
+        on_host(&exe);
+    }
+    if let Some(exe) = both(FAMILIES, "vnet", &[w, e, f32s(&[3, 2, 2, 8, 8], 39), idx]) {
+        on_host(&exe);
+    }
 }
 
 #[test]
@@ -403,7 +414,7 @@ fn gemm_kernels_both_forms() {
     let Some(g) = gpu() else { return };
     let (batch, m, n, k) = (2usize, 70, 33, 45);
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-        let gm = graft_gpu::gemm::Gemm { batch, m, n, k, ta, tb };
+        let gm = graft_gpu::gemm::Gemm::plain(batch, m, n, k, ta, tb);
         let a = f32s(&[batch * m * k], 40);
         let b = f32s(&[batch * k * n], 41);
         let (av, bv) = (a.to_vec::<f32>().expect("f32"), b.to_vec::<f32>().expect("f32"));
@@ -438,8 +449,8 @@ fn gemm_kernels_both_forms() {
 #[test]
 fn window_and_inside_kernel() {
     // A pad read in place (a window load with a fill) and an inside test,
-    // straight from the kernel IR (the language's pads reach the GPU only
-    // through convolutions today, which run on the host).
+    // straight from the kernel IR (besides pads, window loads reach the GPU
+    // through pooling windows: `pooling_windows_of_every_kind`).
     let Some(g) = gpu() else { return };
     use graft_core::kernel::{Lit, Window};
     let w = Window { dims: vec![4, 5], lo: vec![1, 1], size: vec![2, 3], strides: vec![3, 1], offset: 0 };
@@ -715,7 +726,11 @@ fn integer_scatter_adds_stay_on_the_host_and_exact() {
     let refs: Vec<&Tensor> = ins.iter().collect();
     let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
     let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
-    assert!(exe.host_steps().iter().any(|(p, _)| p.contains("scatter_add")), "{}", exe.describe());
+    assert!(
+        exe.host_steps().iter().any(|(p, why)| p.contains("scatter_add") && why.contains("integer")),
+        "{}",
+        exe.describe()
+    );
     assert_same_bits("integer scatter_add", &exe.run(&refs).expect("gpu runs"), &cpu);
 }
 
@@ -743,4 +758,325 @@ fn jit_runs_on_the_device_it_is_given() {
     assert_eq!(auto.compiled(&[x64.ty()]).expect("compiles").device_name(), "cpu", "f64 falls back to the CPU");
     let err = on_gpu.call(&[&x64]).expect_err("f64 on the GPU");
     assert!(err.to_string().contains("f64"), "{err}");
+}
+
+/// Steps of `exe` that run a convolution or a pooling window on the host
+/// (there should be none).
+fn conv_pool_host_steps(exe: &GpuExecutable) -> Vec<(String, String)> {
+    exe.host_steps().into_iter().filter(|(p, _)| p.contains("conv") || p.contains("reduce_window")).collect()
+}
+
+/// Runs a built function on both devices, compares, and asserts that no
+/// convolution or pooling window ran on the host.
+fn both_func(what: &str, f: Arc<graft_core::Func>, inputs: &[Tensor]) -> Option<GpuExecutable> {
+    let g = gpu()?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    let (out, stats) = exe.run_with_stats(&refs).expect("gpu runs");
+    assert_close(what, &out, &cpu);
+    let host = conv_pool_host_steps(&exe);
+    assert!(host.is_empty(), "{what}: convolutions and windows run on the device: {host:?}\n{}", exe.describe());
+    assert!(stats.launches > 0, "{what}: {stats:?}");
+    Some(exe)
+}
+
+/// A convolution setting of the grid: lhs and rhs shapes and parameters.
+fn conv_case(
+    x: &[usize],
+    w: &[usize],
+    strides: &[usize],
+    padding: &[(i64, i64)],
+    lhs_dilation: &[usize],
+    rhs_dilation: &[usize],
+    groups: usize,
+) -> (Vec<usize>, Vec<usize>, graft_core::ops::conv::ConvGeneral) {
+    let c = graft_core::ops::conv::ConvGeneral {
+        strides: strides.to_vec(),
+        padding: padding.to_vec(),
+        lhs_dilation: lhs_dilation.to_vec(),
+        rhs_dilation: rhs_dilation.to_vec(),
+        feature_group_count: groups,
+    };
+    (x.to_vec(), w.to_vec(), c)
+}
+
+/// The grid: 2-d and 1-d (and 3-d, 0-d), strides, padding (negative too),
+/// both dilations, groups (depthwise too), the 1x1 identity window.
+fn conv_grid() -> Vec<(&'static str, (Vec<usize>, Vec<usize>, graft_core::ops::conv::ConvGeneral))> {
+    vec![
+        ("2-d plain", conv_case(&[2, 3, 9, 9], &[4, 3, 3, 3], &[1, 1], &[(0, 0), (0, 0)], &[1, 1], &[1, 1], 1)),
+        (
+            "2-d stride 2 pad 1",
+            conv_case(&[2, 3, 9, 8], &[5, 3, 3, 3], &[2, 2], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1),
+        ),
+        (
+            "2-d negative pad",
+            conv_case(&[2, 2, 8, 9], &[3, 2, 3, 2], &[1, 2], &[(-1, 2), (2, -1)], &[1, 1], &[1, 1], 1),
+        ),
+        ("2-d lhs dilation", conv_case(&[2, 3, 5, 6], &[4, 3, 3, 3], &[1, 1], &[(2, 2), (1, 2)], &[2, 3], &[1, 1], 1)),
+        (
+            "2-d rhs dilation",
+            conv_case(&[1, 2, 11, 10], &[3, 2, 3, 2], &[1, 2], &[(1, 0), (0, 2)], &[1, 1], &[2, 3], 1),
+        ),
+        ("2-d groups", conv_case(&[2, 4, 7, 7], &[6, 2, 3, 3], &[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 2)),
+        ("2-d depthwise", conv_case(&[2, 4, 7, 6], &[8, 1, 3, 3], &[2, 1], &[(1, 1), (0, 1)], &[1, 1], &[1, 1], 4)),
+        ("2-d 1x1", conv_case(&[3, 6, 5, 5], &[4, 6, 1, 1], &[1, 1], &[(0, 0), (0, 0)], &[1, 1], &[1, 1], 1)),
+        ("1-d", conv_case(&[3, 2, 20], &[5, 2, 4], &[3], &[(2, 1)], &[1], &[2], 1)),
+        ("1-d all", conv_case(&[2, 4, 9], &[4, 2, 3], &[2], &[(3, -1)], &[2], &[2], 2)),
+        (
+            "3-d",
+            conv_case(
+                &[1, 2, 5, 6, 4],
+                &[3, 2, 2, 3, 2],
+                &[1, 2, 1],
+                &[(1, 0), (1, 1), (0, 0)],
+                &[1, 1, 1],
+                &[1, 1, 2],
+                1,
+            ),
+        ),
+        ("0-d (grouped matmul)", conv_case(&[3, 4], &[6, 2], &[], &[], &[], &[], 2)),
+    ]
+}
+
+/// `f(x, w) = conv(x, w)` and `loss(x, w, r) = sum(conv(x, w) * r)`.
+fn conv_funcs(
+    xs: &[usize],
+    ws: &[usize],
+    c: &graft_core::ops::conv::ConvGeneral,
+) -> (Arc<graft_core::Func>, graft_core::Func, Vec<usize>) {
+    let mut b = graft_core::Builder::new("conv");
+    let (x, w) = (b.param(ty(xs)), b.param(ty(ws)));
+    let y = b.conv_general(x, w, c.clone()).expect("a valid convolution");
+    let f = Arc::new(b.finish(&[y]).expect("a function"));
+    let os = f.ty(f.outputs[0]).shape.clone();
+    let mut b = graft_core::Builder::new("conv_loss");
+    let (x, w, r) = (b.param(ty(xs)), b.param(ty(ws)), b.param(ty(&os)));
+    let y = b.conv_general(x, w, c.clone()).expect("a valid convolution");
+    let yr = b.mul(y, r).expect("mul");
+    let axes: Vec<usize> = (0..os.len()).collect();
+    let l = b.reduce_sum(yr, &axes).expect("sum");
+    (f, b.finish(&[l]).expect("a function"), os)
+}
+
+#[test]
+fn conv_forward_grid() {
+    for (seed, (what, (xs, ws, c))) in conv_grid().into_iter().enumerate() {
+        let (f, _, _) = conv_funcs(&xs, &ws, &c);
+        let Some(exe) = both_func(what, f, &[f32s(&xs, 100 + seed as u64), f32s(&ws, 200 + seed as u64)]) else {
+            return;
+        };
+        assert!(exe.host_steps().is_empty(), "{what}: {:?}\n{}", exe.host_steps(), exe.describe());
+        assert!(exe.describe().contains("conv_general as"), "{what}: {}", exe.describe());
+    }
+}
+
+#[test]
+fn conv_grad_both_operands_grid() {
+    use graft_core::ad::{grad, Wrt};
+    for (seed, (what, (xs, ws, c))) in conv_grid().into_iter().enumerate() {
+        let (_, loss, os) = conv_funcs(&xs, &ws, &c);
+        let g = Arc::new(grad(&loss, &Wrt::Positions(vec![0, 1])).expect("differentiates"));
+        let inputs = [f32s(&xs, 300 + seed as u64), f32s(&ws, 400 + seed as u64), f32s(&os, 500 + seed as u64)];
+        let Some(exe) = both_func(&format!("grad {what}"), g, &inputs) else { return };
+        assert!(exe.host_steps().is_empty(), "grad {what}: {:?}\n{}", exe.host_steps(), exe.describe());
+    }
+}
+
+#[test]
+fn conv_vmap_over_both_operands() {
+    use graft_core::batch::vmap_func;
+    let (xs, ws, c) = conv_case(&[2, 4, 7, 7], &[6, 2, 3, 3], &[2, 1], &[(1, 1), (0, 1)], &[1, 1], &[1, 1], 2);
+    let (f, _, _) = conv_funcs(&xs, &ws, &c);
+    // Batched lhs only (the batch joins the images), and both (the batch
+    // becomes feature groups).
+    let bx: Vec<usize> = [3].iter().chain(&xs).copied().collect();
+    let bw: Vec<usize> = [3].iter().chain(&ws).copied().collect();
+    let vx = Arc::new(vmap_func(&f, &[Some(0), None], &[Some(0)], 3).expect("vmaps"));
+    both_func("vmap over x", vx, &[f32s(&bx, 600), f32s(&ws, 601)]);
+    let vxw = Arc::new(vmap_func(&f, &[Some(0), Some(0)], &[Some(0)], 3).expect("vmaps"));
+    both_func("vmap over x and w", vxw, &[f32s(&bx, 602), f32s(&bw, 603)]);
+}
+
+/// The im2col matrix is split over the batch when it would pass a quarter
+/// of the device memory budget (or 64 MiB): each part writes its images of
+/// the result in place, the last part smaller.
+#[test]
+fn conv_split_over_the_batch() {
+    if gpu().is_none() {
+        return;
+    }
+    // A device of its own, so its budget touches no other test.
+    let g = Arc::new(graft_gpu::Gpu::open().expect("the adapter opens a second device"));
+    // 14.4 KB of im2col per image, 40 KB per part: 2 images a part, 3 parts.
+    g.set_memory_limit(Some(160_000));
+    let (xs, ws, c) = conv_case(&[5, 4, 10, 10], &[5, 4, 3, 3], &[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1);
+    let (f, _, _) = conv_funcs(&xs, &ws, &c);
+    let (x, w) = (f32s(&xs, 700), f32s(&ws, 701));
+    let cpu = Executable::new(f.clone()).expect("plans").run(&[&x, &w]).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    assert!(exe.describe().contains("3 part(s)"), "{}", exe.describe());
+    let (out, stats) = exe.run_with_stats(&[&x, &w]).expect("gpu runs");
+    assert_close("split conv", &out, &cpu);
+    assert_eq!(stats.launches, 6, "an im2col and a GEMM per part: {stats:?}");
+}
+
+const POOL: &str = "
+def mp(x: tensor[n, c, h, w, f32]) -> tensor[n, c, 4, 4, f32] = max_pool2d(x, 2)
+def mp3(x: tensor[n, c, h, w, f32]) -> tensor[n, c, 4, 4, f32] = max_pool2d(x, 3, stride=2, padding=1)
+def ap(x: tensor[n, c, h, w, f32]) -> tensor[n, c, 4, 4, f32] = avg_pool2d(x, 2)
+def ap3(x: tensor[n, c, h, w, f32]) -> tensor[n, c, 4, 4, f32] = avg_pool2d(x, 3, stride=2, padding=1)
+def gmp(x: tensor[n, c, h, w, f32], r: tensor[n, c, 4, 4, f32]) -> tensor[n, c, h, w, f32] =
+  grad(fn (a) -> sum(max_pool2d(a, 3, stride=2, padding=1) * r))(x)
+def gap(x: tensor[n, c, h, w, f32], r: tensor[n, c, 4, 4, f32]) -> tensor[n, c, h, w, f32] =
+  grad(fn (a) -> sum(avg_pool2d(a, 3, stride=2, padding=1) * r))(x)
+def gmp2(x: tensor[n, c, h, w, f32], r: tensor[n, c, 4, 4, f32]) -> tensor[n, c, h, w, f32] =
+  grad(fn (a) -> sum(max_pool2d(a, 2) * r))(x)
+def vmp(x: tensor[b, n, c, h, w, f32]) -> tensor[b, n, c, 4, 4, f32] = vmap(fn (a) -> max_pool2d(a, 3, stride=2, padding=1))(x)
+";
+
+#[test]
+fn pooling_forward_grad_vmap() {
+    let x = f32s(&[2, 3, 8, 8], 800);
+    let r = f32s(&[2, 3, 4, 4], 801);
+    for entry in ["mp", "mp3", "ap", "ap3"] {
+        let Some(exe) = both(POOL, entry, std::slice::from_ref(&x)) else { return };
+        assert!(exe.host_steps().is_empty(), "{entry}: {:?}\n{}", exe.host_steps(), exe.describe());
+    }
+    for entry in ["gmp", "gap", "gmp2"] {
+        let Some(exe) = both(POOL, entry, &[x.clone(), r.clone()]) else { return };
+        // The max pooling gradient is a gather of the tangent and its
+        // transpose, a float scatter-add: both device kernels here.
+        assert!(exe.host_steps().is_empty(), "{entry}: {:?}\n{}", exe.host_steps(), exe.describe());
+    }
+    if let Some(exe) = both(POOL, "vmp", &[f32s(&[3, 2, 3, 8, 8], 802)]) {
+        assert!(exe.host_steps().is_empty(), "vmp: {:?}\n{}", exe.host_steps(), exe.describe());
+    }
+}
+
+/// A max pooling layer of more than 32k elements: its gradient's
+/// scatter-add has more element-position pairs than the device's scatter
+/// rows take (36864 x 9216 > 2^28), so that one step runs on the host and
+/// says why; the window and the gather stay on the device.
+#[test]
+fn large_max_pooling_gradient_scatters_on_the_host() {
+    let src = "def g(x: tensor[n, c, h, w, f32]) -> tensor[n, c, h, w, f32] = grad(fn (a) -> sum(max_pool2d(a, 2)))(x)";
+    if let Some(exe) = both(src, "g", &[f32s(&[2, 8, 48, 48], 803)]) {
+        let host = exe.host_steps();
+        assert!(host.len() == 1 && host[0].0 == "scatter_add" && host[0].1.contains("pairs"), "{host:?}");
+    }
+}
+
+/// Every window kind through the primitive: min windows, window dilation,
+/// padding larger than the window, 1-d and 3-d operands, NaN inputs
+/// (propagated by max and min as the interpreter does), and windows that
+/// only hold padding (the identity, -inf for max).
+#[test]
+fn pooling_windows_of_every_kind() {
+    use graft_core::ops::window::WindowKind;
+    let mut nan = f32s(&[2, 3, 9, 7], 810).to_f64_vec().into_iter().map(|v| v as f32).collect::<Vec<_>>();
+    for i in [0, 5, 17, 100, 101, 250] {
+        nan[i] = f32::NAN;
+    }
+    let nan = Tensor::from_vec(vec![2, 3, 9, 7], nan).expect("shape matches");
+    type Case = (&'static str, Vec<usize>, Vec<usize>, Vec<usize>, Vec<(usize, usize)>, Vec<usize>);
+    let cases: Vec<Case> = vec![
+        ("2x2", vec![2, 3, 9, 7], vec![1, 1, 2, 2], vec![1, 1, 2, 2], vec![(0, 0); 4], vec![1; 4]),
+        (
+            "3x2 pad dil",
+            vec![2, 3, 9, 7],
+            vec![1, 1, 3, 2],
+            vec![1, 1, 2, 1],
+            vec![(0, 0), (0, 0), (1, 2), (2, 0)],
+            vec![1, 1, 2, 3],
+        ),
+        (
+            "pad only",
+            vec![2, 3, 9, 7],
+            vec![1, 1, 2, 2],
+            vec![1, 1, 3, 3],
+            vec![(0, 0), (0, 0), (4, 4), (3, 3)],
+            vec![1; 4],
+        ),
+        (
+            "over channels",
+            vec![2, 3, 9, 7],
+            vec![1, 2, 3, 1],
+            vec![1, 1, 1, 2],
+            vec![(0, 0), (1, 0), (1, 1), (0, 0)],
+            vec![1; 4],
+        ),
+        ("1-d", vec![50], vec![5], vec![3], vec![(2, 2)], vec![1]),
+        ("3-d", vec![4, 5, 6], vec![2, 3, 2], vec![2, 1, 3], vec![(1, 0), (0, 2), (1, 1)], vec![1, 2, 1]),
+    ];
+    for kind in WindowKind::ALL {
+        for (i, (what, shape, window, strides, padding, wdil)) in cases.iter().enumerate() {
+            let mut b = graft_core::Builder::new("pool");
+            let x = b.param(ty(shape));
+            let ones = vec![1; shape.len()];
+            let y = b.reduce_window(kind, x, window, strides, padding, &ones, wdil).expect("a valid window");
+            let f = Arc::new(b.finish(&[y]).expect("a function"));
+            let input = if shape == &[2, 3, 9, 7] && i % 2 == 0 { nan.clone() } else { f32s(shape, 820 + i as u64) };
+            let Some(exe) = both_func(&format!("{kind:?} {what}"), f, &[input]) else { return };
+            assert!(exe.host_steps().is_empty(), "{kind:?} {what}: {:?}", exe.host_steps());
+        }
+    }
+}
+
+/// Windows the device does not run stay on the host, say why, and agree:
+/// base dilation (taps on holes) and windows beyond the unrolled size.
+#[test]
+fn pooling_windows_left_on_the_host_say_why() {
+    use graft_core::ops::window::WindowKind;
+    let cases: [(&str, Vec<usize>, Vec<usize>, Vec<usize>); 2] =
+        [("base dilation", vec![3, 2], vec![1, 1], vec![2, 3]), ("of 289 taps", vec![17, 17], vec![1, 1], vec![1, 1])];
+    for (why, window, strides, base) in cases {
+        let Some(g) = gpu() else { return };
+        let mut b = graft_core::Builder::new("pool");
+        let x = b.param(ty(&[20, 18]));
+        let y = b.reduce_window(WindowKind::Max, x, &window, &strides, &[(1, 0), (0, 2)], &base, &[1, 1]);
+        let f = Arc::new(b.finish(&[y.expect("a valid window")]).expect("a function"));
+        let input = f32s(&[20, 18], 830);
+        let cpu = Executable::new(f.clone()).expect("plans").run(&[&input]).expect("cpu runs");
+        let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+        assert_close(why, &exe.run(&[&input]).expect("gpu runs"), &cpu);
+        let host = exe.host_steps();
+        assert!(host.len() == 1 && host[0].0 == "reduce_window_max" && host[0].1.contains(why), "{host:?}");
+    }
+}
+
+/// The language's CNN programs end to end: the convnet example's gradient
+/// (conv, relu, max pooling, dense, cross-entropy) and the benchmarked CNN
+/// training step (two convolutions, one strided, and their gradients), each with no convolution or
+/// window on the host.
+#[test]
+fn cnn_programs_end_to_end() {
+    let convnet = include_str!("../../../../examples/convnet.graft");
+    let labels = Tensor::from_vec(vec![6], vec![0i32, 2, 1, 1, 0, 2]).expect("shape matches");
+    let params = [f32s(&[4, 1, 3, 3], 900), f32s(&[4], 901), f32s(&[64, 3], 902), f32s(&[3], 903)];
+    let mut inputs = params.to_vec();
+    inputs.push(f32s(&[6, 1, 8, 8], 904));
+    if let Some(exe) = both(convnet, "net", &inputs) {
+        assert!(conv_pool_host_steps(&exe).is_empty(), "{}", exe.describe());
+    }
+    inputs.push(labels);
+    if let Some(exe) = both(convnet, "grads", &inputs) {
+        assert!(conv_pool_host_steps(&exe).is_empty(), "{}", exe.describe());
+    }
+    let step = include_str!("../../../../bench/programs/cnn_step.graft");
+    let y = Tensor::from_vec(vec![4], vec![3i32, 0, 9, 5]).expect("shape matches");
+    let inputs = [
+        f32s(&[8, 1, 3, 3], 910),
+        f32s(&[8], 911),
+        f32s(&[16, 8, 3, 3], 912),
+        f32s(&[16], 913),
+        f32s(&[16, 10], 914),
+        f32s(&[10], 915),
+        f32s(&[4, 1, 12, 12], 916),
+        y,
+    ];
+    if let Some(exe) = both(step, "main", &inputs) {
+        assert!(exe.host_steps().is_empty(), "the CNN step runs whole on the device: {:?}", exe.host_steps());
+    }
 }
