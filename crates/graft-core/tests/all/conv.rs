@@ -281,7 +281,7 @@ fn results_do_not_depend_on_thread_count() {
 /// Small images fill im2col through the plan's gather table (output rows
 /// shorter than 16), longer rows by copying runs: both sides of the
 /// threshold, in 1-3 spatial dims, with strides, padding (negative too),
-/// both dilations, groups and batch sizes 1 and 3, exact against the
+/// both dilations, groups and batch sizes 1 to 5 and 8, exact against the
 /// reference in f32 and f64 and the same on 1 and 2 threads. The weight
 /// gradient shapes (few output positions, many taps: the swapped plan, whose
 /// rows are gathered the same way) are among them.
@@ -290,8 +290,9 @@ fn small_images_gather_and_row_runs_match_the_reference() {
     let threads = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
     let mut cases: Vec<(ConvGeneral, Vec<usize>, Vec<usize>)> = Vec::new();
     // Batch 8 takes the wide form (the batch in the product's columns) where
-    // the plan gathers; 1 and 3 the per-element and swapped forms as well.
-    for n in [1, 3, 8] {
+    // the plan gathers; 1 and 3 the per-element and swapped forms as well;
+    // 2, 4 and 5 the wide form's fixed-size and general piece copies.
+    for n in [1, 2, 3, 4, 5, 8] {
         for width in [4, 7, 8, 15, 16, 17] {
             cases.push((conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1), vec![n, 3, 5, width], vec![4, 3, 3, 3]));
             cases.push((conv(&[2, 2], &[(1, 0), (0, 1)], &[1, 1], &[1, 1], 1), vec![n, 2, 6, width], vec![2, 2, 3, 2]));
