@@ -924,11 +924,7 @@ fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
                     let Some(b) = *base else { continue };
                     match prs {
                         Gather::Run { o0, i0, count, ostep } => {
-                            // Slices bounded once: no check per element.
-                            let outs = orow[*o0..].iter_mut().step_by(*ostep).take(*count);
-                            for (y, &v) in outs.zip(&zt[b + i0..b + i0 + count]) {
-                                *y = *y + v;
-                            }
+                            add_run(&mut orow[*o0..], &zt[b + i0..b + i0 + count], *ostep)
                         }
                         Gather::List(list) => {
                             for &(oi, ii) in list {
@@ -955,6 +951,33 @@ fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
             let mut z = scratch();
             for (b, ob) in o.chunks_mut(per_out).enumerate() {
                 one(&x[b * per_in..(b + 1) * per_in], ob, &mut z, sp == Parallelism::Inner);
+            }
+        }
+    }
+}
+
+/// `outs[k * step] += ins[k]` for every `k`: one tap's contribution to a
+/// row of [`gathered_kernel`]'s output. Steps 1 and 2 (stride-1 and
+/// stride-2 transposed convolutions) go through fixed-size chunks, which
+/// the compiler vectorizes (a stride-2 run as interleaved loads and
+/// stores); an iterator stepping by a run-time stride added one element at
+/// a time. Each output element still gets exactly one addition here.
+fn add_run<T: Real>(outs: &mut [T], ins: &[T], step: usize) {
+    let n = ins.len();
+    match step {
+        1 => {
+            for (y, &v) in outs[..n].iter_mut().zip(ins) {
+                *y = *y + v;
+            }
+        }
+        2 if outs.len() >= 2 * n => {
+            for (pair, &v) in outs[..2 * n].chunks_exact_mut(2).zip(ins) {
+                pair[0] = pair[0] + v;
+            }
+        }
+        _ => {
+            for (y, &v) in outs.iter_mut().step_by(step).zip(ins) {
+                *y = *y + v;
             }
         }
     }

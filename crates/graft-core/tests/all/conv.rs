@@ -234,6 +234,8 @@ fn large_inputs_take_every_parallel_path() {
     check(&conv(&[1, 1], &[(1, 0), (1, 0)], &[1, 1], &[2, 2], 1), &[16, 32, 28, 28], &[8, 32, 14, 14]);
     // Input-gradient shape of a stride-2 conv (input dilated by 2): products, then a gather.
     check(&conv(&[1, 1], &[(1, 2), (1, 2)], &[2, 2], &[1, 1], 1), &[6, 32, 14, 14], &[16, 32, 3, 3]);
+    // The same with dilations 3 and 1 (runs stepping by 3, and by 1).
+    check(&conv(&[1, 1], &[(2, 2), (1, 1)], &[3, 1], &[1, 1], 1), &[4, 16, 10, 13], &[8, 16, 3, 3]);
 }
 
 #[test]
