@@ -797,6 +797,20 @@ struct Run<'a> {
     def: &'a HashMap<Value, usize>,
 }
 
+/// Runs `eqn` on the host by its primitive's interpreter kernel, into
+/// fresh zeroed results; running out of host memory is an error naming
+/// `what` and the primitive.
+fn host_eval(f: &Func, eqn: &graft_core::ir::Eqn, ins: &[&Tensor], what: &str) -> Result<Vec<Tensor>, GpuError> {
+    let mut outs: Vec<Tensor> = eqn
+        .outputs
+        .iter()
+        .map(|&o| Tensor::try_zeros(f.ty(o)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| GpuError::OutOfMemory(format!("{what} {}: {e}", eqn.prim.name())))?;
+    eqn.prim.kernel(ins, &mut outs).map_err(GpuError::Exec)?;
+    Ok(outs)
+}
+
 impl Run<'_> {
     fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
         self.enc.get_or_insert_with(|| self.gpu.encoder())
@@ -831,13 +845,7 @@ impl Run<'_> {
         if !eqn.inputs.is_empty() {
             return Err(GpuError::Internal(format!("{v} ({}) is read before it is computed", eqn.prim.name())));
         }
-        let mut outs: Vec<Tensor> = eqn
-            .outputs
-            .iter()
-            .map(|&o| Tensor::try_zeros(self.func.ty(o)))
-            .collect::<Result<_, _>>()
-            .map_err(|e| GpuError::OutOfMemory(format!("the constant {}: {e}", eqn.prim.name())))?;
-        eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;
+        let outs = host_eval(self.func, eqn, &[], "the constant")?;
         for (&o, t) in eqn.outputs.iter().zip(outs) {
             self.env[o.index()].host = Some(Arc::new(t));
         }
@@ -948,13 +956,7 @@ impl Run<'_> {
                     let eqn = &self.func.eqns[e];
                     let ins = self.fetch(&eqn.inputs)?;
                     let ins_ref: Vec<&Tensor> = ins.iter().collect();
-                    let mut outs: Vec<Tensor> = eqn
-                        .outputs
-                        .iter()
-                        .map(|&o| Tensor::try_zeros(self.func.ty(o)))
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| GpuError::OutOfMemory(format!("a host result of {}: {e}", eqn.prim.name())))?;
-                    eqn.prim.kernel(&ins_ref, &mut outs).map_err(GpuError::Exec)?;
+                    let outs = host_eval(self.func, eqn, &ins_ref, "a host result of")?;
                     self.stats.host_eqns += 1;
                     for (&o, t) in eqn.outputs.iter().zip(outs) {
                         self.env[o.index()] = Slot { host: Some(Arc::new(t)), dev: None };
