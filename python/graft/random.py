@@ -3,11 +3,10 @@
 Keys are ``int32[2]`` arrays holding the same 64 bits as
 ``jax.random.PRNGKey`` (which uses ``uint32[2]``); graft's Threefry-2x32
 gives the same bits as JAX for the same key in ``key``, ``split``,
-``uniform`` (on the default ``[0, 1)``: with other bounds XLA's fused
-multiply-add in ``u * (maxval - minval) + minval`` can differ in the last
-bit), ``bernoulli``, ``randint`` with ``int32`` and ``normal`` (float32 and
-float64; JAX's ``sqrt(2) erf_inv(u)`` with XLA's rounding) (tested against
-``jax.random`` on CPU). On a NumPy key each function runs eagerly through
+``uniform`` (any bounds: ``u * (maxval - minval) + minval`` is one fused
+multiply-add, as XLA computes it), ``bernoulli``, ``randint`` with ``int32``
+and ``normal`` (float32 and float64; JAX's ``sqrt(2) erf_inv(u)`` with XLA's
+rounding) (tested against ``jax.random`` on CPU). On a NumPy key each function runs eagerly through
 ``graft.jit``; on a traced key it records the draw.
 """
 
@@ -67,7 +66,9 @@ def split(key: Any, num: int = 2) -> Any:
 
 
 def uniform(key: Any, shape: Sequence[int] = (), dtype: Any = _np.float32, minval: float = 0.0, maxval: float = 1.0) -> Any:
-    """Floats uniform in ``[minval, maxval)``."""
+    """Floats uniform in ``[minval, maxval)``: ``jax.random.uniform``'s bits
+    (the bounds rounded to ``dtype``, ``u * (maxval - minval) + minval`` as
+    one fused multiply-add, then ``max(minval, .)``)."""
     s, d = _shape(shape), _np.dtype(dtype).name
     return _run("uniform", (tuple(s), d, minval, maxval), lambda k: Tracer(_g.random_uniform(k._h, s, d, float(minval), float(maxval))), key)
 

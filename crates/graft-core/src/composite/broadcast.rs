@@ -87,3 +87,14 @@ pub fn select(b: &mut Builder, pred: Value, on_true: Value, on_false: Value) -> 
     let on_false = broadcast_to(b, on_false, &shape)?;
     b.select(pred, on_true, on_false)
 }
+
+/// `fma(x, y, z)` (`x y + z` rounded once) with all three operands
+/// broadcast together. They must share a float dtype.
+pub fn fma(b: &mut Builder, x: Value, y: Value, z: Value) -> Result<Value, IrError> {
+    let (xs, ys, zs) = (b.ty(x)?.shape.clone(), b.ty(y)?.shape.clone(), b.ty(z)?.shape.clone());
+    let shape = broadcast_shapes("fma", &broadcast_shapes("fma", &xs, &ys)?, &zs)?;
+    let x = broadcast_to(b, x, &shape)?;
+    let y = broadcast_to(b, y, &shape)?;
+    let z = broadcast_to(b, z, &shape)?;
+    b.fma(x, y, z)
+}

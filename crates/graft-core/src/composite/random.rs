@@ -108,12 +108,13 @@ fn check_float(op: &str, dtype: DType) -> Result<(), IrError> {
     }
 }
 
-/// Floats uniform in `[lo, hi)` (`jax.random.uniform`): `lo + u (hi - lo)`
-/// with `u` uniform in `[0, 1)`, then `max(., lo)` so rounding never goes
-/// below `lo`. Requires finite `lo <= hi`. JAX's bits on `[0, 1)` and
-/// wherever `u (hi - lo)` is exact (as in [`normal`]); elsewhere XLA rounds
-/// `hi - lo` in the dtype and fuses `u (hi - lo) + lo` into one FMA, so the
-/// last bit can differ.
+/// Floats uniform in `[lo, hi)`, bit for bit `jax.random.uniform(key,
+/// shape, dtype, lo, hi)` on CPU: `lo` and `hi` rounded to the dtype, their
+/// difference rounded in the dtype, `u (hi - lo) + lo` for `u` uniform in
+/// `[0, 1)` as one fused multiply-add (the `fma` primitive: XLA contracts
+/// this product and sum, and a separate multiply and add would differ in the
+/// last bit), then `max(., lo)` so rounding never goes below `lo`.
+/// Requires finite `lo <= hi`.
 pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f64, hi: f64) -> Result<Value, IrError> {
     check_key(b, "random.uniform", key)?;
     check_float("random.uniform", dtype)?;
@@ -124,10 +125,18 @@ pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f
     if lo == 0.0 && hi == 1.0 {
         return Ok(u);
     }
-    let scale = b.scalar(hi - lo, dtype)?;
+    // The bounds and their difference in the dtype, as JAX converts and
+    // subtracts them (every f32 is an f64, so these scalars are exact).
+    let (lo, span) = match dtype {
+        DType::F32 => {
+            let (l, h) = (lo as f32, hi as f32);
+            (f64::from(l), f64::from(h - l))
+        }
+        _ => (lo, hi - lo),
+    };
+    let span = b.scalar(span, dtype)?;
     let lo_v = b.scalar(lo, dtype)?;
-    let y = broadcast::binary(b, Binary::Mul, u, scale)?;
-    let y = broadcast::binary(b, Binary::Add, y, lo_v)?;
+    let y = broadcast::fma(b, u, span, lo_v)?;
     broadcast::binary(b, Binary::Max, y, lo_v)
 }
 
@@ -135,8 +144,7 @@ pub fn uniform(b: &mut Builder, key: Value, shape: &[usize], dtype: DType, lo: f
 /// (f32 and f64, against JAX on CPU): `sqrt(2) erfinv(u)` for `u` uniform
 /// in `(-1, 1)` (`uniform` from the float after -1 up to 1, so `u` is never
 /// -1 and every sample finite), with [`erf_inv`](super::math::erf_inv),
-/// which reproduces XLA's rounding. The uniforms are JAX's bits (`2 f + lo`
-/// is exact, so XLA's fused multiply-add there rounds as our add).
+/// which reproduces XLA's rounding. The uniforms are JAX's bits ([`uniform`]).
 pub fn normal(b: &mut Builder, key: Value, shape: &[usize], dtype: DType) -> Result<Value, IrError> {
     check_key(b, "random.normal", key)?;
     check_float("random.normal", dtype)?;

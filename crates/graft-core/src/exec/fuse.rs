@@ -13,7 +13,7 @@
 //! L1/L2 and only the group's inputs and materialised results touch memory.
 //!
 //! # What fuses
-//! - Elementwise primitives: `Unary`, `Binary`, `Compare`, `Select`,
+//! - Elementwise primitives: `Unary`, `Binary`, `Compare`, `Select`, `Fma`,
 //!   `Convert`, `StopGradient`, grouped by element count `n` (all operands
 //!   and results of such an equation have the same count; shapes may differ
 //!   between members, since every value of a group is processed as its flat
@@ -235,6 +235,7 @@ fn classify(func: &Func, eqn: &Eqn) -> Kind {
         | Prim::Binary(_)
         | Prim::Compare(_)
         | Prim::Select(_)
+        | Prim::Fma(_)
         | Prim::Convert(_)
         | Prim::StopGradient(_)
             if eqn.inputs.len() <= MAX_BLOCK_INPUTS =>
@@ -912,6 +913,7 @@ fn eval_block(prim: &Prim, ins: &[BlockRef<'_>], out: BlockMut<'_>) -> Result<()
         Prim::Binary(p) => p.eval_block(ins, out),
         Prim::Compare(p) => p.eval_block(ins, out),
         Prim::Select(p) => p.eval_block(ins, out),
+        Prim::Fma(p) => p.eval_block(ins, out),
         Prim::Convert(p) => p.eval_block(ins, out),
         Prim::StopGradient(p) => p.eval_block(ins, out),
         Prim::Reshape(_) => crate::ops::cast::StopGradient.eval_block(ins, out),

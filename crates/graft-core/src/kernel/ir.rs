@@ -237,6 +237,8 @@ pub enum Inst {
     Compare(Compare, Reg, Reg),
     /// `pred ? on_true : on_false`.
     Select(Reg, Reg, Reg),
+    /// `a * b + c` rounded once (the `fma` primitive; floats).
+    Fma(Reg, Reg, Reg),
     /// Dtype conversion with the `convert` primitive's rules.
     Convert(DType, Reg),
     /// A 32-bit word operation on two `i32` registers (see [`WordOp`]).
@@ -373,7 +375,7 @@ impl Inst {
             | Inst::Save { value: a, .. }
             | Inst::Window { fill: a, .. } => vec![a],
             Inst::Binary(_, a, b) | Inst::Compare(_, a, b) | Inst::Word(_, a, b) => vec![a, b],
-            Inst::Select(p, a, b) => vec![p, a, b],
+            Inst::Select(p, a, b) | Inst::Fma(p, a, b) => vec![p, a, b],
         }
     }
 }
@@ -548,6 +550,14 @@ pub fn body_types(
                     return Err(err(at, format!("select predicate %{p} is not bool")));
                 }
                 Some(same(*a, *b)?)
+            }
+            Inst::Fma(a, b, c) => {
+                let d = same(*a, *b)?;
+                same(*a, *c)?;
+                if !d.is_float() {
+                    return Err(err(at, format!("fma does not accept {d}")));
+                }
+                Some(d)
             }
             Inst::Convert(to, a) => {
                 ty(*a)?;
@@ -841,6 +851,7 @@ fn print_body(f: &mut fmt::Formatter<'_>, body: &[Inst], inner: bool) -> fmt::Re
             Inst::Binary(op, a, b) => writeln!(f, "{p}{r} = {} {p}{a}, {p}{b}", op.name())?,
             Inst::Compare(op, a, b) => writeln!(f, "{p}{r} = {} {p}{a}, {p}{b}", op.name())?,
             Inst::Select(c, a, b) => writeln!(f, "{p}{r} = select {p}{c}, {p}{a}, {p}{b}")?,
+            Inst::Fma(a, b, c) => writeln!(f, "{p}{r} = fma {p}{a}, {p}{b}, {p}{c}")?,
             Inst::Convert(to, a) => writeln!(f, "{p}{r} = convert[{to}] {p}{a}")?,
             Inst::Word(op, a, b) => writeln!(f, "{p}{r} = {} {p}{a}, {p}{b}", op.name())?,
             Inst::Bitcast(to, a) => writeln!(f, "{p}{r} = bitcast[{to}] {p}{a}")?,

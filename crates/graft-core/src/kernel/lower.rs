@@ -59,6 +59,9 @@ pub(crate) fn group_kernel(func: &Func, group: &Group, name: String) -> Option<K
             Prim::Select(_) => {
                 Inst::Select(lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?, lw.operand(eqn.inputs[2])?)
             }
+            Prim::Fma(_) => {
+                Inst::Fma(lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?, lw.operand(eqn.inputs[2])?)
+            }
             Prim::Convert(c) => Inst::Convert(c.dtype, lw.operand(eqn.inputs[0])?),
             Prim::StopGradient(_) | Prim::Reshape(_) => {
                 let r = lw.operand(eqn.inputs[0])?;
@@ -196,6 +199,7 @@ pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Opti
         Prim::Binary(op) => elementwise(Inst::Binary(*op, 0, 1)),
         Prim::Compare(op) => elementwise(Inst::Compare(*op, 0, 1)),
         Prim::Select(_) => elementwise(Inst::Select(0, 1, 2)),
+        Prim::Fma(_) => elementwise(Inst::Fma(0, 1, 2)),
         Prim::Convert(c) => elementwise(Inst::Convert(c.dtype, 0)),
         Prim::Gather(_) => {
             let (k, binds) = crate::ops::index::gather_eqn_kernel(func, eqn, name)?;

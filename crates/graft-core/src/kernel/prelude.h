@@ -13,6 +13,7 @@
  *   set); in memory they are bytes 0/1 (vu8).
  * - One function per (op, dtype): g_<op>_<dt>, dt in f32 f64 i32 i64 bool;
  *   comparisons g_eq/ne/lt/le/gt/ge_<dt> return vbool; g_select_<dt>(p, a, b);
+ *   g_fma_<dt>(a, b, c) for the float dtypes (the fma primitive);
  *   conversions g_convert_<from>_<to>. Helpers are named g__* (two
  *   underscores) and are not part of the interface.
  * - Compile with -ffp-contract=off (no FMA contraction: Rust never contracts;
@@ -238,6 +239,10 @@ G_INL vf64 g__minc64(vf64 x, double c) { return g__min64(x, g__f64(c)); }
 
 G_FLOAT_BASIC(f32, vf32, vi32, g__self32, g__isnan32, g__abs32, g__max32, g__min32)
 G_FLOAT_BASIC(f64, vf64, vi64, g__self64, g__isnan64, g__abs64, g__max64, g__min64)
+
+/* The fma primitive: a * b + c rounded once (Rust's mul_add). */
+G_INL vf32 g_fma_f32(vf32 a, vf32 b, vf32 c) { return g__fma32(a, b, c); }
+G_INL vf64 g_fma_f64(vf64 a, vf64 b, vf64 c) { return g__fma64(a, b, c); }
 
 /* Round half to even: for |x| < 2^p adding and subtracting 2^p rounds to an
  * integer in the default rounding mode; larger |x|, inf and NaN are x. The

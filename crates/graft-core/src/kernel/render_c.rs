@@ -998,6 +998,7 @@ fn spell(k: &Kernel, inst: &Inst, types: &[Option<DType>], sp: &Spell) -> String
         Inst::Binary(op, a, b) => format!("g_{}_{}({q}{a}, {q}{b})", op.name(), ty(a)),
         Inst::Compare(op, a, b) => format!("g_{}_{}({q}{a}, {q}{b})", op.name(), ty(a)),
         Inst::Select(p, a, b) => format!("g_select_{}({q}{p}, {q}{a}, {q}{b})", ty(a)),
+        Inst::Fma(a, b, c) => format!("g_fma_{}({q}{a}, {q}{b}, {q}{c})", ty(a)),
         Inst::Convert(to, a) => {
             if ty(a) == to.name() {
                 format!("{q}{a}")

@@ -380,6 +380,11 @@ impl Renderer<'_> {
                 Inst::Select(p, a, b) => {
                     self.line(ind, &format!("let {name} = select({}, {}, {});", reg(*b), reg(*a), reg(*p)));
                 }
+                // WGSL's `fma` is `a * b + c`; whether the device rounds
+                // once is the driver's choice (the CPU backends always do).
+                Inst::Fma(a, b, c) => {
+                    self.line(ind, &format!("let {name} = fma({}, {}, {});", reg(*a), reg(*b), reg(*c)));
+                }
                 Inst::Convert(to, a) => {
                     let v = convert(ty(*a), *to, &reg(*a));
                     self.line(ind, &format!("let {name} = {v};"));

@@ -312,7 +312,7 @@ impl<'a> Builder<'a> {
             Prim::StopGradient(_) | Prim::Reshape(_) if full => Site::Full(self.full(eqn.inputs[0])?),
             Prim::StopGradient(_) | Prim::Reshape(_) => Site::Row(self.row(eqn.inputs[0])?),
             Prim::Binary(Binary::Pow | Binary::Atan2) => return None,
-            Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Select(_) | Prim::Convert(_) => {
+            Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Select(_) | Prim::Fma(_) | Prim::Convert(_) => {
                 let mut ops = Vec::with_capacity(eqn.inputs.len());
                 for &v in &eqn.inputs {
                     ops.push(if full { self.full(v)? } else { self.row(v)? });
@@ -322,6 +322,7 @@ impl<'a> Builder<'a> {
                     (Prim::Binary(op), &[a, b]) => Inst::Binary(*op, a, b),
                     (Prim::Compare(op), &[a, b]) => Inst::Compare(*op, a, b),
                     (Prim::Select(_), &[p, a, b]) => Inst::Select(p, a, b),
+                    (Prim::Fma(_), &[a, b, c]) => Inst::Fma(a, b, c),
                     (Prim::Convert(c), &[a]) => Inst::Convert(c.dtype, a),
                     _ => return None,
                 };
@@ -410,6 +411,11 @@ impl<'a> Builder<'a> {
                 let a = m(a, body);
                 Inst::Select(p, a, m(b, body))
             }
+            Inst::Fma(a, b, c) => {
+                let a = m(a, body);
+                let b = m(b, body);
+                Inst::Fma(a, b, m(c, body))
+            }
             Inst::Convert(to, a) => Inst::Convert(to, m(a, body)),
             other => other,
         };
@@ -432,7 +438,9 @@ impl<'a> Builder<'a> {
             Inst::Unary(op, a) => super::ir::unary_units(*op) + self.cost(*a, memo),
             Inst::Binary(op, a, b) => super::ir::binary_units(*op) + self.cost(*a, memo) + self.cost(*b, memo),
             Inst::Compare(_, a, b) => 1 + self.cost(*a, memo) + self.cost(*b, memo),
-            Inst::Select(p, a, b) => 1 + self.cost(*p, memo) + self.cost(*a, memo) + self.cost(*b, memo),
+            Inst::Select(p, a, b) | Inst::Fma(p, a, b) => {
+                1 + self.cost(*p, memo) + self.cost(*a, memo) + self.cost(*b, memo)
+            }
             Inst::Convert(_, a) => 1 + self.cost(*a, memo),
             _ => 1,
         };

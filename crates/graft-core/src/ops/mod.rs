@@ -24,6 +24,7 @@ pub mod cumulative;
 pub mod custom;
 pub mod debug;
 pub mod decomp;
+pub mod fma;
 pub mod index;
 pub mod kernel;
 pub mod linalg;
@@ -133,6 +134,8 @@ define_prims! {
     Compare(binary::Compare),
     /// Elementwise choice between two operands by a bool predicate.
     Select(binary::Select),
+    /// Fused multiply-add `a * b + c`, rounded once.
+    Fma(fma::Fma),
     /// Dtype conversion.
     Convert(cast::Convert),
     /// Identity with a zero derivative.

@@ -50,6 +50,7 @@ fn light(prim: &Prim) -> bool {
         Prim::Binary(_)
             | Prim::Compare(_)
             | Prim::Select(_)
+            | Prim::Fma(_)
             | Prim::Convert(_)
             | Prim::StopGradient(_)
             | Prim::Unary(_)

@@ -119,6 +119,7 @@ pub(crate) fn covered() -> Vec<String> {
 
 /// Primitives this file does not check, and why (for `prim_coverage.rs`).
 pub(crate) const EXEMPT: &[(&str, &str)] = &[
+    ("Fma", "fma.rs (derivative_rules: first and second order with broadcasting; transposes_where_linear)"),
     ("Cholesky", "linalg_decomp.rs (cholesky_derivatives_first_and_second_order: SPD inputs needed)"),
     ("TriangularSolve", "linalg_decomp.rs (triangular_solve_derivatives_for_every_option)"),
     ("Lu", "linalg_decomp.rs (lu_derivatives_first_and_second_order)"),

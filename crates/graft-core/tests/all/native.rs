@@ -31,6 +31,8 @@ pub(crate) fn covered() -> Vec<String> {
         "Binary::*",
         "Compare::*",
         "Select",
+        // fma.rs: native_kernels_are_bitwise, loop_bodies_compile_with_it
+        "Fma",
         "Convert",
         "StopGradient",
         "Reshape",

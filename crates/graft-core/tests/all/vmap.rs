@@ -148,6 +148,7 @@ pub(crate) fn covered() -> Vec<String> {
 
 /// Primitives this file does not check, and why (for `prim_coverage.rs`).
 pub(crate) const EXEMPT: &[(&str, &str)] = &[
+    ("Fma", "fma.rs (batching_rule)"),
     ("RandomFoldIn", "random.rs (fold_in_under_vmap_matches_jax: JAX's values for batched data and keys)"),
     (
         "Collective",

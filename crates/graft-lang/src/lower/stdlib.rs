@@ -66,6 +66,7 @@ const BUILTINS: &[(&str, &[&str])] = &[
     ("pow", &["x", "y"]),
     ("atan2", &["y", "x"]),
     ("where", &["cond", "x", "y"]),
+    ("fma", &["x", "y", "z"]),
     ("clip", &["x", "lo", "hi"]),
     ("stop_gradient", &["x"]),
     ("cast", &["x", "dtype"]),
@@ -1117,6 +1118,22 @@ fn call_builtin(l: &mut Lower<'_>, name: &str, args: Vec<ArgVal>, span: &Span) -
             let (xa, ya) = (a.req(l, "x")?.clone(), a.req(l, "y")?.clone());
             let (x, y) = l.unify(&xa.val, &ya.val, span)?;
             ir!(c::shape::where_(l.b(), cnd, x, y))
+        }
+        "fma" => {
+            let ops = [a.req(l, "x")?.clone(), a.req(l, "y")?.clone(), a.req(l, "z")?.clone()];
+            // The first tensor operand's dtype; numbers follow it (f32 if all are numbers).
+            let dt = match ops.iter().find(|o| matches!(o.val, Val::T(_))) {
+                Some(o) => {
+                    let t = l.tensor(&o.val, &o.span)?;
+                    l.ty(t).dtype
+                }
+                None => DType::F32,
+            };
+            let mut vs = Vec::with_capacity(3);
+            for o in &ops {
+                vs.push(l.tensor_as(&o.val, dt, &o.span)?);
+            }
+            ir!(c::broadcast::fma(l.b(), vs[0], vs[1], vs[2]))
         }
         "clip" => {
             let x = a.t(l, "x", false)?;

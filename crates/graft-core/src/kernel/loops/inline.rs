@@ -160,6 +160,7 @@ fn moved(inst: &Inst, dims: &[usize], shift: &[isize], reg: &dyn Fn(Reg) -> Reg,
         Inst::Binary(op, a, b) => Inst::Binary(*op, reg(*a), reg(*b)),
         Inst::Compare(op, a, b) => Inst::Compare(*op, reg(*a), reg(*b)),
         Inst::Select(p, a, b) => Inst::Select(reg(*p), reg(*a), reg(*b)),
+        Inst::Fma(a, b, c) => Inst::Fma(reg(*a), reg(*b), reg(*c)),
         Inst::Convert(d, a) => Inst::Convert(*d, reg(*a)),
         Inst::Store { .. } | Inst::Reduce(_) | Inst::Map(_) | Inst::Outer(_) | Inst::Save { .. } | Inst::Restore(_) => {
             return None

@@ -918,6 +918,7 @@ fn remap(inst: &Inst, map: &[Reg]) -> Option<Inst> {
         Inst::Binary(op, a, b) => Inst::Binary(*op, m(a)?, m(b)?),
         Inst::Compare(op, a, b) => Inst::Compare(*op, m(a)?, m(b)?),
         Inst::Select(p, a, b) => Inst::Select(m(p)?, m(a)?, m(b)?),
+        Inst::Fma(a, b, c) => Inst::Fma(m(a)?, m(b)?, m(c)?),
         Inst::Convert(d, a) => Inst::Convert(*d, m(a)?),
         Inst::Store { arg, value, index } => Inst::Store { arg: *arg, value: m(value)?, index: index.clone() },
         Inst::Window { arg, window, fill } => Inst::Window { arg: *arg, window: window.clone(), fill: m(fill)? },
