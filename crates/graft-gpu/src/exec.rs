@@ -17,7 +17,13 @@
 //!   result is the output's layout (see [`prepare_conv`]); pooling windows
 //!   come as kernels of the plan (`ops::window::device_kernel`);
 //! - **aliases** (reshape, stop_gradient): the operand's buffer;
-//! - **everything else** (loops, integer scatters, sorts, cumulative ops,
+//! - **loops** (`scan`, including `fori`, and `while`) whose body (and
+//!   predicate) run wholly on the device: driven from the host, each step
+//!   the body's own device plan on the carries' device buffers, `xs`
+//!   slices and `ys` rows moved by buffer copies on the device, nothing
+//!   read back (see [`ScanStep`]); a `while` reads back its one-element
+//!   predicate per step, the one wait a run-time trip count needs;
+//! - **everything else** (loops whose bodies need the host, integer scatters, sorts, cumulative ops,
 //!   integer reductions, `pow`/`atan2`...): on the host, by
 //!   the primitive's interpreter kernel, with explicit transfers: its
 //!   operands are downloaded (one wait for all of them) and its results
@@ -83,6 +89,43 @@ enum Prepared {
         eqns: Vec<usize>,
         reason: String,
     },
+    /// A `scan` whose body runs on the device.
+    Scan(Box<ScanStep>),
+    /// A `while` whose predicate and body run on the device.
+    While(Box<WhileStep>),
+}
+
+/// A `scan` on the device: the body is planned for the device on its own
+/// (a nested [`GpuExecutable`] with no host step). Per step the host
+/// records, without waiting: a buffer copy of each `xs` slice, the body's
+/// launches on (consts, carries, slices), and a buffer copy of each `y`
+/// into its row of the stacked result; the body's carry results are the
+/// next step's carries (buffers, no copy). Every value is 4 bytes per
+/// element on the device, so rows are 4-byte aligned as copies require.
+/// The body runs the same kernels a step of the function would, so the
+/// results are those of the steps run one by one.
+#[derive(Debug)]
+struct ScanStep {
+    body: GpuExecutable,
+    n_consts: usize,
+    n_carry: usize,
+    length: usize,
+    reverse: bool,
+    inputs: Vec<Value>,
+    outputs: Vec<Value>,
+}
+
+/// A `while` on the device: the predicate and the body are nested
+/// [`GpuExecutable`]s with no host step; per step the predicate runs on the
+/// device and its one element is read back (a wait per step: the trip count
+/// is data), then the body runs on the carries' buffers.
+#[derive(Debug)]
+struct WhileStep {
+    cond: GpuExecutable,
+    body: GpuExecutable,
+    n_consts: usize,
+    inputs: Vec<Value>,
+    outputs: Vec<Value>,
 }
 
 /// A matrix product: optional operand copies (launches binding the
@@ -147,6 +190,19 @@ pub struct GpuStats {
     pub bytes_down: usize,
     /// Waits for the device (one per batch of downloads).
     pub syncs: usize,
+}
+
+impl GpuStats {
+    /// Adds another run's counts (a loop body's, per step).
+    fn add(&mut self, o: &GpuStats) {
+        self.launches += o.launches;
+        self.host_eqns += o.host_eqns;
+        self.uploads += o.uploads;
+        self.downloads += o.downloads;
+        self.bytes_up += o.bytes_up;
+        self.bytes_down += o.bytes_down;
+        self.syncs += o.syncs;
+    }
 }
 
 /// A function planned for the GPU.
@@ -268,6 +324,9 @@ impl GpuExecutable {
                 Prepared::Gemm(g) => dev += 1 + g.lhs_copy.is_some() as usize + g.rhs_copy.is_some() as usize,
                 Prepared::Conv(c) => dev += c.parts.iter().map(|p| 1 + p.im2col.is_some() as usize).sum::<usize>(),
                 Prepared::Host { .. } => host += 1,
+                // Per step of the loop.
+                Prepared::Scan(s) => dev += s.body.step_counts().0,
+                Prepared::While(w) => dev += w.cond.step_counts().0 + w.body.step_counts().0,
                 Prepared::Alias { .. } | Prepared::Const { .. } => {}
             }
         }
@@ -324,6 +383,24 @@ impl GpuExecutable {
                     let names: Vec<&str> = eqns.iter().map(|&e| f.eqns[e].prim.name()).collect();
                     let _ = writeln!(s, "  step {i}: HOST {}: {reason}", names.join(", "));
                 }
+                Prepared::Scan(sc) => {
+                    let dir = if sc.reverse { ", reverse" } else { "" };
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gpu  scan of {} steps{dir}, driven from the host; per step the body:",
+                        sc.length
+                    );
+                    indent_body(&mut s, &sc.body.describe());
+                }
+                Prepared::While(w) => {
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gpu  while, driven from the host (the predicate read back per step); the predicate:"
+                    );
+                    indent_body(&mut s, &w.cond.describe());
+                    let _ = writeln!(s, "    the body:");
+                    indent_body(&mut s, &w.body.describe());
+                }
             }
         }
         s
@@ -351,6 +428,11 @@ impl GpuExecutable {
                         out.push(("conv gemm".into(), gemm_source(&self.gpu, &p.gemm)));
                     }
                 }
+                Prepared::Scan(s) => out.extend(s.body.wgsl_sources()),
+                Prepared::While(w) => {
+                    out.extend(w.cond.wgsl_sources());
+                    out.extend(w.body.wgsl_sources());
+                }
                 _ => {}
             }
         }
@@ -366,7 +448,7 @@ impl GpuExecutable {
     pub fn run_with_stats(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, GpuStats), GpuError> {
         let f = self.exe.func().clone();
         let slots = inputs.iter().map(|t| Slot { host: Some(Arc::new((*t).clone())), dev: None }).collect();
-        let mut run = self.run_slots(slots)?;
+        let mut run = self.run_slots(slots, None)?;
         let outs = run.fetch(&f.outputs)?;
         Ok((outs, run.stats))
     }
@@ -382,7 +464,7 @@ impl GpuExecutable {
                 return Err(GpuError::Inputs(format!("input {j} of {} is {}, expected {}", f.name, t.ty, f.ty(p))));
             }
         }
-        let mut run = self.run_slots(inputs.iter().map(|t| t.slot.clone()).collect())?;
+        let mut run = self.run_slots(inputs.iter().map(|t| t.slot.clone()).collect(), None)?;
         for &v in &f.outputs {
             run.ensure(v)?;
         }
@@ -418,9 +500,28 @@ impl GpuExecutable {
         out.into_iter().map(|t| t.ok_or_else(|| GpuError::Internal("a download went missing".into()))).collect()
     }
 
-    /// Checks the inputs' types and runs every step; the results are in the
-    /// returned run's environment.
-    fn run_slots(&self, inputs: Vec<Slot>) -> Result<Run<'_>, GpuError> {
+    /// Runs as one step of a loop: on the loop's slots, recording into the
+    /// loop's encoder (`None`: a new one). Returns the result slots, the
+    /// encoder with whatever is recorded and not yet submitted, and the
+    /// counts.
+    fn run_nested(
+        &self,
+        inputs: Vec<Slot>,
+        enc: Option<wgpu::CommandEncoder>,
+    ) -> Result<(Vec<Slot>, Option<wgpu::CommandEncoder>, GpuStats), GpuError> {
+        let f = self.exe.func().clone();
+        let mut run = self.run_slots(inputs, enc)?;
+        for &v in &f.outputs {
+            run.ensure(v)?;
+        }
+        let outs = f.outputs.iter().map(|v| run.env[v.index()].clone()).collect();
+        Ok((outs, run.enc.take(), run.stats))
+    }
+
+    /// Checks the inputs' types and runs every step, recording into `enc`
+    /// (or a new encoder); the results are in the returned run's
+    /// environment.
+    fn run_slots(&self, inputs: Vec<Slot>, enc: Option<wgpu::CommandEncoder>) -> Result<Run<'_>, GpuError> {
         let f = self.exe.func();
         if inputs.len() != f.params.len() {
             return Err(GpuError::Inputs(format!("{} takes {} inputs, got {}", f.name, f.params.len(), inputs.len())));
@@ -438,7 +539,7 @@ impl GpuExecutable {
             gpu: &self.gpu,
             func: f,
             env: vec![Slot::default(); f.types.len()],
-            enc: Some(self.gpu.encoder()),
+            enc: Some(enc.unwrap_or_else(|| self.gpu.encoder())),
             stats: GpuStats::default(),
             def: &self.def,
         };
@@ -491,6 +592,8 @@ fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
             Prepared::Alias { src, .. } => vec![*src],
             Prepared::Const { .. } => vec![],
             Prepared::Host { eqns, .. } => eqns.iter().flat_map(|&e| f.eqns[e].inputs.iter().copied()).collect(),
+            Prepared::Scan(s) => s.inputs.clone(),
+            Prepared::While(w) => w.inputs.clone(),
         };
         for v in reads {
             last.insert(v, i);
@@ -505,9 +608,19 @@ fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
     out
 }
 
+/// Appends a nested plan's description (its step lines, without the
+/// device line) indented under a loop step.
+fn indent_body(s: &mut String, body: &str) {
+    for line in body.lines().skip(1) {
+        s.push_str("    ");
+        s.push_str(line);
+        s.push('\n');
+    }
+}
+
 /// Prepares one step: renders and compiles its kernels, or says why it
 /// runs on the host.
-fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> {
+fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> {
     let host = |eqns: Vec<usize>, reason: String| Ok(Prepared::Host { eqns, reason });
     match step {
         DeviceStep::Alias { src, dst } => Ok(Prepared::Alias { src, dst }),
@@ -606,9 +719,56 @@ fn prepare(gpu: &Gpu, f: &Func, step: DeviceStep) -> Result<Prepared, GpuError> 
                         graft_core::ops::index::SCATTER_ROWS_MAX
                     ),
                 ),
+                Prim::Scan(s) => {
+                    let why_not = if s.length == 0 { Some("a scan of no steps".to_string()) } else { None };
+                    let body = match why_not {
+                        Some(why) => Err(why),
+                        None => device_body(gpu, &s.body, "scan")?,
+                    };
+                    match body {
+                        Ok(body) => Ok(Prepared::Scan(Box::new(ScanStep {
+                            body,
+                            n_consts: s.n_consts,
+                            n_carry: s.n_carry,
+                            length: s.length,
+                            reverse: s.reverse,
+                            inputs: eqn.inputs.clone(),
+                            outputs: eqn.outputs.clone(),
+                        }))),
+                        Err(why) => host(vec![e], why),
+                    }
+                }
+                Prim::While(w) => {
+                    let lp = &w.lp;
+                    match (device_body(gpu, &lp.cond, "while predicate")?, device_body(gpu, &lp.body, "while")?) {
+                        (Ok(cond), Ok(body)) => Ok(Prepared::While(Box::new(WhileStep {
+                            cond,
+                            body,
+                            n_consts: lp.n_consts,
+                            inputs: eqn.inputs.clone(),
+                            outputs: eqn.outputs.clone(),
+                        }))),
+                        (Err(why), _) | (_, Err(why)) => host(vec![e], why),
+                    }
+                }
                 p => host(vec![e], format!("no GPU kernel for {} yet", p.name())),
             }
         }
+    }
+}
+
+/// A loop's body (or predicate) planned for the device, if it runs there
+/// whole; the inner `Err` says why the loop runs on the host instead (a
+/// body with a host step would pay its transfers at every step).
+fn device_body(gpu: &Arc<Gpu>, body: &Arc<Func>, what: &str) -> Result<Result<GpuExecutable, String>, GpuError> {
+    let exe = match GpuExecutable::with_gpu(gpu.clone(), body.clone()) {
+        Ok(exe) => exe,
+        Err(GpuError::Wide(why)) => return Ok(Err(format!("a {what} body with a 64-bit value ({why})"))),
+        Err(e) => return Err(e),
+    };
+    match exe.host_steps().first() {
+        Some((prims, why)) => Ok(Err(format!("a {what} body with a host step ({prims}: {why})"))),
+        None => Ok(Ok(exe)),
     }
 }
 
@@ -751,8 +911,12 @@ fn launch(gpu: &Gpu, k: &Kernel, binds: Vec<Value>, prims: &str) -> Result<Resul
 /// per result element, its points the reduced elements, read through a
 /// strided index over (kept dims, reduced dims).
 fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: Value, name: &str) -> Option<Kernel> {
+    use graft_core::ops::reduce::ReduceKind;
     let xt = f.ty(x);
-    if xt.dtype != DType::F32 {
+    // Bools reduce by max (any) and min (all) as 0/1 in f32, exactly: how
+    // a vmapped `while` combines its examples' predicates.
+    let as_bool = xt.dtype == DType::Bool && matches!(r.kind, ReduceKind::Max | ReduceKind::Min);
+    if xt.dtype != DType::F32 && !as_bool {
         return None;
     }
     let shape = &xt.shape;
@@ -769,18 +933,25 @@ fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: V
     }
     let dims: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
     let strides: Vec<isize> = order.iter().map(|&d| row[d]).collect();
-    let inner = Inner { len, body: vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }] };
+    let mut inner = Inner { len, body: vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }] };
+    let mut body = vec![Inst::Reduce(Box::new(Reduction { kind: r.kind, inner: inner.clone(), value: 0 }))];
+    if as_bool {
+        inner.body.push(Inst::Convert(DType::F32, 0));
+        body = vec![
+            Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: 1 })),
+            Inst::Convert(DType::Bool, 0),
+        ];
+    }
+    let value = body.len() as u32 - 1;
+    body.push(Inst::Store { arg: 1, value, index: Index::Point });
     let k = Kernel {
         name: name.to_string(),
         args: vec![
-            Arg { dtype: DType::F32, len: xt.numel(), access: Access::Read },
-            Arg { dtype: DType::F32, len: f.ty(out).numel(), access: Access::Write },
+            Arg { dtype: xt.dtype, len: xt.numel(), access: Access::Read },
+            Arg { dtype: xt.dtype, len: f.ty(out).numel(), access: Access::Write },
         ],
         extent: rows,
-        body: vec![
-            Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: 0 })),
-            Inst::Store { arg: 1, value: 0, index: Index::Point },
-        ],
+        body,
     };
     graft_core::kernel::verify(&k).ok()?;
     Some(k)
@@ -951,6 +1122,8 @@ impl Run<'_> {
                 self.gpu.check("conv_general (gemm)")?;
                 self.env[out.index()] = Slot { host: None, dev: Some(y) };
             }
+            Prepared::Scan(s) => self.scan(s)?,
+            Prepared::While(w) => self.while_loop(w)?,
             Prepared::Host { eqns, .. } => {
                 for &e in eqns {
                     let eqn = &self.func.eqns[e];
@@ -963,6 +1136,120 @@ impl Run<'_> {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A slot's device buffer, uploading a host-only value (a loop body's
+    /// result that is one of its constants, say).
+    fn slot_dev(&mut self, s: &Slot) -> Result<Arc<DevBuf>, GpuError> {
+        if let Some(d) = &s.dev {
+            return Ok(d.clone());
+        }
+        let h = s.host.as_ref().ok_or_else(|| GpuError::Internal("a loop value without a value".into()))?;
+        self.stats.uploads += 1;
+        self.stats.bytes_up += h.numel() * 4;
+        self.gpu.upload(h)
+    }
+
+    /// The device slots of `values` (uploaded where only on the host).
+    fn dev_slots(&mut self, values: &[Value]) -> Result<Vec<Slot>, GpuError> {
+        values.iter().map(|&v| Ok(Slot { host: None, dev: Some(self.dev(v)?) })).collect()
+    }
+
+    /// Runs a [`ScanStep`]. What this run recorded so far is submitted
+    /// first, so the steps' commands follow it on the queue.
+    fn scan(&mut self, s: &ScanStep) -> Result<(), GpuError> {
+        let (nc, nk) = (s.n_consts, s.n_carry);
+        let consts = self.dev_slots(&s.inputs[..nc])?;
+        let mut carry = self.dev_slots(&s.inputs[nc..nc + nk])?;
+        // Bytes of one step's slice of each `xs` operand and `ys` result.
+        let row = |ty: &graft_core::TensorType| (ty.numel() / s.length) as u64 * 4;
+        let mut xs = Vec::with_capacity(s.inputs.len() - nc - nk);
+        for &v in &s.inputs[nc + nk..] {
+            xs.push((self.dev(v)?, row(self.func.ty(v))));
+        }
+        let mut ys = Vec::with_capacity(s.outputs.len() - nk);
+        for &v in &s.outputs[nk..] {
+            let ty = self.func.ty(v);
+            ys.push((self.gpu.alloc(device_bytes(ty)).map_err(|e| e.during("scan (stacked results)"))?, row(ty)));
+        }
+        if let Some(enc) = self.enc.take() {
+            self.gpu.submit(enc);
+        }
+        for t in 0..s.length {
+            let at = (if s.reverse { s.length - 1 - t } else { t }) as u64;
+            let mut enc = self.gpu.encoder();
+            let mut slots = consts.clone();
+            slots.append(&mut carry);
+            for (buf, bytes) in &xs {
+                let d = self.gpu.alloc((*bytes).max(4)).map_err(|e| e.during("scan (a step's xs)"))?;
+                if *bytes > 0 {
+                    enc.copy_buffer_to_buffer(buf.buffer(), at * bytes, d.buffer(), 0, *bytes);
+                }
+                slots.push(Slot { host: None, dev: Some(d) });
+            }
+            let (outs, enc, stats) = s.body.run_nested(slots, Some(enc))?;
+            self.stats.add(&stats);
+            let mut enc = enc.unwrap_or_else(|| self.gpu.encoder());
+            for ((buf, bytes), y) in ys.iter().zip(&outs[nk..]) {
+                let src = self.slot_dev(y)?;
+                if *bytes > 0 {
+                    enc.copy_buffer_to_buffer(src.buffer(), 0, buf.buffer(), at * bytes, *bytes);
+                }
+            }
+            self.gpu.submit(enc);
+            self.gpu.check("scan (a step's copies)")?;
+            carry = outs[..nk].to_vec();
+        }
+        for (&v, c) in s.outputs[..nk].iter().zip(carry) {
+            self.env[v.index()] = c;
+        }
+        for (&v, (buf, _)) in s.outputs[nk..].iter().zip(ys) {
+            self.env[v.index()] = Slot { host: None, dev: Some(buf) };
+        }
+        Ok(())
+    }
+
+    /// Runs a [`WhileStep`]: the predicate on the device, its element read
+    /// back (one wait), then the body, until the predicate is false.
+    fn while_loop(&mut self, w: &WhileStep) -> Result<(), GpuError> {
+        let consts = self.dev_slots(&w.inputs[..w.n_consts])?;
+        let mut carry = self.dev_slots(&w.inputs[w.n_consts..])?;
+        let pred_ty = graft_core::TensorType::scalar(DType::Bool);
+        loop {
+            let mut slots = consts.clone();
+            slots.extend(carry.iter().cloned());
+            let enc = self.enc.take();
+            let (p, enc, stats) = w.cond.run_nested(slots, enc)?;
+            self.stats.add(&stats);
+            let keep_going = match &p[0].host {
+                Some(h) => {
+                    self.enc = enc;
+                    h.to_f64_vec().first().is_some_and(|&x| x != 0.0)
+                }
+                None => {
+                    let buf = self.slot_dev(&p[0])?;
+                    let enc = enc.unwrap_or_else(|| self.gpu.encoder());
+                    let got = self.gpu.download(enc, &[(&*buf, &pred_ty)])?;
+                    self.stats.syncs += 1;
+                    self.stats.downloads += 1;
+                    self.stats.bytes_down += 4;
+                    got.first().and_then(|t| t.to_f64_vec().first().copied()).is_some_and(|x| x != 0.0)
+                }
+            };
+            if !keep_going {
+                break;
+            }
+            let mut slots = consts.clone();
+            slots.append(&mut carry);
+            let (outs, enc, stats) = w.body.run_nested(slots, self.enc.take())?;
+            self.stats.add(&stats);
+            self.enc = enc;
+            carry = outs;
+        }
+        for (&v, c) in w.outputs.iter().zip(carry) {
+            self.env[v.index()] = c;
         }
         Ok(())
     }

@@ -105,7 +105,7 @@ def f(x: tensor[n, m, f32], y: tensor[n, m, f32]) -> tensor[n, m, f32] =
   exp(x) * sin(y) + tanh(x - y) / (1.0 + abs(y)) - sqrt(abs(x)) + log(1.0 + x * x)
 def g(x: tensor[n, f32]) -> tensor[n, f32] {
   let a = expm1(x * 0.001) + log1p(x * 0.001) + erf(x) + logistic(x) + floor(x) + ceil(x) + round(x * 3.0)
-  let b = cos(x) + maximum(x, 0.5) + minimum(x, -0.5) + rsqrt(abs(x) + 1.0) + tan(x * 0.5) + sign(x)
+  let b = cos(x) + maximum(x, 0.5) + minimum(x, -0.5) + rsqrt(abs(x) + 1.0) + tan(x * 0.5) + sign(x) + fma(x, x, 0.25)
   a + b - x * 0.75
 }
 def h(x: tensor[n, f32]) -> tensor[n, f32] = where(x > 0.0, x, 0.1 * x)
@@ -1078,5 +1078,70 @@ fn cnn_programs_end_to_end() {
     ];
     if let Some(exe) = both(step, "main", &inputs) {
         assert!(exe.host_steps().is_empty(), "the CNN step runs whole on the device: {:?}", exe.host_steps());
+    }
+}
+
+const LOOPS: &str = "
+def cell(w: tensor[h, h, f32], c: tensor[b, h, f32], x: tensor[b, h, f32]) -> tensor[b, h, f32] = tanh(c @ w + x)
+def rnn(w: tensor[h, h, f32], xs: tensor[t, b, h, f32], h0: tensor[b, h, f32])
+    -> (tensor[b, h, f32], tensor[t, b, h, f32]) =
+  scan(fn (c, x) -> { let n = cell(w, c, x); (n, n * 2.0 - x) }, h0, xs)
+def loss(w: tensor[h, h, f32], xs: tensor[t, b, h, f32], h0: tensor[b, h, f32]) -> f32 {
+  let (last, hs) = rnn(w, xs, h0)
+  sum(last) + 0.01 * sum(hs * hs)
+}
+def grad_rnn(w: tensor[h, h, f32], xs: tensor[t, b, h, f32], h0: tensor[b, h, f32])
+    -> (tensor[h, h, f32], tensor[t, b, h, f32]) =
+  grad(loss, wrt=(w, xs))(w, xs, h0)
+def decay(x: tensor[n, f32]) -> tensor[n, f32] = fori(50, fn (i, y) -> y * 0.95 + 0.05 * sin(y) + 0.001 * cast(i, f32), x)
+def nested(x: tensor[n, f32]) -> tensor[n, f32] =
+  fori(3, fn (i, y) -> fori(4, fn (j, z) -> z * 0.9 + 0.1, y) + 1.0, x)
+def grow(x: tensor[n, f32]) -> (tensor[n, f32], i32) =
+  while(fn (c) -> sum(abs(c.0)) < 1000.0 and c.1 < 40, fn (c) -> (c.0 * 1.25 + 0.5, c.1 + 1), (x, 0))
+def vgrow(xs: tensor[b, n, f32]) -> (tensor[b, n, f32], tensor[b, i32]) = vmap(grow)(xs)
+";
+
+/// Asserts that every loop of `exe` runs on the device (no host step, and
+/// the description shows the loop driven from the host).
+fn loops_on_device(what: &str, exe: &GpuExecutable, kind: &str) {
+    assert!(exe.host_steps().is_empty(), "{what}: {:?}\n{}", exe.host_steps(), exe.describe());
+    assert!(exe.describe().contains(kind), "{what}: no {kind} step\n{}", exe.describe());
+}
+
+#[test]
+fn loops_run_on_the_device() {
+    // scan forward (with stacked results), its gradient (a reverse scan),
+    // fori, nested loops and while (also vmapped, every example its own
+    // trip count): all on the device, no host step and no read-back but
+    // the while predicate's.
+    let (w, xs, h0) = (f32s(&[8, 8], 41), f32s(&[6, 3, 8], 42), f32s(&[3, 8], 43));
+    let w = Tensor::from_vec(vec![8, 8], w.to_vec::<f32>().unwrap().iter().map(|v| v * 0.3).collect()).unwrap();
+    let Some(exe) = both(LOOPS, "rnn", &[w.clone(), xs.clone(), h0.clone()]) else { return };
+    loops_on_device("rnn", &exe, "scan of 6 steps");
+    let (_, stats) = exe.run_with_stats(&[&w, &xs, &h0]).expect("runs");
+    // Only the two results come back.
+    assert_eq!((stats.syncs, stats.downloads), (1, 2), "{stats:?}");
+    assert!(stats.launches >= 6, "{stats:?}");
+    if let Some(exe) = both(LOOPS, "grad_rnn", &[w.clone(), xs.clone(), h0.clone()]) {
+        loops_on_device("grad_rnn", &exe, "reverse");
+    }
+    let x = Tensor::from_vec(vec![300], f32s(&[300], 44).to_vec::<f32>().unwrap().iter().map(|v| v * 0.5).collect())
+        .unwrap();
+    if let Some(exe) = both(LOOPS, "decay", &[x.clone()]) {
+        loops_on_device("decay", &exe, "scan of 50 steps");
+    }
+    if let Some(exe) = both(LOOPS, "nested", &[x.clone()]) {
+        loops_on_device("nested", &exe, "scan of 4 steps");
+    }
+    if let Some(exe) = both(LOOPS, "grow", &[x.clone()]) {
+        loops_on_device("grow", &exe, "while");
+        let (out, stats) = exe.run_with_stats(&[&x]).expect("runs");
+        let trips = out[1].to_vec::<i32>().unwrap()[0];
+        assert!(trips > 1 && trips < 40, "the predicate stops it: {trips}");
+        // One read-back per predicate evaluation, one for the results.
+        assert_eq!(stats.syncs as i32, trips + 2, "{stats:?}");
+    }
+    if let Some(exe) = both(LOOPS, "vgrow", &[f32s(&[4, 50], 45)]) {
+        loops_on_device("vgrow", &exe, "while");
     }
 }
