@@ -933,14 +933,12 @@ fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: V
     }
     let dims: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
     let strides: Vec<isize> = order.iter().map(|&d| row[d]).collect();
-    let mut inner = Inner { len, body: vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }] };
+    let mut inner =
+        Inner { len, body: vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }] };
     let mut body = vec![Inst::Reduce(Box::new(Reduction { kind: r.kind, inner: inner.clone(), value: 0 }))];
     if as_bool {
         inner.body.push(Inst::Convert(DType::F32, 0));
-        body = vec![
-            Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: 1 })),
-            Inst::Convert(DType::Bool, 0),
-        ];
+        body = vec![Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: 1 })), Inst::Convert(DType::Bool, 0)];
     }
     let value = body.len() as u32 - 1;
     body.push(Inst::Store { arg: 1, value, index: Index::Point });
