@@ -185,6 +185,7 @@ impl Executable {
     pub fn with_options(func: impl Into<Arc<Func>>, options: ExecOptions) -> Result<Executable, ExecError> {
         let func = func.into();
         verify(&func)?;
+        let verified = func.clone();
         // Flattened first, so parameter-free work inside calls (a loss
         // differentiated by a trainer's step) is folded too.
         // Inlined calls may repeat each other's work (two metrics of one
@@ -208,12 +209,22 @@ impl Executable {
             Some(folded) => Arc::new(folded),
             None => func,
         };
-        Executable::planned(func, options)
+        if Arc::ptr_eq(&func, &verified) {
+            // Neither pass changed it: verified above.
+            Executable::plan_verified(func, options)
+        } else {
+            Executable::planned(func, options)
+        }
     }
 
     /// Verifies and plans a function as it is (no constant folding).
     fn planned(func: Arc<Func>, options: ExecOptions) -> Result<Executable, ExecError> {
         verify(&func)?;
+        Executable::plan_verified(func, options)
+    }
+
+    /// Plans a verified function as it is (no constant folding).
+    fn plan_verified(func: Arc<Func>, options: ExecOptions) -> Result<Executable, ExecError> {
         // Calls, checkpoints and one-step scans run as their bodies
         // (`opt::flatten`); splats go next to their readers.
         let func = match crate::opt::flatten(&func) {
