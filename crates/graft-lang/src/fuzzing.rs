@@ -18,14 +18,21 @@ const MAX_DEFS: usize = 8;
 pub fn front_end(data: &[u8]) {
     let src = String::from_utf8_lossy(data);
     crate::with_deep_stack(|| {
-        match crate::parse(&src) {
-            Ok(program) => {
-                let _ = crate::sexpr::program_to_sexpr(&program);
-            }
-            Err(diags) => render_all(&diags, &src),
-        }
-        let _ = crate::parse_expr(&src);
-        match Module::from_source("fuzz.graft", &src) {
+        // Lexed once for `parse` and `parse_expr` (each is `lex` and then
+        // its parser) and parsed once: `Module::from_source` is this parse
+        // and `from_program`, and rendering its errors twice tested nothing
+        // more.
+        let tokens = match crate::lexer::lex(&src) {
+            Ok(tokens) => tokens,
+            Err(diags) => return render_all(&diags, &src),
+        };
+        let _ = crate::parser::parse_expr_tokens(&tokens);
+        let program = match crate::parser::parse_tokens(&tokens) {
+            Ok(program) => program,
+            Err(diags) => return render_all(&diags, &src),
+        };
+        let _ = crate::sexpr::program_to_sexpr(&program);
+        match Module::from_program("fuzz.graft", &src, program) {
             Ok(m) => {
                 if let Err(diags) = m.check() {
                     render_all(&diags, &src);
@@ -54,11 +61,15 @@ pub fn lowering(data: &[u8]) {
             let Ok(exe) = graft_core::Executable::with_options(c.func.clone(), options) else { continue };
             let kernels = graft_core::kernel::kernels_of(&exe);
             let _ = graft_core::kernel::render_c::render_unit(&kernels, 8);
-            for (_, p) in graft_core::kernel::loop_programs(&c.func, options) {
-                let _ = graft_core::kernel::render_c::render_loop(&p, 8);
+            // From `exe`'s plan: `loop_programs(&c.func)` and
+            // `while_programs(&c.func)` would each plan `c.func` again,
+            // interpreting its parameter-free work twice more.
+            let loops = graft_core::kernel::loop_programs_of(&exe, options);
+            for (_, p) in &loops.scans {
+                let _ = graft_core::kernel::render_c::render_loop(p, 8);
             }
-            for (_, w) in graft_core::kernel::while_programs(&c.func, options) {
-                let _ = graft_core::kernel::render_c::render_while(&w, 8);
+            for (_, w) in &loops.whiles {
+                let _ = graft_core::kernel::render_c::render_while(w, 8);
             }
         }
     });

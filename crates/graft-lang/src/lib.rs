@@ -30,11 +30,24 @@ pub const STACK_SIZE: usize = 64 << 20;
 /// unoptimised builds, which would overflow the 2 MiB of a test thread at
 /// that depth; recursive passes over the tree (checking, lowering) can run
 /// under this too, so a caller's stack size never matters.
+///
+/// A call made on such a thread while at least three quarters of its stack
+/// are still free (`Module::from_source` parsing inside a caller's
+/// `with_deep_stack`) runs `f` right there: each nested call otherwise
+/// spawned and joined one more thread for stack it already had.
 pub fn with_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    let here = stack_position();
+    let base = DEEP_STACK_BASE.with(std::cell::Cell::get);
+    if base != 0 && base.abs_diff(here) < STACK_SIZE / 4 {
+        return f();
+    }
     let mut slot = Some(f);
     let spawned = std::thread::scope(|s| {
         let slot = &mut slot;
-        let job = move || slot.take().map(|f| f());
+        let job = move || {
+            DEEP_STACK_BASE.with(|b| b.set(stack_position()));
+            slot.take().map(|f| f())
+        };
         match std::thread::Builder::new().stack_size(STACK_SIZE).spawn_scoped(s, job) {
             // A panic inside `f` is a bug; re-raise it unchanged.
             Ok(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
@@ -46,6 +59,19 @@ pub fn with_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         (None, Some(f)) => f(),
         (None, None) => unreachable!("internal error: the job ran, so it returned a value"),
     }
+}
+
+thread_local! {
+    /// On a thread [`with_deep_stack`] spawned: roughly where its stack
+    /// starts (0 on every other thread).
+    static DEEP_STACK_BASE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The address of a local: where the current thread's stack is now.
+#[inline(never)]
+fn stack_position() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
 }
 
 /// Parses a graft source file. Lex errors are all reported; parse errors
@@ -64,4 +90,37 @@ pub fn parse_expr(src: &str) -> Result<ast::Expr, Vec<diag::Diagnostic>> {
         let tokens = lexer::lex(src)?;
         parser::parse_expr_tokens(&tokens)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_deep_stack;
+
+    #[test]
+    fn nested_deep_stack_calls_share_the_thread() {
+        let caller = std::thread::current().id();
+        let (outer, inner) =
+            with_deep_stack(|| (std::thread::current().id(), with_deep_stack(|| std::thread::current().id())));
+        assert_ne!(outer, caller, "the outer call runs on a thread of its own");
+        assert_eq!(inner, outer, "a nested call runs on the outer call's thread");
+        // A call deep into that thread's stack spawns again.
+        fn recurse(n: usize) -> std::thread::ThreadId {
+            let pad = std::hint::black_box([0u8; 4096]);
+            if n == 0 {
+                return with_deep_stack(|| std::thread::current().id());
+            }
+            let id = recurse(n - 1);
+            std::hint::black_box(&pad);
+            id
+        }
+        let (outer, deep) =
+            with_deep_stack(|| (std::thread::current().id(), recurse(super::STACK_SIZE / 4 / 4096 + 16)));
+        assert_ne!(deep, outer, "a call with a quarter of the stack used gets a fresh stack");
+    }
+
+    #[test]
+    fn deep_stack_panics_propagate() {
+        let r = std::panic::catch_unwind(|| with_deep_stack(|| with_deep_stack(|| panic!("inner"))));
+        assert!(r.is_err());
+    }
 }

@@ -58,8 +58,10 @@ pub struct Compiled {
     pub out: Tree,
 }
 
-/// A parsed program whose names resolve.
-#[derive(Debug)]
+/// A parsed program whose names resolve. A clone is independent of the
+/// original from then on: it starts with the instantiations made so far
+/// (what `check` lowered) and caches its own.
+#[derive(Debug, Clone)]
 pub struct Module {
     prog: Prog,
 }
@@ -109,7 +111,11 @@ fn placeholder_args(def: &ast::Def, divisible: bool) -> Option<(Vec<Tree>, Vec<S
 impl Module {
     /// Parses `src` and resolves its names.
     pub fn from_source(file: &str, src: &str) -> Result<Module, Vec<Diagnostic>> {
-        let program = crate::parse(src)?;
+        Module::from_program(file, src, crate::parse(src)?)
+    }
+
+    /// `program` (parsed from `src`) with its names resolved.
+    pub(crate) fn from_program(file: &str, src: &str, program: ast::Program) -> Result<Module, Vec<Diagnostic>> {
         crate::check::resolve(&program)?;
         Ok(Module { prog: Prog::new(file, src, program) })
     }

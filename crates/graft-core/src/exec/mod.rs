@@ -185,6 +185,7 @@ impl Executable {
     pub fn with_options(func: impl Into<Arc<Func>>, options: ExecOptions) -> Result<Executable, ExecError> {
         let func = func.into();
         verify(&func)?;
+        let verified = func.clone();
         // Flattened first, so parameter-free work inside calls (a loss
         // differentiated by a trainer's step) is folded too.
         // Inlined calls may repeat each other's work (two metrics of one
@@ -208,12 +209,22 @@ impl Executable {
             Some(folded) => Arc::new(folded),
             None => func,
         };
-        Executable::planned(func, options)
+        if Arc::ptr_eq(&func, &verified) {
+            // Neither pass changed it: verified above.
+            Executable::plan_verified(func, options)
+        } else {
+            Executable::planned(func, options)
+        }
     }
 
     /// Verifies and plans a function as it is (no constant folding).
     fn planned(func: Arc<Func>, options: ExecOptions) -> Result<Executable, ExecError> {
         verify(&func)?;
+        Executable::plan_verified(func, options)
+    }
+
+    /// Plans a verified function as it is (no constant folding).
+    fn plan_verified(func: Arc<Func>, options: ExecOptions) -> Result<Executable, ExecError> {
         // Calls, checkpoints and one-step scans run as their bodies
         // (`opt::flatten`); splats go next to their readers.
         let func = match crate::opt::flatten(&func) {
@@ -808,7 +819,9 @@ pub fn run_func(func: impl Into<Arc<Func>>, inputs: &[&Tensor]) -> Result<Vec<Te
 // that tells whether the address still belongs to the same function (an
 // address can be reused after the function is dropped). Dead entries are
 // swept when the cache has doubled since the last sweep, so the cache
-// stays proportional to the live sub-functions.
+// stays proportional to the live sub-functions. An entry is dead when no
+// one but its own plan holds the function: a plan holds the very `Arc` it
+// was planned from when no pass changed it.
 struct PlanCache {
     plans: HashMap<(usize, ExecOptions), (std::sync::Weak<Func>, Arc<Executable>)>,
     sweep_at: usize,
@@ -837,7 +850,12 @@ pub fn plan_cached(func: &Arc<Func>) -> Result<Arc<Executable>, ExecError> {
     let cache = guard.get_or_insert_with(|| PlanCache { plans: HashMap::new(), sweep_at: 64 });
     cache.plans.insert(key, (Arc::downgrade(func), exe.clone()));
     if cache.plans.len() >= cache.sweep_at {
-        cache.plans.retain(|_, (w, _)| w.strong_count() > 0);
+        // A plan of a function that planning left as it was holds the
+        // function itself: that reference does not keep the entry (it
+        // kept every such plan, and its buffer pool, for good).
+        cache
+            .plans
+            .retain(|_, (w, exe)| w.strong_count() > usize::from(std::ptr::eq(w.as_ptr(), Arc::as_ptr(exe.func()))));
         cache.sweep_at = (cache.plans.len() * 2).max(64);
     }
     Ok(exe)
@@ -999,5 +1017,34 @@ impl Pool {
 
     fn put(&mut self, t: Tensor) {
         self.free.entry((t.dtype(), t.numel())).or_default().push(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_cached;
+    use crate::{Builder, DType, TensorType};
+    use std::sync::Arc;
+
+    /// Plans of functions no one holds any more leave the cache, also when
+    /// planning changed nothing (the plan then holds the function itself,
+    /// which kept every such plan and its buffers alive for good).
+    #[test]
+    fn plans_of_dropped_functions_are_swept() {
+        let mut b = Builder::new("double");
+        let x = b.param(TensorType::new(DType::F64, vec![3]));
+        let y = b.add(x, x).unwrap();
+        let f = b.finish(&[y]).unwrap();
+        let mut gone = Vec::new();
+        for _ in 0..1000 {
+            let g = Arc::new(f.clone());
+            let exe = plan_cached(&g).unwrap();
+            assert!(Arc::ptr_eq(exe.func(), &g), "planning changes nothing in this function");
+            gone.push(Arc::downgrade(&g));
+        }
+        let alive = gone.iter().filter(|w| w.strong_count() > 0).count();
+        // Sweeps run when the cache doubles: what other tests keep planned
+        // meanwhile delays them, never by this much.
+        assert!(alive < 500, "{alive} of 1000 dropped functions are still held by the plan cache");
     }
 }

@@ -178,29 +178,7 @@ pub fn unit_lanes(kernels: &[Kernel]) -> usize {
 /// `options` (compilation itself is not started).
 pub fn loop_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, loops::LoopProgram)> {
     let options = crate::ExecOptions { compile: CompileMode::Off, ..options };
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut todo: Vec<Arc<Func>> = Vec::new();
-    let mut visit = |f: &Func, todo: &mut Vec<Arc<Func>>| {
-        let f = as_planned(f, options);
-        for eqn in &f.eqns {
-            if let crate::ops::Prim::Scan(s) = &eqn.prim {
-                let key = (Arc::as_ptr(&s.body) as usize, s.n_consts, s.n_carry, s.reverse);
-                if seen.insert(key) {
-                    let exe = crate::Executable::with_options(s.body.clone(), options);
-                    if let Some(p) = exe.ok().and_then(|e| e.loop_program(s.n_consts, s.n_carry, s.reverse)) {
-                        out.push((s.body.name.clone(), p));
-                    }
-                }
-            }
-            todo.extend(crate::ops::Op::subfuncs(&eqn.prim));
-        }
-    };
-    visit(func, &mut todo);
-    while let Some(f) = todo.pop() {
-        visit(&f, &mut todo);
-    }
-    out
+    walk_loops(as_planned(func, options), options).scans
 }
 
 /// `f` as the executor runs it (after the passes that precede planning:
@@ -218,23 +196,73 @@ fn as_planned(f: &Func, options: crate::ExecOptions) -> Arc<Func> {
 /// the program. Planned with `options` (compilation itself is not started).
 pub fn while_programs(func: &Func, options: crate::ExecOptions) -> Vec<(String, loops::WhileProgram)> {
     let options = crate::ExecOptions { compile: CompileMode::Off, ..options };
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut todo: Vec<Arc<Func>> = vec![Arc::new(func.clone())];
-    while let Some(f) = todo.pop() {
-        let f = as_planned(&f, options);
+    walk_loops(as_planned(func, options), options).whiles
+}
+
+/// A function's compiled scan and `while` loops (see [`loop_programs`] and
+/// [`while_programs`]).
+#[derive(Debug, Default)]
+pub struct LoopPrograms {
+    /// What [`loop_programs`] gives.
+    pub scans: Vec<(String, loops::LoopProgram)>,
+    /// What [`while_programs`] gives.
+    pub whiles: Vec<(String, loops::WhileProgram)>,
+}
+
+/// [`loop_programs`] and [`while_programs`] of the function `exe` was
+/// planned from (with `options`, compilation off), starting from `exe`'s
+/// plan rather than planning that function twice more.
+pub fn loop_programs_of(exe: &crate::Executable, options: crate::ExecOptions) -> LoopPrograms {
+    let options = crate::ExecOptions { compile: CompileMode::Off, ..options };
+    walk_loops(exe.func().clone(), options)
+}
+
+/// The scans and `while` loops of `planned` (a function as planned) and of
+/// every function nested in it, depth first, each nested function planned
+/// once (a scan's or a loop's body is both compiled and walked into; it
+/// was planned for each, and every plan verifies the functions nested in
+/// it again).
+fn walk_loops(planned: Arc<Func>, options: crate::ExecOptions) -> LoopPrograms {
+    // By the address of the function planned, which the map keeps alive.
+    let mut plans: std::collections::HashMap<usize, (Arc<Func>, Option<Arc<crate::Executable>>)> =
+        std::collections::HashMap::new();
+    let mut plan = |f: &Arc<Func>| -> Option<Arc<crate::Executable>> {
+        let entry = plans
+            .entry(Arc::as_ptr(f) as usize)
+            .or_insert_with(|| (f.clone(), crate::Executable::with_options(f.clone(), options).ok().map(Arc::new)));
+        entry.1.clone()
+    };
+    let mut out = LoopPrograms::default();
+    let mut seen_scans = std::collections::HashSet::new();
+    let mut seen_whiles = std::collections::HashSet::new();
+    let mut todo: Vec<Arc<Func>> = Vec::new();
+    let mut next = Some(planned);
+    while let Some(f) = next.take().or_else(|| {
+        let f = todo.pop()?;
+        Some(plan(&f).map_or(f, |exe| exe.func().clone()))
+    }) {
         for eqn in &f.eqns {
-            if let crate::ops::Prim::While(w) = &eqn.prim {
-                let lp = &w.lp;
-                let nk = lp.body.outputs.len();
-                let key = (Arc::as_ptr(&lp.cond) as usize, Arc::as_ptr(&lp.body) as usize, lp.n_consts);
-                if seen.insert(key) {
-                    let exes = crate::Executable::with_options(lp.cond.clone(), options)
-                        .and_then(|c| Ok((c, crate::Executable::with_options(lp.body.clone(), options)?)));
-                    if let Some(p) = exes.ok().and_then(|(c, b)| b.while_program(&c, lp.n_consts, nk)) {
-                        out.push((lp.body.name.clone(), p));
+            match &eqn.prim {
+                crate::ops::Prim::Scan(s) => {
+                    let key = (Arc::as_ptr(&s.body) as usize, s.n_consts, s.n_carry, s.reverse);
+                    if seen_scans.insert(key) {
+                        if let Some(p) = plan(&s.body).and_then(|e| e.loop_program(s.n_consts, s.n_carry, s.reverse)) {
+                            out.scans.push((s.body.name.clone(), p));
+                        }
                     }
                 }
+                crate::ops::Prim::While(w) => {
+                    let lp = &w.lp;
+                    let nk = lp.body.outputs.len();
+                    let key = (Arc::as_ptr(&lp.cond) as usize, Arc::as_ptr(&lp.body) as usize, lp.n_consts);
+                    if seen_whiles.insert(key) {
+                        let exes = plan(&lp.cond).zip(plan(&lp.body));
+                        if let Some(p) = exes.and_then(|(c, b)| b.while_program(&c, lp.n_consts, nk)) {
+                            out.whiles.push((lp.body.name.clone(), p));
+                        }
+                    }
+                }
+                _ => {}
             }
             todo.extend(crate::ops::Op::subfuncs(&eqn.prim));
         }

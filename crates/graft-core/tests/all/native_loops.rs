@@ -634,6 +634,34 @@ fn a_while_loop_is_listed_as_a_program() {
 }
 
 #[test]
+fn loops_of_a_plan_are_those_of_its_function() {
+    // `loop_programs_of` walks the plan once; `loop_programs` and
+    // `while_programs` plan the function themselves: the same programs,
+    // in the same order.
+    let shown = |ps: Vec<(String, String)>| ps.into_iter().map(|(n, p)| format!("{n}\n{p}")).collect::<Vec<_>>();
+    for f in [
+        graft_core::ad::vjp_func(&mixing_while(5), &Wrt::All).unwrap(),
+        mixing_while(3),
+        ode_gradient(4, 6, Remat::Off),
+    ] {
+        let o = opts(CompileMode::Off);
+        let exe = Executable::with_options(f.clone(), o).unwrap();
+        let both = graft_core::kernel::loop_programs_of(&exe, o);
+        let scans = graft_core::kernel::loop_programs(&f, o);
+        let whiles = graft_core::kernel::while_programs(&f, o);
+        assert!(!scans.is_empty() || !whiles.is_empty(), "no loops in\n{f}");
+        assert_eq!(
+            shown(both.scans.into_iter().map(|(n, p)| (n, p.to_string())).collect()),
+            shown(scans.into_iter().map(|(n, p)| (n, p.to_string())).collect())
+        );
+        assert_eq!(
+            shown(both.whiles.into_iter().map(|(n, p)| (n, p.to_string())).collect()),
+            shown(whiles.into_iter().map(|(n, p)| (n, p.to_string())).collect())
+        );
+    }
+}
+
+#[test]
 fn reverse_mode_through_a_while_loop_runs_both_sweeps_compiled() {
     if skip() {
         return;

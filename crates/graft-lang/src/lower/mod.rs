@@ -86,7 +86,7 @@ pub struct Inst {
 }
 
 /// The program being lowered, with what lowering needs about its source.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Prog {
     pub program: ast::Program,
     pub file: Arc<str>,

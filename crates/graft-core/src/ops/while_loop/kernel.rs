@@ -208,8 +208,9 @@ pub(super) fn vjp(lp: &Loop, back: &Arc<Func>, x: &[&Tensor], seed: Vec<Tensor>)
 /// The two functions a compiled `while_vjp` runs as scans, derived from a
 /// loop's body and its backward step (see [`compiled_vjp`]).
 struct Sweeps {
-    body: Arc<Func>,
-    back: Arc<Func>,
+    /// The loop's body and backward step (not kept alive by this).
+    body: std::sync::Weak<Func>,
+    back: std::sync::Weak<Func>,
     /// `(k, c) -> (body(k, c), c)`: the body, also returning the carry it
     /// read (the `ys` of a scan stack the carries).
     record: Arc<Func>,
@@ -218,13 +219,20 @@ struct Sweeps {
     back_scan: Arc<Func>,
 }
 
-/// Derived functions are built once per (body, back) pair and kept, so that
-/// their plans and compiled loops (cached by function) are found again.
+/// Derived functions are built once per (body, back) pair and kept while
+/// that pair lives, so that their plans and compiled loops (cached by
+/// function) are found again. (Kept for good, they and their plans grew
+/// with every loop ever differentiated.)
 static SWEEPS: std::sync::Mutex<Vec<Arc<Sweeps>>> = std::sync::Mutex::new(Vec::new());
 
 fn sweeps(lp: &Loop, back: &Arc<Func>) -> Arc<Sweeps> {
     let mut all = SWEEPS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(s) = all.iter().find(|s| Arc::ptr_eq(&s.body, &lp.body) && Arc::ptr_eq(&s.back, back)) {
+    // A dead `Weak` keeps its allocation, so a live function never shares
+    // the address of one that was dropped.
+    all.retain(|s| s.body.strong_count() > 0 && s.back.strong_count() > 0);
+    if let Some(s) =
+        all.iter().find(|s| s.body.as_ptr() == Arc::as_ptr(&lp.body) && s.back.as_ptr() == Arc::as_ptr(back))
+    {
         return s.clone();
     }
     let (nc, nk) = (lp.n_consts, lp.body.outputs.len());
@@ -236,8 +244,8 @@ fn sweeps(lp: &Loop, back: &Arc<Func>) -> Arc<Sweeps> {
     let bp = &back.params;
     back_scan.params = bp[..nc].iter().chain(&bp[nc + nk..]).chain(&bp[nc..nc + nk]).copied().collect();
     let s = Arc::new(Sweeps {
-        body: lp.body.clone(),
-        back: back.clone(),
+        body: Arc::downgrade(&lp.body),
+        back: Arc::downgrade(back),
         record: Arc::new(record),
         back_scan: Arc::new(back_scan),
     });
