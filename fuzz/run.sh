@@ -12,6 +12,12 @@
 # fuzz/artifacts/<target>/: minimise it (`cargo fuzz tmin`), fix the bug,
 # and copy the input into fuzz/regressions/<target>/, which the test suite
 # replays. Prints one line per target with the executions and their rate.
+#
+# Environment: GRAFT_FUZZ_SANITIZER (default `address`; `none` for long
+# campaigns, built in target/none/ so the two builds do not replace each
+# other), GRAFT_FUZZ_TIMEOUT (seconds one input may take, default 10; it is
+# wall-clock time, so raise it for runs under `nice` on a busy machine) and
+# RAYON_NUM_THREADS (default 1: one core per fuzz process).
 set -euo pipefail
 cd "$(dirname "$0")"
 target=${1:?usage: fuzz/run.sh TARGET|all SECONDS}
@@ -22,6 +28,11 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   exit 2
 fi
 export RUSTC_BOOTSTRAP=1
+export RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-1}
+sanitizer=${GRAFT_FUZZ_SANITIZER:-address}
+timeout=${GRAFT_FUZZ_TIMEOUT:-10}
+build=(--release -s "$sanitizer")
+[ "$sanitizer" = address ] || build+=(--target-dir "target/$sanitizer")
 targets=("$target")
 [ "$target" = all ] && targets=(front_end lowering npy gradbench)
 for t in "${targets[@]}"; do
@@ -35,7 +46,7 @@ for t in "${targets[@]}"; do
   log=$(mktemp)
   # -rss_limit_mb: a target may use a few hundred MB (the GradBench budget
   # is 256 MB); -timeout: one input taking longer than 10 s is a hang.
-  if ! cargo fuzz run --release "$t" "$corpus" -- -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+  if ! cargo fuzz run "${build[@]}" "$t" "$corpus" -- -max_total_time="$secs" -timeout="$timeout" -rss_limit_mb=2048 \
       -print_final_stats=1 "$@" >"$log" 2>&1; then
     tail -40 "$log"
     echo "fuzz $t: FAILED (see the input in fuzz/artifacts/$t/)"
