@@ -720,10 +720,10 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                     ),
                 ),
                 Prim::Scan(s) => {
-                    let why_not = if s.length == 0 { Some("a scan of no steps".to_string()) } else { None };
-                    let body = match why_not {
-                        Some(why) => Err(why),
-                        None => device_body(gpu, &s.body, "scan")?,
+                    let body = if s.length == 0 {
+                        Err("a scan of no steps".to_string())
+                    } else {
+                        device_body(gpu, &s.body, "scan")?
                     };
                     match body {
                         Ok(body) => Ok(Prepared::Scan(Box::new(ScanStep {
