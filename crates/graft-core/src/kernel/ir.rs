@@ -355,6 +355,30 @@ pub struct Reduction {
 }
 
 impl Inst {
+    /// The same instruction reading `map[r]` for each register `r` it
+    /// reads; `None` when `map` misses one of them, and for the row-kernel
+    /// instructions (`Reduce`, `Map`, `Outer`, `Save`, `Restore`), whose
+    /// registers live in other bodies.
+    pub fn remapped(&self, map: &[Reg]) -> Option<Inst> {
+        let m = |r: &Reg| map.get(*r as usize).copied();
+        Some(match self {
+            Inst::Load { .. } | Inst::Lit(_) => self.clone(),
+            Inst::Unary(op, a) => Inst::Unary(*op, m(a)?),
+            Inst::Binary(op, a, b) => Inst::Binary(*op, m(a)?, m(b)?),
+            Inst::Compare(op, a, b) => Inst::Compare(*op, m(a)?, m(b)?),
+            Inst::Select(p, a, b) => Inst::Select(m(p)?, m(a)?, m(b)?),
+            Inst::Fma(a, b, c) => Inst::Fma(m(a)?, m(b)?, m(c)?),
+            Inst::Convert(d, a) => Inst::Convert(*d, m(a)?),
+            Inst::Store { arg, value, index } => Inst::Store { arg: *arg, value: m(value)?, index: index.clone() },
+            Inst::Window { arg, window, fill } => Inst::Window { arg: *arg, window: window.clone(), fill: m(fill)? },
+            Inst::Inside(_) | Inst::Position(_) => self.clone(),
+            Inst::Word(op, a, b) => Inst::Word(*op, m(a)?, m(b)?),
+            Inst::Bitcast(d, a) => Inst::Bitcast(*d, m(a)?),
+            Inst::LoadAt { arg, addr } => Inst::LoadAt { arg: *arg, addr: m(addr)? },
+            Inst::Reduce(_) | Inst::Map(_) | Inst::Outer(_) | Inst::Save { .. } | Inst::Restore(_) => return None,
+        })
+    }
+
     /// Registers this instruction reads.
     pub fn operands(&self) -> Vec<Reg> {
         match *self {

@@ -3,7 +3,9 @@
 //! `ir` defines the backend-neutral kernel IR (index space, loads through
 //! index expressions, ALU instructions, stores), with a printer and a
 //! verifier; `lower` turns the executor's fused groups into kernels;
-//! `render_c` renders kernels to C with vector extensions; `native`
+//! `interior` finds the test-free segment of 1-D stencil kernels and the
+//! values their steps can reuse; `render_c` renders kernels to C with
+//! vector extensions; `native`
 //! compiles, caches and loads them.
 //!
 //! Data flow: `Executable::new` plans (fusion groups), then [`prepare`]
@@ -15,6 +17,7 @@
 //! invisible except in time.
 
 pub mod host;
+pub mod interior;
 pub mod ir;
 pub mod loops;
 pub(crate) mod lower;

@@ -16,6 +16,7 @@
 //! 0 or -1), so conversions never change the lane count. Vectors are moved
 //! in and out of memory with `memcpy` (no alignment assumed).
 
+use super::interior::{self, Reuse};
 use super::ir::{body_types, Access, Index, Inner, Inst, Kernel, Lit, Reduction};
 use super::loops::{self, blocks, Callee, Loc, LoopProgram, WhileProgram};
 use crate::dtype::DType;
@@ -52,6 +53,13 @@ static inline void gk_st_bool(uint8_t *p, vbool v, int64_t m) {
   if (m == GL) __builtin_memcpy(p, &b, sizeof b); else __builtin_memcpy(p, &b, (size_t)m);
 }
 static inline vbool gk_splat_bool(uint8_t x) { return gk_splat_i32(x ? -1 : 0); }
+/* The lanes of (P, C) from the listed positions (kernel::interior, Note
+ * [Shifted reuse]); M is the integer vector type of the lanes' width. */
+#if defined(__clang__) || __GNUC__ >= 12
+#define GK_LAG(M, P, C, ...) __builtin_shufflevector(P, C, __VA_ARGS__)
+#else
+#define GK_LAG(M, P, C, ...) __builtin_shuffle(P, C, (M){__VA_ARGS__})
+#endif
 /* A compiled loop's way back into Rust for its host calls
  * (kernel::host::HostTable, same layout). */
 typedef struct { void (*call)(const void *, int64_t, void *const *); const void *ctx; } graft_host;
@@ -221,7 +229,7 @@ pub fn render_unit_sized(kernels: &[Kernel], lanes: usize) -> (String, Vec<Vec<i
     let mut tables = Vec::with_capacity(kernels.len());
     for k in kernels {
         TABLE.with(|t| *t.borrow_mut() = Some(Vec::new()));
-        render_kernel(&mut s, k);
+        render_kernel(&mut s, k, lanes);
         tables.push(TABLE.with(|t| t.borrow_mut().take()).unwrap_or_default());
     }
     (s, tables)
@@ -232,7 +240,7 @@ pub fn render_unit_sized(kernels: &[Kernel], lanes: usize) -> (String, Vec<Vec<i
 pub fn render_unit(kernels: &[Kernel], lanes: usize) -> String {
     let mut s = unit_head(lanes);
     for k in kernels {
-        render_kernel(&mut s, k);
+        render_kernel(&mut s, k, lanes);
     }
     s
 }
@@ -288,7 +296,7 @@ pub fn render_unit_streaming(kernels: &[Kernel], lanes: usize, min_bytes: Option
         s.push_str(STREAM);
     }
     for k in kernels {
-        render_kernel(&mut s, k);
+        render_kernel(&mut s, k, lanes);
     }
     STREAM_MIN.with(|m| m.set(None));
     s
@@ -608,7 +616,7 @@ fn render_while_unit(w: &WhileProgram, lanes: usize, sized: bool) -> (String, Op
     (s, table)
 }
 
-fn render_kernel(s: &mut String, k: &Kernel) {
+fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
     if k.body.iter().any(|i| matches!(i, Inst::Reduce(_) | Inst::Map(_))) {
         return render_row_kernel(s, k);
     }
@@ -634,11 +642,11 @@ fn render_kernel(s: &mut String, k: &Kernel) {
     // (loads and stores of whole vectors stay in registers; a run-time `m`
     // sends them through the stack) and once more for the partial tail:
     // the same instructions at every point.
-    let mut body = String::new();
-    for (r, inst) in k.body.iter().enumerate() {
-        if invariant(inst) {
-            continue;
-        }
+    let vtype = |r: usize| ctype(types.get(r).copied().flatten().unwrap_or(DType::F32)).0;
+    // One instruction as a statement; `inside` is the interior segment's
+    // window table (see Note [Interior steps]).
+    let statement = |body: &mut String, r: usize, inside: Option<&Vec<bool>>| {
+        let inst = &k.body[r];
         match inst {
             Inst::Store { arg, value, index: Index::Strided { dims, strides, offset } } => {
                 let d = k.args[*arg as usize].dtype;
@@ -648,12 +656,84 @@ fn render_kernel(s: &mut String, k: &Kernel) {
                 let _ = writeln!(body, "    {}(a{arg} + i, r{value}, m);", store_fn(k, *arg));
             }
             _ => {
-                let (vt, _) = ctype(types.get(r).copied().flatten().unwrap_or(DType::F32));
-                let _ = writeln!(body, "    const {vt} r{r} = {};", expr(k, inst, &types));
+                let e = inside.and_then(|inside| interior_expr(k, inst, inside[r]));
+                let e = e.unwrap_or_else(|| expr(k, inst, &types));
+                let _ = writeln!(body, "    const {} r{r} = {e};", vtype(r));
             }
         }
-    }
+    };
+    let render_body = |inside: Option<&Vec<bool>>| {
+        let mut body = String::new();
+        for (r, inst) in k.body.iter().enumerate() {
+            if !invariant(inst) {
+                statement(&mut body, r, inside);
+            }
+        }
+        body
+    };
+    let body = render_body(None);
     let _ = writeln!(s, "  int64_t i = start;");
+    if let Some(seg) = (!sized()).then(|| interior::segment(k, lanes)).flatten() {
+        // See Note [Interior steps].
+        let (lo, hi) = (seg.lo, seg.hi);
+        let _ = writeln!(s, "  int64_t ilo = start < {lo} ? {lo} : start, ihi = end > {hi} ? {hi} : end;");
+        let _ = writeln!(s, "  if (ihi - ilo >= GL) {{");
+        let _ = writeln!(s, "  for (; i + GL <= ilo; i += GL) {{");
+        let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
+        s.push_str(&body);
+        let _ = writeln!(s, "  }}");
+        let _ = writeln!(s, "  if (i < ilo) {{");
+        let _ = writeln!(s, "    const int64_t m = ilo - i;\n    (void)m;");
+        s.push_str(&body);
+        let _ = writeln!(s, "    i = ilo;\n  }}");
+        let interior_body = render_body(Some(&seg.inside));
+        match interior::reuse_plan(k, &seg, lanes) {
+            None => {
+                let _ = writeln!(s, "  for (; i + GL <= ihi; i += GL) {{");
+                let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
+                s.push_str(&interior_body);
+                let _ = writeln!(s, "  }}");
+            }
+            Some(plan) => {
+                // See Note [Shifted reuse]: the first step computes every
+                // value, later ones take lagging values from the carried
+                // vectors.
+                for &c in &plan.carried {
+                    let _ = writeln!(s, "  {} p{c};", vtype(c as usize));
+                }
+                let keep = plan.carried.iter().map(|c| format!(" p{c} = r{c};")).collect::<String>();
+                let _ = writeln!(s, "  {{\n    const int64_t m = GL;\n    (void)m;");
+                s.push_str(&interior_body);
+                let _ = writeln!(s, "   {keep}\n    i += GL;\n  }}");
+                let _ = writeln!(s, "  for (; i + GL <= ihi; i += GL) {{");
+                let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
+                for &r in &plan.order {
+                    if invariant(&k.body[r]) {
+                        continue;
+                    }
+                    match plan.how[r] {
+                        Reuse::Compute => statement(s, r, Some(&seg.inside)),
+                        Reuse::Alias(f) => {
+                            let _ = writeln!(s, "    const {} r{r} = r{f};", vtype(r));
+                        }
+                        Reuse::Shift { from, delta } => {
+                            let wide = types.get(r).copied().flatten().is_some_and(|d| d.size_bytes() == 8);
+                            let mask = if wide { "vi64" } else { "vi32" };
+                            let lanes_from =
+                                (0..lanes).map(|j| (lanes - delta + j).to_string()).collect::<Vec<_>>().join(", ");
+                            let _ = writeln!(
+                                s,
+                                "    const {} r{r} = GK_LAG({mask}, p{from}, r{from}, {lanes_from});",
+                                vtype(r)
+                            );
+                        }
+                    }
+                }
+                let _ = writeln!(s, "   {keep}\n  }}");
+            }
+        }
+        let _ = writeln!(s, "  }}");
+    }
     let _ = writeln!(s, "  for (; i + GL <= end; i += GL) {{");
     let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
     s.push_str(&body);
@@ -666,6 +746,41 @@ fn render_kernel(s: &mut String, k: &Kernel) {
         let _ = writeln!(s, "  gk_sfence();");
     }
     let _ = writeln!(s, "}}");
+}
+
+/// The C expression of a window load or inside test at a whole vector
+/// step of its kernel's interior segment (see Note [Interior steps] in `interior`),
+/// given whether its window holds the segment; `None` for any other
+/// instruction, and for a window of no dimensions, which reads the same
+/// way everywhere.
+fn interior_expr(k: &Kernel, inst: &Inst, inside: bool) -> Option<String> {
+    match inst {
+        Inst::Window { arg, window, fill } => {
+            let w = window.coalesced();
+            if w.dims.len() != 1 {
+                return None;
+            }
+            if !inside {
+                return Some(format!("r{fill}"));
+            }
+            let d = k.args[*arg as usize].dtype;
+            let (vt, _) = ctype(d);
+            let (dn, lt) = (d.name(), lane_type(d));
+            let (off, lo) = (n(w.offset), n(w.lo[0]));
+            Some(match w.strides[0] {
+                1 => format!("gk_ld_{dn}(a{arg} + {off} + (i - {lo}), GL)"),
+                st => {
+                    let e = format!("{off} + (i + l - {lo}) * {}", n(st));
+                    let get = if d == DType::Bool { format!("(a{arg}[{e}] ? -1 : 0)") } else { format!("a{arg}[{e}]") };
+                    format!("({{ {lt} b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = {get}; {vt} v; __builtin_memcpy(&v, b, sizeof v); v; }})")
+                }
+            })
+        }
+        Inst::Inside(window) if window.coalesced().dims.len() == 1 => {
+            Some(format!("gk_splat_bool({})", i32::from(inside)))
+        }
+        _ => None,
+    }
 }
 
 /// How a body's instructions are spelled: which names hold the arguments,

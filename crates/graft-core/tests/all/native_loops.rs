@@ -104,7 +104,7 @@ fn ode_steps_run_compiled_and_bitwise() {
     if skip() {
         return;
     }
-    for (n, s) in [(1000, 10), (37, 3), (2, 1)] {
+    for (n, s) in [(1000, 10), (37, 3), (2, 1), (5, 2), (20, 2), (33, 2), (70, 3)] {
         let f = ode(n, s);
         // One step is inlined (`opt::flatten`), so no loop runs then.
         let loops = usize::from(s != 1);
@@ -1041,4 +1041,122 @@ fn gathers_in_a_body_run_compiled_and_bitwise() {
     assert!(idx.iter().any(|&k| k < 0) && idx.iter().any(|&k| k >= 10), "indices out of range on both sides");
     ins[2] = Tensor::from_vec(vec![length, 2, 1], idx).unwrap();
     assert_eq!(compare(&f, &ins), 1, "the loop ran compiled");
+}
+
+/// The RK4 step is one kernel whose windows are shifts of one point: its
+/// interior segment runs without tests (Note [Interior steps]) and each
+/// stage read at a shifted point is taken from the previous step's vector
+/// of the same stage instead of computed again (Note [Shifted reuse]),
+/// with the interpreter's bits at lengths around the vector size.
+#[test]
+fn rk4_steps_reuse_shifted_stages() {
+    use graft_core::kernel::interior::{reuse_plan, segment, Reuse};
+    let n = 1000;
+    let f = ode(n, 4);
+    let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
+        graft_core::Prim::Scan(s) => s.body.clone(),
+        _ => unreachable!("the scan equation is a scan"),
+    };
+    let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+    let p = exe.loop_program(1, 2, false).expect("the body has a compiled form");
+    let step = p.kernels.iter().max_by_key(|k| k.body.len()).expect("the step has kernels");
+    let seg = segment(step, 16).expect("the step has an interior segment");
+    // Stages are read up to 4 points back; the constant 1 fills point 0.
+    assert!(seg.lo <= 4 && seg.hi == n, "segment {}..{}", seg.lo, seg.hi);
+    let plan = reuse_plan(step, &seg, 16).expect("shifted stages are reused");
+    let shifts = plan.how.iter().filter(|h| matches!(h, Reuse::Shift { .. })).count();
+    // k1 is read at 3 shifted points, k2 at 2, k3 at 1 (and the partial
+    // states between them likewise).
+    assert!(shifts >= 6, "only {shifts} shifted registers reused:\n{step}");
+    for (r, h) in plan.how.iter().enumerate() {
+        if let Reuse::Shift { from, delta } = *h {
+            assert!(plan.carried.contains(&from) && (1..=16).contains(&delta), "register {r}: {h:?}");
+            let at = |x: u32| plan.order.iter().position(|&o| o == x as usize).unwrap();
+            assert!(at(from) < at(r as u32), "register {r} comes before its source {from}");
+        }
+    }
+    let text = graft_core::kernel::render_c::render_loop(&p, 16);
+    assert!(text.contains("GK_LAG(") && text.contains("ihi - ilo >= GL"), "{text}");
+    if skip() {
+        return;
+    }
+    for n in [17, 31, 32, 33, 48, 64, 65, 1000] {
+        let f = ode(n, 3);
+        assert_eq!(compare(&f, &inputs(&f, n as u64)), 1, "n = {n}: the loop did not run compiled");
+        let g = ode_gradient(n, 3, Remat::Off);
+        compare(&g, &inputs(&g, 2 * n as u64));
+    }
+}
+
+/// A loop step of one-dimensional shifts as stencils make them: a
+/// concatenation behind a constant, pads cropping either end, a pad of a
+/// reversal (a window of stride -1), a pad of a stride-2 slice, and a
+/// select on a producer read one point back (an inlined inside test); the
+/// next carry is the select.
+fn shifts_loop(dtype: DType, n: usize, steps: usize) -> Func {
+    let ty = TensorType::new(dtype, vec![n]);
+    let mut b = Builder::new("shifts");
+    let x = b.param(ty.clone());
+    let _i = b.param(TensorType::scalar(DType::I32));
+    let y = b.param(ty.clone());
+    let zero = b.scalar(0.0, dtype).unwrap();
+    let one = b.scalar(1.0, dtype).unwrap();
+    let one1 = b.broadcast_in_dim(one, &[1], &[]).unwrap();
+    let head = b.slice(x, &[0], &[n - 1], &[1]).unwrap();
+    let right1 = b.concatenate(&[one1, head], 0).unwrap();
+    let right3 = b.pad(y, zero, &[3], &[-3], &[0]).unwrap();
+    let left2 = b.pad(x, one, &[-2], &[2], &[0]).unwrap();
+    let rev = b.reverse(y, &[0]).unwrap();
+    let rev = b.pad(rev, zero, &[1], &[-1], &[0]).unwrap();
+    let half = b.slice(x, &[0], &[n], &[2]).unwrap();
+    let half = b.pad(half, one, &[0], &[(n / 2) as i64], &[0]).unwrap();
+    let s = b.mul(y, right1).unwrap();
+    let s = b.add(s, right3).unwrap();
+    let s = b.sub(s, left2).unwrap();
+    let s = b.add(s, rev).unwrap();
+    let s = b.add(s, half).unwrap();
+    let s = b.tanh(s).unwrap();
+    let shifted = b.pad(s, zero, &[1], &[-1], &[0]).unwrap();
+    let shifted = b.mul(shifted, right1).unwrap();
+    let gt = b.compare(Compare::Gt, shifted, x).unwrap();
+    let next = b.select(gt, shifted, s).unwrap();
+    let body = b.finish(&[next]).unwrap();
+
+    let mut b = Builder::new("shifts_loop");
+    let x = b.param(ty.clone());
+    let y0 = b.param(ty);
+    let out = b.fori(steps, &body, &[x], &[y0], Remat::Off).unwrap();
+    b.finish(&out).unwrap()
+}
+
+/// Loop kernels whose windows are all one-dimensional run whole vector
+/// steps of their interior segment without tests (Note [Interior steps])
+/// and take values read at shifted points from the previous step (Note
+/// [Shifted reuse]): at every length from a single vector to several,
+/// f32 and f64, they give the interpreter's bits (constant sizes and
+/// size-generic, which does not split).
+#[test]
+fn one_dimensional_windows_take_interior_steps_bitwise_equal() {
+    // Around one, two, three and four vectors of 8 and 16 lanes.
+    let lengths = [4, 7, 9, 16, 17, 20, 31, 33, 48, 64, 65, 1000, 1003];
+    for dtype in [DType::F32, DType::F64] {
+        for n in lengths {
+            let f = shifts_loop(dtype, n, 3);
+            if n == 1000 {
+                let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
+                    graft_core::Prim::Scan(s) => s.body.clone(),
+                    _ => unreachable!("the scan equation is a scan"),
+                };
+                let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+                let p = exe.loop_program(1, 2, false).expect("the body has a compiled form");
+                let text = graft_core::kernel::render_c::render_loop(&p, 16);
+                assert!(text.contains("ihi - ilo >= GL"), "{dtype:?}: no interior steps in\n{p}");
+                // `tanh(s)` read one point back is the previous lane of `tanh(s)`.
+                assert!(text.contains("GK_LAG("), "{dtype:?}: nothing reused in\n{p}");
+            }
+            if !skip() {
+                assert_eq!(compare(&f, &inputs(&f, n as u64)), 1, "{dtype:?} n = {n}: the loop did not run compiled");
+            }
+        }
+    }
 }

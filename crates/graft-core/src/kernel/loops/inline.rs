@@ -201,7 +201,7 @@ fn inline_read(
     let mut map: Vec<Reg> = Vec::with_capacity(k.body.len());
     for (r, inst) in k.body.iter().enumerate() {
         if r != at {
-            body.push(super::remap(inst, &map)?);
+            body.push(inst.remapped(&map)?);
             map.push((body.len() - 1) as Reg);
             continue;
         }

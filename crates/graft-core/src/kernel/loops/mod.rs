@@ -838,7 +838,7 @@ fn forward_arg(func: &Func, k: &Kernel, binds: &[Value], j: usize, view: &View) 
             map.push((body.len() - 1) as Reg);
             continue;
         }
-        body.push(remap(inst, &map)?);
+        body.push(inst.remapped(&map)?);
         map.push((body.len() - 1) as Reg);
     }
     // Remove argument j.
@@ -901,33 +901,13 @@ fn drop_stores<B>(k: &Kernel, binds: Vec<B>, dead: &[bool]) -> Option<(Kernel, V
             map.push(Reg::MAX); // a store defines no register
             continue;
         }
-        body.push(remap(inst, &map)?);
+        body.push(inst.remapped(&map)?);
         map.push((body.len() - 1) as Reg);
     }
     let (args, binds) = drop_unused_args(k.args.clone(), binds, &mut body);
     let k2 = Kernel { name: k.name.clone(), args, extent: k.extent, body };
     super::ir::verify(&k2).ok()?;
     Some((k2, binds))
-}
-
-fn remap(inst: &Inst, map: &[Reg]) -> Option<Inst> {
-    let m = |r: &Reg| map.get(*r as usize).copied();
-    Some(match inst {
-        Inst::Load { .. } | Inst::Lit(_) => inst.clone(),
-        Inst::Unary(op, a) => Inst::Unary(*op, m(a)?),
-        Inst::Binary(op, a, b) => Inst::Binary(*op, m(a)?, m(b)?),
-        Inst::Compare(op, a, b) => Inst::Compare(*op, m(a)?, m(b)?),
-        Inst::Select(p, a, b) => Inst::Select(m(p)?, m(a)?, m(b)?),
-        Inst::Fma(a, b, c) => Inst::Fma(m(a)?, m(b)?, m(c)?),
-        Inst::Convert(d, a) => Inst::Convert(*d, m(a)?),
-        Inst::Store { arg, value, index } => Inst::Store { arg: *arg, value: m(value)?, index: index.clone() },
-        Inst::Window { arg, window, fill } => Inst::Window { arg: *arg, window: window.clone(), fill: m(fill)? },
-        Inst::Inside(_) | Inst::Position(_) => inst.clone(),
-        Inst::Word(op, a, b) => Inst::Word(*op, m(a)?, m(b)?),
-        Inst::Bitcast(d, a) => Inst::Bitcast(*d, m(a)?),
-        Inst::LoadAt { arg, addr } => Inst::LoadAt { arg: *arg, addr: m(addr)? },
-        Inst::Reduce(_) | Inst::Map(_) | Inst::Outer(_) | Inst::Save { .. } | Inst::Restore(_) => return None,
-    })
 }
 
 impl std::fmt::Display for Loc {
