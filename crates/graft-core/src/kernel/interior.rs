@@ -101,8 +101,10 @@ pub fn segment(k: &Kernel, lanes: usize) -> Option<Segment> {
 // vector of the class's first register at the least shift; when
 // `0 < s - m <= GL`, the later register's vector is the last `GL` lanes
 // of (previous, current) moved by `s - m` lanes, bit for bit what
-// computing it gives. The first step of the segment computes everything
-// (there is no previous vector yet). Only registers with at least two
+// computing it gives. Those lanes must be values of points inside the
+// segment, so reuse starts at the segment's second step: the checked body
+// runs the first (at points all inside, it computes what the interior
+// body does) and keeps its vectors. Only registers with at least two
 // operations under them are taken this way (a single operation costs
 // about what the lane move does); loads stay loads.
 

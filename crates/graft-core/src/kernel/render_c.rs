@@ -630,8 +630,7 @@ fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
     if sized() {
         let _ = writeln!(s, "  const int64_t *restrict S = (const int64_t *)args[{}];", k.args.len());
     }
-    // Loop-invariant values (literals, scalar loads) are computed once.
-    let invariant = |inst: &Inst| matches!(inst, Inst::Lit(_) | Inst::Load { index: Index::Scalar, .. });
+    let invariant = hoisted;
     for (r, inst) in k.body.iter().enumerate() {
         if invariant(inst) {
             let (vt, _) = ctype(types.get(r).copied().flatten().unwrap_or(DType::F32));
@@ -662,82 +661,23 @@ fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
             }
         }
     };
-    let render_body = |inside: Option<&Vec<bool>>| {
-        let mut body = String::new();
-        for (r, inst) in k.body.iter().enumerate() {
-            if !invariant(inst) {
-                statement(&mut body, r, inside);
-            }
+    let mut body = String::new();
+    for (r, inst) in k.body.iter().enumerate() {
+        if !invariant(inst) {
+            statement(&mut body, r, None);
         }
-        body
-    };
-    let body = render_body(None);
-    let _ = writeln!(s, "  int64_t i = start;");
-    if let Some(seg) = (!sized()).then(|| interior::segment(k, lanes)).flatten() {
-        // See Note [Interior steps].
-        let (lo, hi) = (seg.lo, seg.hi);
-        let _ = writeln!(s, "  int64_t ilo = start < {lo} ? {lo} : start, ihi = end > {hi} ? {hi} : end;");
-        let _ = writeln!(s, "  if (ihi - ilo >= GL) {{");
-        let _ = writeln!(s, "  for (; i + GL <= ilo; i += GL) {{");
-        let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
-        s.push_str(&body);
-        let _ = writeln!(s, "  }}");
-        let _ = writeln!(s, "  if (i < ilo) {{");
-        let _ = writeln!(s, "    const int64_t m = ilo - i;\n    (void)m;");
-        s.push_str(&body);
-        let _ = writeln!(s, "    i = ilo;\n  }}");
-        let interior_body = render_body(Some(&seg.inside));
-        match interior::reuse_plan(k, &seg, lanes) {
-            None => {
-                let _ = writeln!(s, "  for (; i + GL <= ihi; i += GL) {{");
-                let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
-                s.push_str(&interior_body);
-                let _ = writeln!(s, "  }}");
-            }
-            Some(plan) => {
-                // See Note [Shifted reuse]: the first step computes every
-                // value, later ones take lagging values from the carried
-                // vectors.
-                for &c in &plan.carried {
-                    let _ = writeln!(s, "  {} p{c};", vtype(c as usize));
-                }
-                let keep = plan.carried.iter().map(|c| format!(" p{c} = r{c};")).collect::<String>();
-                let _ = writeln!(s, "  {{\n    const int64_t m = GL;\n    (void)m;");
-                s.push_str(&interior_body);
-                let _ = writeln!(s, "   {keep}\n    i += GL;\n  }}");
-                let _ = writeln!(s, "  for (; i + GL <= ihi; i += GL) {{");
-                let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
-                for &r in &plan.order {
-                    if invariant(&k.body[r]) {
-                        continue;
-                    }
-                    match plan.how[r] {
-                        Reuse::Compute => statement(s, r, Some(&seg.inside)),
-                        Reuse::Alias(f) => {
-                            let _ = writeln!(s, "    const {} r{r} = r{f};", vtype(r));
-                        }
-                        Reuse::Shift { from, delta } => {
-                            let wide = types.get(r).copied().flatten().is_some_and(|d| d.size_bytes() == 8);
-                            let mask = if wide { "vi64" } else { "vi32" };
-                            let lanes_from =
-                                (0..lanes).map(|j| (lanes - delta + j).to_string()).collect::<Vec<_>>().join(", ");
-                            let _ = writeln!(
-                                s,
-                                "    const {} r{r} = GK_LAG({mask}, p{from}, r{from}, {lanes_from});",
-                                vtype(r)
-                            );
-                        }
-                    }
-                }
-                let _ = writeln!(s, "   {keep}\n  }}");
-            }
-        }
-        let _ = writeln!(s, "  }}");
     }
-    let _ = writeln!(s, "  for (; i + GL <= end; i += GL) {{");
-    let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
-    s.push_str(&body);
-    let _ = writeln!(s, "  }}");
+    let _ = writeln!(s, "  int64_t i = start;");
+    let segment = (!sized()).then(|| interior::segment(k, lanes)).flatten();
+    match &segment {
+        None => {
+            let _ = writeln!(s, "  for (; i + GL <= end; i += GL) {{");
+            let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
+            s.push_str(&body);
+            let _ = writeln!(s, "  }}");
+        }
+        Some(seg) => interior_steps(s, k, seg, lanes, &body, &|s, r| statement(s, r, Some(&seg.inside)), &vtype),
+    }
     let _ = writeln!(s, "  if (i < end) {{");
     let _ = writeln!(s, "    const int64_t m = end - i;\n    (void)m;");
     s.push_str(&body);
@@ -746,6 +686,84 @@ fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
         let _ = writeln!(s, "  gk_sfence();");
     }
     let _ = writeln!(s, "}}");
+}
+
+/// Loop-invariant values of an elementwise kernel (literals, scalar
+/// loads), computed once before its steps.
+fn hoisted(inst: &Inst) -> bool {
+    matches!(inst, Inst::Lit(_) | Inst::Load { index: Index::Scalar, .. })
+}
+
+/// The full vector steps of a kernel with an interior segment (see Note
+/// [Interior steps] and Note [Shifted reuse] in `interior`): one loop of
+/// checked steps (`body`) that hands over to a loop of interior steps
+/// where they begin. With a reuse plan, the interior loop starts once the
+/// step before lies in the segment too (the checked body computes the
+/// carried registers' values there, which are the segment's); each step
+/// keeps its carried vectors for the next. `statement` renders one
+/// instruction of the interior body, `vtype` names a register's vector
+/// type. Leaves `i` at the first point after the last full step.
+fn interior_steps(
+    s: &mut String,
+    k: &Kernel,
+    seg: &interior::Segment,
+    lanes: usize,
+    body: &str,
+    statement: &dyn Fn(&mut String, usize),
+    vtype: &dyn Fn(usize) -> &'static str,
+) {
+    let invariant = hoisted;
+    let (lo, hi) = (seg.lo, seg.hi);
+    let _ = writeln!(s, "  const int64_t ilo = start < {lo} ? {lo} : start, ihi = end > {hi} ? {hi} : end;");
+    let plan = interior::reuse_plan(k, seg, lanes);
+    let carried: &[u32] = plan.as_ref().map_or(&[], |p| &p.carried);
+    for &c in carried {
+        let _ = writeln!(s, "  {} p{c} = {{0}};", vtype(c as usize));
+    }
+    let keep = carried.iter().map(|c| format!(" p{c} = r{c};")).collect::<String>();
+    // The first interior step: at `ilo`, or one later when it reads the
+    // step before.
+    let first = if plan.is_some() { "i - GL >= ilo" } else { "i >= ilo" };
+    let _ = writeln!(s, "  while (i + GL <= end) {{");
+    let _ = writeln!(s, "   if ({first} && i + GL <= ihi) {{");
+    let _ = writeln!(s, "    for (; i + GL <= ihi; i += GL) {{");
+    let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
+    match &plan {
+        None => {
+            for (r, inst) in k.body.iter().enumerate() {
+                if !invariant(inst) {
+                    statement(s, r);
+                }
+            }
+        }
+        Some(plan) => {
+            for &r in &plan.order {
+                if invariant(&k.body[r]) {
+                    continue;
+                }
+                match plan.how[r] {
+                    Reuse::Compute => statement(s, r),
+                    Reuse::Alias(f) => {
+                        let _ = writeln!(s, "    const {} r{r} = r{f};", vtype(r));
+                    }
+                    Reuse::Shift { from, delta } => {
+                        let mask = if vtype(r).ends_with("64") { "vi64" } else { "vi32" };
+                        let lanes_from =
+                            (0..lanes).map(|j| (lanes - delta + j).to_string()).collect::<Vec<_>>().join(", ");
+                        let _ = writeln!(
+                            s,
+                            "    const {} r{r} = GK_LAG({mask}, p{from}, r{from}, {lanes_from});",
+                            vtype(r)
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let _ = writeln!(s, "   {keep}\n    }}\n    continue;\n   }}");
+    let _ = writeln!(s, "   {{\n    const int64_t m = GL;\n    (void)m;");
+    s.push_str(body);
+    let _ = writeln!(s, "   {keep}\n   }}\n   i += GL;\n  }}");
 }
 
 /// The C expression of a window load or inside test at a whole vector

@@ -646,19 +646,29 @@ impl Builder<'_> {
                 loc.insert(v, Loc::Scratch(s));
             }
         }
-        // Kernels and host calls get their own numbering.
+        // Kernels and host calls get their own numbering. Kernels no call
+        // runs any more (inlined producers, forwarded layout copies) are
+        // left out, so the unit compiles only what runs.
+        let mut called = vec![false; self.kernels.len()];
+        for (k, _) in &self.calls {
+            called[*k] = true;
+        }
         let mut hosts_of = self.hosts;
         let mut kernels = Vec::new();
         let mut hosts = Vec::new();
         let mut callee = Vec::with_capacity(self.kernels.len());
         for (j, mut k) in self.kernels.into_iter().enumerate() {
+            if !called[j] {
+                callee.push(None);
+                continue;
+            }
             match hosts_of.remove(&j) {
                 Some(h) => {
-                    callee.push(Callee::Host(hosts.len()));
+                    callee.push(Some(Callee::Host(hosts.len())));
                     hosts.push(h);
                 }
                 None => {
-                    callee.push(Callee::Kernel(kernels.len()));
+                    callee.push(Some(Callee::Kernel(kernels.len())));
                     k.name = format!("{name}_k{j}");
                     kernels.push(k);
                 }
@@ -669,7 +679,7 @@ impl Builder<'_> {
             .iter()
             .map(|(k, binds)| {
                 Some(Call {
-                    callee: callee[*k],
+                    callee: callee[*k]?,
                     args: binds.iter().map(|v| loc.get(v).copied()).collect::<Option<_>>()?,
                 })
             })
