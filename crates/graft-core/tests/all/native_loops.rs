@@ -166,6 +166,17 @@ fn ode_gradient(n: usize, s: usize, remat: Remat) -> Func {
     grad(&loss, &Wrt::Positions(vec![0])).unwrap()
 }
 
+/// The compiled loop program of `f`'s first scan, whose body has `nc`
+/// consts and `nk` carries (built with compilation off: only its text).
+fn scan_program(f: &Func, nc: usize, nk: usize) -> graft_core::kernel::loops::LoopProgram {
+    let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").expect("f has a scan").prim {
+        graft_core::Prim::Scan(s) => s.body.clone(),
+        _ => unreachable!("the scan equation is a scan"),
+    };
+    let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
+    exe.loop_program(nc, nk, false).expect("the body has a compiled form")
+}
+
 fn scan_bodies(f: &Func) -> Vec<(Arc<Func>, usize, usize, bool)> {
     f.eqns
         .iter()
@@ -494,12 +505,7 @@ fn layout_in_two_dimensions_is_read_in_place() {
         // the elementwise kernel, which reads only the carry (and static
         // values); the concatenation is also a `y`, written by one kernel
         // that reads its pieces in place.
-        let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
-            graft_core::Prim::Scan(s) => s.body.clone(),
-            _ => unreachable!("the scan equation is a scan"),
-        };
-        let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
-        let p = exe.loop_program(0, 1, false).expect("the body has a compiled form");
+        let p = scan_program(&f, 0, 1);
         let text = p.to_string();
         assert!(text.contains("if inside"), "no window load in\n{text}");
         assert_eq!(p.calls.len(), 2, "calls per step:\n{text}");
@@ -806,12 +812,7 @@ fn branching_while_bodies_run_compiled_and_bitwise() {
 fn shifted_stages_are_inlined_into_one_kernel() {
     let n = 50;
     let f = ode(n, 4);
-    let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
-        graft_core::Prim::Scan(s) => s.body.clone(),
-        _ => unreachable!("the scan equation is a scan"),
-    };
-    let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
-    let p = exe.loop_program(1, 2, false).expect("the body has a compiled form");
+    let p = scan_program(&f, 1, 2);
     let text = p.to_string();
     assert_eq!(p.calls.len(), 2, "the step kernel and the counter:\n{text}");
     assert!(p.scratch.is_empty(), "a stage still passes through memory:\n{text}");
@@ -1053,12 +1054,7 @@ fn rk4_steps_reuse_shifted_stages() {
     use graft_core::kernel::interior::{reuse_plan, segment, Reuse};
     let n = 1000;
     let f = ode(n, 4);
-    let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
-        graft_core::Prim::Scan(s) => s.body.clone(),
-        _ => unreachable!("the scan equation is a scan"),
-    };
-    let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
-    let p = exe.loop_program(1, 2, false).expect("the body has a compiled form");
+    let p = scan_program(&f, 1, 2);
     let step = p.kernels.iter().max_by_key(|k| k.body.len()).expect("the step has kernels");
     let seg = segment(step, 16).expect("the step has an interior segment");
     // Stages are read up to 4 points back; the constant 1 fills point 0.
@@ -1143,12 +1139,7 @@ fn one_dimensional_windows_take_interior_steps_bitwise_equal() {
         for n in lengths {
             let f = shifts_loop(dtype, n, 3);
             if n == 1000 {
-                let body = match &f.eqns.iter().find(|e| e.prim.name() == "scan").unwrap().prim {
-                    graft_core::Prim::Scan(s) => s.body.clone(),
-                    _ => unreachable!("the scan equation is a scan"),
-                };
-                let exe = Executable::with_options(body, opts(CompileMode::Off)).unwrap();
-                let p = exe.loop_program(1, 2, false).expect("the body has a compiled form");
+                let p = scan_program(&f, 1, 2);
                 let text = graft_core::kernel::render_c::render_loop(&p, 16);
                 assert!(text.contains("ihi = end >"), "{dtype:?}: no interior steps in\n{p}");
                 // `tanh(s)` read one point back is the previous lane of `tanh(s)`.
