@@ -933,12 +933,15 @@ fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: V
     }
     let dims: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
     let strides: Vec<isize> = order.iter().map(|&d| row[d]).collect();
-    let mut inner =
-        Inner { len, body: vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }] };
-    let mut body = vec![Inst::Reduce(Box::new(Reduction { kind: r.kind, inner: inner.clone(), value: 0 }))];
+    let mut inner = vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }];
     if as_bool {
-        inner.body.push(Inst::Convert(DType::F32, 0));
-        body = vec![Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: 1 })), Inst::Convert(DType::Bool, 0)];
+        inner.push(Inst::Convert(DType::F32, 0));
+    }
+    let reduced = inner.len() as u32 - 1;
+    let inner = Inner { len, body: inner };
+    let mut body = vec![Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: reduced }))];
+    if as_bool {
+        body.push(Inst::Convert(DType::Bool, 0));
     }
     let value = body.len() as u32 - 1;
     body.push(Inst::Store { arg: 1, value, index: Index::Point });
@@ -988,16 +991,14 @@ impl Run<'_> {
     /// A value's device buffer, uploading its host copy on first use.
     fn dev(&mut self, v: Value) -> Result<Arc<DevBuf>, GpuError> {
         self.ensure(v)?;
-        let slot = &self.env[v.index()];
-        if let Some(d) = &slot.dev {
-            return Ok(d.clone());
+        let slot = self.env[v.index()].clone();
+        if let Some(d) = slot.dev {
+            return Ok(d);
         }
-        let Some(h) = slot.host.clone() else {
+        if slot.host.is_none() {
             return Err(GpuError::Internal(format!("{v} has no value")));
-        };
-        let d = self.gpu.upload(&h)?;
-        self.stats.uploads += 1;
-        self.stats.bytes_up += h.numel() * 4;
+        }
+        let d = self.slot_dev(&slot)?;
         self.env[v.index()].dev = Some(d.clone());
         Ok(d)
     }
