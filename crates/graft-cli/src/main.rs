@@ -388,15 +388,16 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
     for k in ks {
         s.push_str(&format!("\n{k}\n"));
     }
-    // Loop bodies compiled whole (each scan's body as one native loop).
-    let loops = graft_core::kernel::loop_programs(func, opts);
+    // Loop bodies compiled whole (each scan's body as one native loop, each
+    // `while` with its predicate), found in one walk of the plan above.
+    let programs = graft_core::kernel::loop_programs_of(&exe, opts);
+    let (loops, whiles) = (programs.scans, programs.whiles);
     if !loops.is_empty() {
         s.push_str(&format!("\n# {} compiled loop{}\n", loops.len(), if loops.len() == 1 { "" } else { "s" }));
         for (body, p) in loops {
             s.push_str(&format!("\n# body @{body}\n{p}"));
         }
     }
-    let whiles = graft_core::kernel::while_programs(func, opts);
     if !whiles.is_empty() {
         let n = whiles.len();
         s.push_str(&format!("\n# {n} compiled while loop{}\n", if n == 1 { "" } else { "s" }));
