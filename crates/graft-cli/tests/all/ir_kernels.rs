@@ -61,3 +61,33 @@ fn ir_kernels_lists_compiled_loops_with_their_steps() {
         assert!(l.contains(want), "missing {want:?} in {l}");
     }
 }
+
+/// A compiled loop's stencil kernel is listed with its interior segment
+/// (`kernel::interior`): GradBench's RK4 step reads each stage one point
+/// back, so its points from the fourth on run without window tests and
+/// take the shifted stages from the previous vector.
+#[test]
+fn ir_kernels_lists_interior_segments_of_loop_kernels() {
+    let prog = concat!(env!("CARGO_MANIFEST_DIR"), "/../../gradbench/ode.graft");
+    let out = Command::cargo_bin("graft")
+        .unwrap()
+        .arg("ir")
+        .arg(prog)
+        .args(["--entry", "primal", "--shapes", "x=f64[1000]", "--shapes", "steps=f64[10]", "--kernels"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    let line = s
+        .lines()
+        .find(|l| l.contains("run without window tests"))
+        .unwrap_or_else(|| panic!("no interior segment listed in {s}"));
+    assert!(line.contains(": points 4..1000 run without window tests, "), "{line}");
+    let reused: usize = line
+        .split(", ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of reused values in {line}"));
+    assert!(reused >= 6, "{line}");
+}

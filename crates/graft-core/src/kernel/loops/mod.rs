@@ -965,6 +965,19 @@ impl std::fmt::Display for LoopProgram {
             let leads = r.leads.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
             writeln!(f, "  calls {}..{} in blocks of {} points (leads {leads})", r.calls.start, r.calls.end, r.block)?;
         }
+        // Interior segments at the lanes this unit renders with (see
+        // `kernel::interior`): constant-size rendering.
+        let lanes = super::unit_lanes(&self.kernels);
+        for k in &self.kernels {
+            let Some(seg) = super::interior::segment(k, lanes) else { continue };
+            let reused = super::interior::reuse_plan(k, &seg, lanes)
+                .map_or(0, |p| p.how.iter().filter(|h| matches!(h, super::interior::Reuse::Shift { .. })).count());
+            writeln!(
+                f,
+                "  {}: points {}..{} run without window tests, {reused} values taken from the previous vector ({lanes} lanes)",
+                k.name, seg.lo, seg.hi
+            )?;
+        }
         let outs: Vec<Loc> = (0..self.carry_outs).map(Loc::CarryOut).chain((0..self.n_ys).map(Loc::Ys)).collect();
         for (o, l) in outs.iter().zip(&self.out_loc) {
             if o != l {
