@@ -31,18 +31,21 @@ pub const PRELUDE: &str = include_str!("prelude.h");
 /// Memory access helpers the renderer uses: loads of `m <= GL` lanes
 /// (missing lanes zero), stores of `m` lanes, splats and strided gathers.
 const ACCESS: &str = r#"
-#define GK_MEM(T, VT, NAME) \
+/* A splat ORs the lane's bits into a zero vector (one vpbroadcast); a
+ * lane-by-lane fill built the vector on the stack in halves and read it
+ * back whole, a store-forwarding stall per run-time scalar per call. */
+#define GK_MEM(T, VT, NAME, UT, UV) \
 static inline VT gk_ld_##NAME(const T *p, int64_t m) { \
   VT v = {0}; \
   if (m == GL) __builtin_memcpy(&v, p, sizeof v); else __builtin_memcpy(&v, p, (size_t)m * sizeof(T)); \
   return v; } \
 static inline void gk_st_##NAME(T *p, VT v, int64_t m) { \
   if (m == GL) __builtin_memcpy(p, &v, sizeof v); else __builtin_memcpy(p, &v, (size_t)m * sizeof(T)); } \
-static inline VT gk_splat_##NAME(T x) { VT v; for (int l = 0; l < GL; l++) v[l] = x; return v; }
-GK_MEM(float, vf32, f32)
-GK_MEM(double, vf64, f64)
-GK_MEM(int32_t, vi32, i32)
-GK_MEM(int64_t, vi64, i64)
+static inline VT gk_splat_##NAME(T x) { UT b; __builtin_memcpy(&b, &x, sizeof b); return (VT)((UV){0} | b); }
+GK_MEM(float, vf32, f32, uint32_t, vu32)
+GK_MEM(double, vf64, f64, uint64_t, vu64)
+GK_MEM(int32_t, vi32, i32, uint32_t, vu32)
+GK_MEM(int64_t, vi64, i64, uint64_t, vu64)
 static inline vbool gk_ld_bool(const uint8_t *p, int64_t m) {
   vu8 b = {0};
   if (m == GL) __builtin_memcpy(&b, p, sizeof b); else __builtin_memcpy(&b, p, (size_t)m);
