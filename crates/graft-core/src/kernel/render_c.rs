@@ -633,9 +633,8 @@ fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
     if sized() {
         let _ = writeln!(s, "  const int64_t *restrict S = (const int64_t *)args[{}];", k.args.len());
     }
-    let invariant = hoisted;
     for (r, inst) in k.body.iter().enumerate() {
-        if invariant(inst) {
+        if hoisted(inst) {
             let (vt, _) = ctype(types.get(r).copied().flatten().unwrap_or(DType::F32));
             let _ = writeln!(s, "  const {vt} r{r} = {};", expr(k, inst, &types));
         }
@@ -666,7 +665,7 @@ fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
     };
     let mut body = String::new();
     for (r, inst) in k.body.iter().enumerate() {
-        if !invariant(inst) {
+        if !hoisted(inst) {
             statement(&mut body, r, None);
         }
     }
@@ -715,7 +714,6 @@ fn interior_steps(
     statement: &dyn Fn(&mut String, usize),
     vtype: &dyn Fn(usize) -> &'static str,
 ) {
-    let invariant = hoisted;
     let (lo, hi) = (seg.lo, seg.hi);
     let _ = writeln!(s, "  const int64_t ilo = start < {lo} ? {lo} : start, ihi = end > {hi} ? {hi} : end;");
     let plan = interior::reuse_plan(k, seg, lanes);
@@ -734,14 +732,14 @@ fn interior_steps(
     match &plan {
         None => {
             for (r, inst) in k.body.iter().enumerate() {
-                if !invariant(inst) {
+                if !hoisted(inst) {
                     statement(s, r);
                 }
             }
         }
         Some(plan) => {
             for &r in &plan.order {
-                if invariant(&k.body[r]) {
+                if hoisted(&k.body[r]) {
                     continue;
                 }
                 match plan.how[r] {
