@@ -263,7 +263,12 @@ impl GpuExecutable {
 
     /// Plans `func` for `gpu`.
     pub fn with_gpu(gpu: Arc<Gpu>, func: impl Into<Arc<Func>>) -> Result<GpuExecutable, GpuError> {
-        let func = func.into();
+        let mut func = func.into();
+        // The device's convolution reads canonical layouts; a swapped one (a
+        // weight gradient) becomes transposes, which are layout kernels here.
+        if let Some(g) = graft_core::ops::conv::canonical_layouts(&func).map_err(|e| GpuError::Exec(e.into()))? {
+            func = Arc::new(g);
+        }
         if let Some(v) = first_wide_value(&func) {
             return Err(GpuError::Wide(format!("in {}: {v}", func.name)));
         }

@@ -437,6 +437,7 @@ fn conv_impl(
         lhs_dilation: vec![1; n],
         rhs_dilation: dilation,
         feature_group_count: opts.groups,
+        layout: crate::ops::conv::ConvLayout::CANONICAL,
     };
     let xb = add_batch(b, x, &ops)?;
     let y = b.conv_general(xb, w, params)?;
@@ -576,6 +577,7 @@ fn conv_transpose_impl(
         lhs_dilation: stride,
         rhs_dilation: dilation,
         feature_group_count: g,
+        layout: crate::ops::conv::ConvLayout::CANONICAL,
     };
     let xb = add_batch(b, x, &ops)?;
     let y = b.conv_general(xb, wt, params)?;

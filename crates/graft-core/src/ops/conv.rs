@@ -24,7 +24,7 @@
 //! do not depend on the thread count.
 
 use super::kernel::{input, output, Real};
-use super::linalg::{gemm_into, parallelism, MatRef, Parallelism};
+use super::linalg::{gemm_acc_into, gemm_into, parallelism, MatRef, Parallelism};
 use super::{check, Op};
 use crate::dispatch_float;
 use crate::error::{ExecError, IrError, TypeError};
@@ -46,6 +46,57 @@ pub struct ConvGeneral {
     pub rhs_dilation: Vec<usize>,
     /// Number of channel groups (>= 1; `C` for depthwise).
     pub feature_group_count: usize,
+    /// Which of each operand's two leading dims is which (the canonical
+    /// layout unless a derivative rule asked otherwise).
+    pub layout: ConvLayout,
+}
+
+/// Where the batch and feature dims of each operand sit: a restricted form
+/// of XLA's convolution dimension numbers. Spatial dims are always last and
+/// in order; each operand either has the canonical order of its two leading
+/// dims or has them swapped. The kernel reads a swapped operand in place
+/// (or through a scratch copy), so a rule that would transpose an operand,
+/// run a convolution and transpose the result back (the weight gradient)
+/// emits one convolution instead, and no `[b, c, h, w] -> [c, b, h, w]`
+/// copies are materialised around it (they were 6 % of a CNN step).
+///
+/// The weight gradient `(CN, IO, CN)` has its own kernel (a sum over the
+/// batch of products of the cotangent with the forward im2col matrix, see
+/// [`weight_grad_kernel`]); other swapped layouts run the canonical kernel
+/// on scratch copies. Device backends rewrite every swapped layout to
+/// transposes around a canonical convolution ([`canonical_layouts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ConvLayout {
+    /// The lhs is `[C, N, *spatial]` instead of `[N, C, *spatial]`.
+    pub lhs_cn: bool,
+    /// The rhs is `[C/groups, O, *kernel]` instead of `[O, C/groups, *kernel]`.
+    pub rhs_io: bool,
+    /// The output is `[O, N, *out]` instead of `[N, O, *out]`.
+    pub out_cn: bool,
+}
+
+impl ConvLayout {
+    /// `[N, C]`, `[O, C/groups]`, `[N, O]`: what `conv2d` and most rules emit.
+    pub const CANONICAL: ConvLayout = ConvLayout { lhs_cn: false, rhs_io: false, out_cn: false };
+    /// The weight gradient's layout: every operand swapped, so that it reads
+    /// the forward input `[N, C, *in]` and cotangent `[N, O, *out]` as they
+    /// are and writes `[O, C, *kernel]`.
+    pub const WEIGHT_GRAD: ConvLayout = ConvLayout { lhs_cn: true, rhs_io: true, out_cn: true };
+
+    /// Whether every operand has the canonical order.
+    pub fn is_canonical(self) -> bool {
+        self == ConvLayout::CANONICAL
+    }
+}
+
+/// `shape` with its two leading dims swapped when `swap` (a layout's
+/// operand shape to or from the canonical one; rank >= 2 is checked first).
+fn swap_leading_dims(shape: &[usize], swap: bool) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    if swap && s.len() >= 2 {
+        s.swap(0, 1);
+    }
+    s
 }
 
 impl ConvGeneral {
@@ -58,7 +109,13 @@ impl ConvGeneral {
             lhs_dilation: vec![1; spatial],
             rhs_dilation: vec![1; spatial],
             feature_group_count: 1,
+            layout: ConvLayout::CANONICAL,
         }
+    }
+
+    /// These parameters with the canonical layout.
+    fn canonical(&self) -> ConvGeneral {
+        ConvGeneral { layout: ConvLayout::CANONICAL, ..self.clone() }
     }
 }
 
@@ -85,11 +142,25 @@ impl Op for ConvGeneral {
             fmt_list(&self.lhs_dilation),
             fmt_list(&self.rhs_dilation),
             self.feature_group_count
-        )
+        ) + &self.layout_param()
     }
 
     fn infer(&self, ins: &[TensorType]) -> Result<Vec<TensorType>, TypeError> {
         check::arity(self, ins, 2)?;
+        if !self.layout.is_canonical() {
+            // The canonical operands' type, with the output's leading dims
+            // swapped back (operand ranks are checked there first).
+            let canon = |t: &TensorType, swap: bool| {
+                TensorType::new(t.dtype, swap_leading_dims(&t.shape, swap && t.rank() == ins[0].rank()))
+            };
+            let cins = [canon(&ins[0], self.layout.lhs_cn), canon(&ins[1], self.layout.rhs_io)];
+            let out = self
+                .canonical()
+                .infer(&cins)
+                .map_err(|e| check::err(self, ins, format!("{} (after swapping the layout's leading dims)", e.expected)))?
+                .remove(0);
+            return Ok(vec![TensorType::new(out.dtype, swap_leading_dims(&out.shape, self.layout.out_cn))]);
+        }
         let (l, r) = (&ins[0], &ins[1]);
         if l.dtype != r.dtype {
             return Err(check::err(self, ins, "expected both operands to have the same dtype"));
@@ -170,8 +241,14 @@ impl Op for ConvGeneral {
         if o.ty() != ty {
             return Err(ExecError::kernel(self.name(), format!("internal error: output is {}, expected {ty}", o.ty())));
         }
-        let plan = Plan::new(self, x.shape(), w.shape(), &ty.shape);
-        dispatch_float!(x.dtype(), self.name(), conv_kernel(&plan, x, w, o))
+        // The plan is the canonical convolution's: a swapped operand is read
+        // in place (the weight gradient) or copied to the canonical order.
+        let l = self.layout;
+        let xs = swap_leading_dims(x.shape(), l.lhs_cn);
+        let ws = swap_leading_dims(w.shape(), l.rhs_io);
+        let os = swap_leading_dims(&ty.shape, l.out_cn);
+        let plan = Plan::new(self, &xs, &ws, &os);
+        dispatch_float!(x.dtype(), self.name(), conv_kernel(self, &plan, x, w, o))
     }
 }
 
@@ -260,6 +337,8 @@ struct Plan {
     cg: usize,
     /// Output channels per group.
     og: usize,
+    /// Input spatial dims.
+    in_sp: Vec<usize>,
     /// Row-major strides of the input spatial dims (within one channel).
     in_strides: Vec<usize>,
     /// Elements per input channel.
@@ -357,6 +436,7 @@ impl Plan {
         let gather = (small && !identity).then(|| gather_table(&k_sp, &out_sp, &tables, &in_strides));
         Plan {
             n: xs[0],
+            in_sp,
             groups: c.feature_group_count,
             cg: ws[1],
             og: ws[0] / c.feature_group_count,
@@ -378,8 +458,21 @@ impl Plan {
     /// Whether [`wide_kernel`] can run this plan (a gather table, the
     /// window not the identity) and its products are wide enough to gain.
     fn wide(&self) -> bool {
-        let chunk = (WIDE_CHUNK / (self.cg * self.kprod * self.p).max(1)).clamp(1, self.n.max(1));
-        self.gather.is_some() && !self.identity && chunk * self.p >= WIDE_MIN
+        self.gather.is_some() && !self.identity && self.wide_chunk() * self.p >= WIDE_MIN
+    }
+
+    /// Batch elements [`wide_kernel`] takes at once: as many as keep its
+    /// im2col matrix within [`WIDE_CHUNK`], rounded down to a multiple of 8
+    /// or a power of two, so that its pieces are [`fill_pieces`]' fixed-size
+    /// moves (a chunk of 9 copied every 9-element piece with a `memcpy`
+    /// call: 3 % of a CNN step).
+    fn wide_chunk(&self) -> usize {
+        let c = (WIDE_CHUNK / (self.cg * self.kprod * self.p).max(1)).clamp(1, self.n.max(1));
+        if c >= 8 {
+            c - c % 8
+        } else {
+            1 << c.ilog2()
+        }
     }
 
     /// Fills im2col row `row` (= channel * kprod + tap) from one group's input
@@ -526,11 +619,114 @@ impl Plan {
     }
 }
 
-fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> Result<(), ExecError> {
+fn conv_kernel<T: Real>(
+    c: &ConvGeneral,
+    plan: &Plan,
+    x: &Tensor,
+    w: &Tensor,
+    o: &mut Tensor,
+) -> Result<(), ExecError> {
     let (x, w, o) = (input::<T>(x)?, input::<T>(w)?, output::<T>(o)?);
+    let l = c.layout;
+    if l.is_canonical() {
+        canonical_kernel(plan, x, w, o);
+    } else if l == ConvLayout::WEIGHT_GRAD && plan.groups == 1 {
+        weight_grad_kernel(c, plan, x, w, o);
+    } else {
+        // Stored `[a, b, ...]` operands copied to the canonical `[b, a, ...]`.
+        use std::borrow::Cow;
+        let per_w = plan.og * plan.groups;
+        let xc = if l.lhs_cn {
+            Cow::Owned(swap_leading(x, plan.groups * plan.cg, plan.n, plan.in_size))
+        } else {
+            Cow::Borrowed(x)
+        };
+        let wc = if l.rhs_io { Cow::Owned(swap_leading(w, plan.cg, per_w, plan.kprod)) } else { Cow::Borrowed(w) };
+        if l.out_cn {
+            let mut oc = vec![T::zero(); o.len()];
+            canonical_kernel(plan, &xc, &wc, &mut oc);
+            o.copy_from_slice(&swap_leading(&oc, plan.n, per_w, plan.p));
+        } else {
+            canonical_kernel(plan, &xc, &wc, o);
+        }
+    }
+    Ok(())
+}
+
+/// `src` read as `[a, b, inner]` row-major, written as `[b, a, inner]`.
+fn swap_leading<T: Copy>(src: &[T], a: usize, b: usize, inner: usize) -> Vec<T> {
+    let mut dst = Vec::with_capacity(src.len());
+    for j in 0..b {
+        for i in 0..a {
+            let at = (i * b + j) * inner;
+            dst.extend_from_slice(&src[at..at + inner]);
+        }
+    }
+    dst
+}
+
+/// The weight gradient in its own layout ([`ConvLayout::WEIGHT_GRAD`],
+/// ungrouped): the lhs is the forward input `x: [N, C, *in]`, the rhs the
+/// forward output's cotangent `ct: [N, O, *out]` and the result `dw: [O, C,
+/// *kernel]`. Canonically it is a convolution over `C` images of `N`
+/// channels with the cotangent as an `[O, N, *out]` kernel; here it is run
+/// as the forward convolution sees it: `dw[O, (C, tap)] = sum_n ct[n][O, P]
+/// im2col(x[n])^T`, where `im2col(x[n])` (`[(C, tap), P]`) is the forward
+/// matrix, built by the plan of the forward convolution (the roles of taps
+/// and output positions swapped back: `stride <-> rhs_dilation`). No
+/// operand is transposed, and each product is `C * taps` columns wide
+/// whatever the image size. The batch is summed in order `n = 0, 1, ...`
+/// (each product accumulated onto the previous), a fixed order whatever
+/// the thread count.
+fn weight_grad_kernel<T: Real>(c: &ConvGeneral, plan: &Plan, x: &[T], ct: &[T], dw: &mut [T]) {
+    // Canonically: images = C, channels = N, taps = prod(out), positions = prod(kernel).
+    let (chans, batch, outs) = (plan.n, plan.cg, plan.og);
+    let fwd = ConvGeneral {
+        strides: c.rhs_dilation.clone(),
+        rhs_dilation: c.strides.clone(),
+        layout: ConvLayout::CANONICAL,
+        ..c.clone()
+    };
+    let mut xs = vec![batch, chans];
+    xs.extend_from_slice(&plan.in_sp);
+    let mut ws = vec![outs, chans];
+    ws.extend_from_slice(&plan.out_sp);
+    let mut os = vec![batch, outs];
+    os.extend_from_slice(&plan.k_sp);
+    let fp = Plan::direct(&fwd, &xs, &ws, &os);
+    let (kdim, p, per_x) = (chans * fp.kprod, fp.p, chans * fp.in_size);
+    if batch == 0 || p == 0 {
+        dw.fill(T::zero());
+        return;
+    }
+    let mut col = if fp.identity { Vec::new() } else { take_scratch::<T>(kdim * p) };
+    for n in 0..batch {
+        let xn = &x[n * per_x..(n + 1) * per_x];
+        let cols = if fp.identity {
+            xn
+        } else {
+            let col = &mut col[..kdim * p];
+            fp.im2col(xn, col, true);
+            &*col
+        };
+        let a = MatRef { data: &ct[n * outs * p..(n + 1) * outs * p], rs: p, cs: 1 };
+        let b = MatRef { data: cols, rs: 1, cs: p };
+        if n == 0 {
+            gemm_into(outs, kdim, p, dw, a, b, true);
+        } else {
+            gemm_acc_into(outs, kdim, p, dw, a, b, true);
+        }
+    }
+    if !fp.identity {
+        put_scratch(col);
+    }
+}
+
+/// Runs the convolution in the canonical layout.
+fn canonical_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
     let per_out = plan.groups * plan.og * plan.p;
     if o.is_empty() {
-        return Ok(());
+        return;
     }
     if let Some(sw) = &plan.swapped {
         if plan.wide() {
@@ -538,17 +734,17 @@ fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> 
         } else {
             swapped_kernel(plan, sw, x, w, o);
         }
-        return Ok(());
+        return;
     }
     if plan.gathered {
         gathered_kernel(plan, x, w, o);
-        return Ok(());
+        return;
     }
     let flops = plan.groups * plan.og * plan.cg * plan.kprod * plan.p;
     let serial = parallelism(plan.n, flops) == Parallelism::Serial;
     if serial && plan.groups == 1 && plan.wide() {
         wide_kernel(plan, x, w, o);
-        return Ok(());
+        return;
     }
     let per_in = plan.groups * plan.cg * plan.in_size;
     let col_len = if plan.identity { 0 } else { plan.cg * plan.kprod * plan.p };
@@ -567,7 +763,6 @@ fn conv_kernel<T: Real>(plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> 
             }
         }
     }
-    Ok(())
 }
 
 /// Elements of the swapped im2col matrix built at once (a chunk of batch
@@ -662,7 +857,7 @@ fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
     let (cin, kprod, p, og, isz) = (plan.cg, plan.kprod, plan.p, plan.og, plan.in_size);
     let kdim = cin * kprod;
     let per_in = cin * isz;
-    let chunk = (WIDE_CHUNK / (kdim * p).max(1)).clamp(1, plan.n);
+    let chunk = plan.wide_chunk();
     // The buffers are overwritten before they are read: reused per thread
     // (zeroing a fresh megabyte cost 6% of a convolution).
     let mut xt = take_scratch::<T>(per_in * chunk);
@@ -1039,6 +1234,9 @@ impl crate::ad::Diff for ConvGeneral {
             let z = if lx { b.zeros(xt)? } else { b.zeros(wt)? };
             return Ok(if lx { vec![Some(z), None] } else { vec![None, Some(z)] });
         }
+        if !self.layout.is_canonical() {
+            return self.swapped_transpose(b, cx, ct, lx);
+        }
         if lx {
             let w = cx.primal("conv_general", 1)?;
             Ok(vec![Some(self.lhs_cotangent(b, ct, w, xt, wt, &cx.out_types[0].shape)?), None])
@@ -1049,7 +1247,93 @@ impl crate::ad::Diff for ConvGeneral {
     }
 }
 
+/// `v` with its two leading dims swapped when `swap`.
+fn swap01(b: &mut Builder, v: Value, swap: bool) -> Result<Value, IrError> {
+    if !swap {
+        return Ok(v);
+    }
+    let rank = b.ty(v)?.rank();
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(0, 1);
+    b.transpose(v, &perm)
+}
+
+/// A batched `v` (batch dim `bdim`) with the two leading dims of each
+/// example swapped when `swap`; the batch dim moves to the front then.
+fn swap01_batched(
+    b: &mut Builder,
+    v: Value,
+    bdim: Option<usize>,
+    swap: bool,
+) -> Result<(Value, Option<usize>), IrError> {
+    match (swap, bdim) {
+        (false, _) => Ok((v, bdim)),
+        (true, None) => Ok((swap01(b, v, true)?, None)),
+        (true, Some(d)) => {
+            let v = crate::batch::helpers::move_bdim(b, v, d, 0)?;
+            let rank = b.ty(v)?.rank();
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.swap(1, 2);
+            Ok((b.transpose(v, &perm)?, Some(0)))
+        }
+    }
+}
+
 impl ConvGeneral {
+    /// This convolution as transposes around its canonical form: what the
+    /// rules of a swapped layout reduce to, and what device backends run
+    /// ([`canonical_layouts`]).
+    pub fn emit_canonical(&self, b: &mut Builder, x: Value, w: Value) -> Result<Value, IrError> {
+        let l = self.layout;
+        let x = swap01(b, x, l.lhs_cn)?;
+        let w = swap01(b, w, l.rhs_io)?;
+        let y = b.conv_general(x, w, self.canonical())?;
+        swap01(b, y, l.out_cn)
+    }
+
+    /// The transpose rule of a swapped layout: the canonical rule on the
+    /// operands and the cotangent in canonical order, its result swapped
+    /// back to the operand's layout.
+    fn swapped_transpose(
+        &self,
+        b: &mut Builder,
+        cx: &crate::ad::TransposeCx<'_>,
+        ct: Value,
+        lx: bool,
+    ) -> Result<Vec<Option<Value>>, IrError> {
+        let l = self.layout;
+        let canon = |t: &TensorType, swap: bool| TensorType::new(t.dtype, swap_leading_dims(&t.shape, swap));
+        let (xt, wt) = (canon(&cx.in_types[0], l.lhs_cn), canon(&cx.in_types[1], l.rhs_io));
+        let out = swap_leading_dims(&cx.out_types[0].shape, l.out_cn);
+        let c = self.canonical();
+        let ct = swap01(b, ct, l.out_cn)?;
+        if lx {
+            let w = swap01(b, cx.primal("conv_general", 1)?, l.rhs_io)?;
+            let dx = c.lhs_cotangent(b, ct, w, &xt, &wt, &out)?;
+            Ok(vec![Some(swap01(b, dx, l.lhs_cn)?), None])
+        } else {
+            let x = swap01(b, cx.primal("conv_general", 0)?, l.lhs_cn)?;
+            let dw = c.rhs_cotangent(b, ct, x, &xt, &wt, &out)?;
+            Ok(vec![None, Some(swap01(b, dw, l.rhs_io)?)])
+        }
+    }
+
+    /// The layout as the printer shows it (`, layout=(CN, IO, CN)`), empty
+    /// for the canonical one so that plain convolutions print as before.
+    fn layout_param(&self) -> String {
+        let l = self.layout;
+        if l.is_canonical() {
+            return String::new();
+        }
+        let pick = |swap: bool, plain: &'static str, swapped: &'static str| if swap { swapped } else { plain };
+        format!(
+            ", layout=({}, {}, {})",
+            pick(l.lhs_cn, "NC", "CN"),
+            pick(l.rhs_io, "OI", "IO"),
+            pick(l.out_cn, "NC", "CN")
+        )
+    }
+
     /// The cotangent of the lhs given the output cotangent `ct` and the kernel `w`.
     fn lhs_cotangent(
         &self,
@@ -1065,11 +1349,10 @@ impl ConvGeneral {
         let (c, o, cg) = (xt.shape[1], wt.shape[0], wt.shape[1]);
         let k_sp = &wt.shape[2..];
         let spatial: Vec<usize> = (2..s + 2).collect();
-        // [O, C/g, *k] -> [C, O/g, *k], swapping in/out channels within each group.
+        // [O, C/g, *k] -> [C, O/g, *k], swapping in/out channels within each
+        // group; ungrouped, the convolution reads `w` in the `IO` layout.
         let swapped = if g == 1 {
-            let mut perm = vec![1, 0];
-            perm.extend(&spatial);
-            b.transpose(w, &perm)?
+            w
         } else {
             let mut grouped = vec![g, o / g, cg];
             grouped.extend_from_slice(k_sp);
@@ -1099,6 +1382,7 @@ impl ConvGeneral {
             lhs_dilation: self.strides.clone(),
             rhs_dilation: self.rhs_dilation.clone(),
             feature_group_count: g,
+            layout: ConvLayout { rhs_io: g == 1, ..ConvLayout::CANONICAL },
         };
         b.conv_general(ct, flipped, params)
     }
@@ -1118,11 +1402,10 @@ impl ConvGeneral {
         let (n, cg) = (xt.shape[0], wt.shape[1]);
         let in_sp = &xt.shape[2..];
         let spatial: Vec<usize> = (2..s + 2).collect();
-        let mut swap01 = vec![1, 0];
-        swap01.extend(&spatial);
-        // [N, C, *in] -> [C/g, g N, *in]: feature (group, batch) pairs, group-major.
+        // [N, C, *in] -> [C/g, g N, *in]: feature (group, batch) pairs,
+        // group-major; ungrouped, the convolution reads `x` in the `CN` layout.
         let x_t = if g == 1 {
-            b.transpose(x, &swap01)?
+            x
         } else {
             let mut grouped = vec![n, g, cg];
             grouped.extend_from_slice(in_sp);
@@ -1134,7 +1417,6 @@ impl ConvGeneral {
             flat.extend_from_slice(in_sp);
             b.reshape(x2, &flat)?
         };
-        let ct_t = b.transpose(ct, &swap01)?;
         let padding = (0..s)
             .map(|d| {
                 let lo = self.padding[d].0;
@@ -1152,10 +1434,11 @@ impl ConvGeneral {
             lhs_dilation: self.lhs_dilation.clone(),
             rhs_dilation: self.strides.clone(),
             feature_group_count: g,
+            // The cotangent `[N, O, *out]` read as the kernel `[O, N, *out]`,
+            // the result `[C/g, O, *k]` written as `[O, C/g, *k]`.
+            layout: ConvLayout { lhs_cn: g == 1, rhs_io: true, out_cn: true },
         };
-        // [C/g, O, *k] -> [O, C/g, *k]
-        let r = b.conv_general(x_t, ct_t, params)?;
-        b.transpose(r, &swap01)
+        b.conv_general(x_t, ct, params)
     }
 }
 
@@ -1169,29 +1452,50 @@ impl ConvGeneral {
 //   `[G, B, O/G]` so group `g` still owns a contiguous channel block).
 impl crate::batch::Batch for ConvGeneral {
     fn batch(&self, b: &mut Builder, cx: &crate::batch::BatchCx<'_>) -> Result<crate::batch::Batched, IrError> {
+        let l = self.layout;
+        if l.is_canonical() {
+            return self.batch_canonical(b, cx.args, cx.bdims, cx.size);
+        }
+        // A swapped layout: the canonical rule on operands in canonical order.
+        let (x, xd) = swap01_batched(b, cx.args[0], cx.bdims[0], l.lhs_cn)?;
+        let (w, wd) = swap01_batched(b, cx.args[1], cx.bdims[1], l.rhs_io)?;
+        let out = self.canonical().batch_canonical(b, &[x, w], &[xd, wd], cx.size)?;
+        let (y, yd) = out[0];
+        Ok(vec![swap01_batched(b, y, yd, l.out_cn)?])
+    }
+}
+
+impl ConvGeneral {
+    /// The batching rule of the canonical layout.
+    fn batch_canonical(
+        &self,
+        b: &mut Builder,
+        args: &[Value],
+        bdims: &[Option<usize>],
+        size: usize,
+    ) -> Result<crate::batch::Batched, IrError> {
         use crate::batch::helpers::move_bdim;
-        let size = cx.size;
         let g = self.feature_group_count;
-        match (cx.bdims[0], cx.bdims[1]) {
+        match (bdims[0], bdims[1]) {
             (Some(ld), None) => {
-                let x = move_bdim(b, cx.args[0], ld, 0)?;
+                let x = move_bdim(b, args[0], ld, 0)?;
                 let shape = b.ty(x)?.shape.clone();
                 let mut folded = vec![shape[0] * shape[1]];
                 folded.extend_from_slice(&shape[2..]);
                 let xf = b.reshape(x, &folded)?;
-                let y = b.conv_general(xf, cx.args[1], self.clone())?;
+                let y = b.conv_general(xf, args[1], self.clone())?;
                 let mut out = b.ty(y)?.shape.clone();
                 out[0] = shape[1];
                 out.insert(0, shape[0]);
                 Ok(vec![(b.reshape(y, &out)?, Some(0))])
             }
             (Some(ld), Some(rd)) => {
-                let x = move_bdim(b, cx.args[0], ld, 1)?; // [N, B, C, sp...]
+                let x = move_bdim(b, args[0], ld, 1)?; // [N, B, C, sp...]
                 let xs = b.ty(x)?.shape.clone();
                 let mut xf = vec![xs[0], xs[1] * xs[2]];
                 xf.extend_from_slice(&xs[3..]);
                 let x = b.reshape(x, &xf)?;
-                let w = move_bdim(b, cx.args[1], rd, 0)?; // [B, O, C/G, k...]
+                let w = move_bdim(b, args[1], rd, 0)?; // [B, O, C/G, k...]
                 let ws = b.ty(w)?.shape.clone();
                 let mut wf = vec![ws[0] * ws[1]];
                 wf.extend_from_slice(&ws[2..]);
@@ -1204,7 +1508,7 @@ impl crate::batch::Batch for ConvGeneral {
                 Ok(vec![(b.reshape(y, &ys)?, Some(1))])
             }
             (None, Some(rd)) => {
-                let w = move_bdim(b, cx.args[1], rd, 0)?; // [B, O, C/G, k...]
+                let w = move_bdim(b, args[1], rd, 0)?; // [B, O, C/G, k...]
                 let ws = b.ty(w)?.shape.clone();
                 let (o, k) = (ws[1], ws.len() - 3);
                 let mut split = vec![size, g, o / g];
@@ -1216,7 +1520,7 @@ impl crate::batch::Batch for ConvGeneral {
                 let mut wf = vec![size * o];
                 wf.extend_from_slice(&ws[2..]);
                 let w = b.reshape(w, &wf)?;
-                let y = b.conv_general(cx.args[0], w, self.clone())?; // [N, G*B*O/G, osp...]
+                let y = b.conv_general(args[0], w, self.clone())?; // [N, G*B*O/G, osp...]
                 let ys = b.ty(y)?.shape.clone();
                 let mut split = vec![ys[0], g, size, o / g];
                 split.extend_from_slice(&ys[2..]);
@@ -1231,6 +1535,43 @@ impl crate::batch::Batch for ConvGeneral {
             (None, None) => Err(crate::batch::no_rule(self.name(), "internal error: called with no batched operand")),
         }
     }
+}
+
+/// `f` with every convolution in a swapped layout ([`ConvLayout`]) replaced
+/// by transposes around a canonical one ([`ConvGeneral::emit_canonical`]),
+/// or `None` when it has none. Device backends plan this form: their
+/// convolution kernels read the canonical layout, and the transposes are
+/// layout kernels there. Functions held by loops and branches are left as
+/// they are (a backend plans a loop body through this function again).
+pub fn canonical_layouts(f: &crate::ir::Func) -> Result<Option<crate::ir::Func>, IrError> {
+    use crate::ir::{copy_eqns, lookup};
+    use crate::ops::Prim;
+    let swapped = |p: &Prim| matches!(p, Prim::ConvGeneral(c) if !c.layout.is_canonical());
+    if !f.eqns.iter().any(|e| swapped(&e.prim)) {
+        return Ok(None);
+    }
+    let mut b = Builder::new(&f.name);
+    let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
+    for &p in &f.params {
+        map[p.index()] = Some(b.param_like(f, p));
+    }
+    for eqn in &f.eqns {
+        match &eqn.prim {
+            Prim::ConvGeneral(c) if !c.layout.is_canonical() => {
+                let (x, w) = (lookup(&map, eqn.inputs[0])?, lookup(&map, eqn.inputs[1])?);
+                b.set_loc(eqn.loc.clone());
+                let y = c.emit_canonical(&mut b, x, w)?;
+                b.set_loc(None);
+                if let Some(name) = f.names.get(eqn.outputs[0]) {
+                    b.name_if_unnamed(y, name.clone());
+                }
+                map[eqn.outputs[0].index()] = Some(y);
+            }
+            _ => copy_eqns(&mut b, f, std::iter::once(eqn), &mut map)?,
+        }
+    }
+    let outs: Vec<Value> = f.outputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
+    b.finish(&outs).map(Some)
 }
 
 /// The im2col matrix of batch elements `images` of a convolution as a
@@ -1253,8 +1594,9 @@ impl crate::batch::Batch for ConvGeneral {
 /// <= 0: `u` below the end), so an unpadded convolution is pure address
 /// arithmetic. The copy is exact (bitwise on every backend).
 ///
-/// `None` where the kernel does not apply: a dtype other than f32 or f64,
-/// or addresses beyond `i32` (the verifier checks every position).
+/// `None` where the kernel does not apply: a swapped layout (see
+/// [`canonical_layouts`]), a dtype other than f32 or f64, or addresses
+/// beyond `i32` (the verifier checks every position).
 pub fn im2col_kernel(
     c: &ConvGeneral,
     xs: &[usize],
@@ -1266,7 +1608,8 @@ pub fn im2col_kernel(
 ) -> Option<crate::kernel::Kernel> {
     use crate::kernel::{Access, Arg, Index, Inst, Kernel, Lit};
     use crate::ops::binary::{Binary, Compare};
-    if !dtype.is_float() || xs.len() < 2 || ws.len() != xs.len() || os.len() != xs.len() {
+    if !c.layout.is_canonical() || !dtype.is_float() || xs.len() < 2 || ws.len() != xs.len() || os.len() != xs.len()
+    {
         return None;
     }
     let s = xs.len() - 2;

@@ -436,12 +436,47 @@ pub(crate) fn gemm_into<T: Real>(
     } else {
         gemm::Parallelism::None
     };
-    gemm_f(m, n, k, dst, a, b, par);
+    gemm_f(m, n, k, dst, a, b, par, false);
+}
+
+/// `dst += a @ b`, otherwise as [`gemm_into`] (`k == 0` leaves `dst` as it is).
+pub(crate) fn gemm_acc_into<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    a: MatRef<T>,
+    b: MatRef<T>,
+    parallel: bool,
+) {
+    assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "internal error: gemm lhs view out of bounds");
+    assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "internal error: gemm rhs view out of bounds");
+    let threads = rayon::current_num_threads();
+    let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    gemm_f(m, n, k, dst, a, b, par, true);
 }
 
 /// The one `unsafe` call of the crate: `gemm::gemm` on checked slices.
 #[allow(unsafe_code)]
-fn gemm_f<T: Real>(m: usize, n: usize, k: usize, dst: &mut [T], a: MatRef<T>, b: MatRef<T>, par: gemm::Parallelism) {
+#[allow(clippy::too_many_arguments)]
+fn gemm_f<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    a: MatRef<T>,
+    b: MatRef<T>,
+    par: gemm::Parallelism,
+    accumulate: bool,
+) {
     assert!(T::DTYPE == DType::F32 || T::DTYPE == DType::F64, "internal error: gemm is only called for f32 and f64");
     assert!(m > 0 && n > 0 && k > 0, "internal error: gemm_f needs non-empty dims");
     assert!(dst.len() == m * n, "internal error: gemm destination must be m*n");
@@ -455,7 +490,8 @@ fn gemm_f<T: Real>(m: usize, n: usize, k: usize, dst: &mut [T], a: MatRef<T>, b:
     // SAFETY:
     // - `T` is f32 or f64 (asserted), the types `gemm` supports; it never panics on them.
     // - dst: `m*n` valid, exclusively borrowed elements; element (i, j) is at
-    //   `i*n + j <= m*n - 1`; with `read_dst = false` (and alpha 0) it is only written.
+    //   `i*n + j <= m*n - 1`; with `read_dst = false` (and alpha 0) it is only
+    //   written, with `accumulate` (alpha 1) read and written.
     // - lhs: element (i, p) at `i*a.rs + p*a.cs <= (m-1)*a.rs + (k-1)*a.cs < a.data.len()`.
     // - rhs: element (p, j) at `p*b.rs + j*b.cs <= (k-1)*b.rs + (n-1)*b.cs < b.data.len()`.
     // - dst is a `&mut` borrow, so it cannot alias the shared lhs/rhs borrows.
@@ -469,14 +505,14 @@ fn gemm_f<T: Real>(m: usize, n: usize, k: usize, dst: &mut [T], a: MatRef<T>, b:
             dst.as_mut_ptr(),
             1,
             st(n, m),
-            false,
+            accumulate,
             a.data.as_ptr(),
             st(a.cs, k),
             st(a.rs, m),
             b.data.as_ptr(),
             st(b.cs, n),
             st(b.rs, k),
-            T::zero(),
+            if accumulate { T::one() } else { T::zero() },
             T::one(),
             false,
             false,

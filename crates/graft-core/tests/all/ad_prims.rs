@@ -8,7 +8,7 @@ use common::{check_grads, Rng};
 use graft_core::ad::{grad, jvp_func, Wrt};
 use graft_core::composite::broadcast;
 use graft_core::ops::binary::Binary;
-use graft_core::ops::conv::ConvGeneral;
+use graft_core::ops::conv::{ConvGeneral, ConvLayout};
 use graft_core::ops::cumulative::CumKind;
 use graft_core::ops::index::IndexMode;
 use graft_core::ops::reduce::ReduceKind;
@@ -321,6 +321,7 @@ fn conv_general_rules() {
                     lhs_dilation: vec![2],
                     rhs_dilation: vec![2],
                     feature_group_count: 1,
+                    layout: Default::default(),
                 },
             ),
         ),
@@ -335,6 +336,7 @@ fn conv_general_rules() {
                     lhs_dilation: vec![3],
                     rhs_dilation: vec![1],
                     feature_group_count: 1,
+                    layout: Default::default(),
                 },
             ),
         ),
@@ -349,6 +351,7 @@ fn conv_general_rules() {
                     lhs_dilation: vec![1, 1],
                     rhs_dilation: vec![1, 2],
                     feature_group_count: 2,
+                    layout: Default::default(),
                 },
             ),
         ),
@@ -363,6 +366,7 @@ fn conv_general_rules() {
                     lhs_dilation: vec![1, 1],
                     rhs_dilation: vec![1, 1],
                     feature_group_count: 3,
+                    layout: Default::default(),
                 },
             ),
         ),
@@ -381,12 +385,55 @@ fn conv_general_rules() {
                     lhs_dilation: vec![2, 1],
                     rhs_dilation: vec![1, 2],
                     feature_group_count: 1,
+                    layout: Default::default(),
                 },
             ),
         ),
         (
             "0-D (grouped matmul)",
             conv_case(&[3, 4], &[6, 2], ConvGeneral { feature_group_count: 2, ..ConvGeneral::unit(0) }),
+        ),
+        (
+            // What the weight gradient of a stride-2 convolution emits: the
+            // input [N, C, ...] and cotangent [N, O, ...] read in place.
+            "2-D weight-gradient layout (CN, IO, CN), rhs dilation 2, padding",
+            conv_case(
+                &[4, 2, 6, 5],
+                &[4, 3, 3, 2],
+                ConvGeneral {
+                    strides: vec![1, 1],
+                    padding: vec![(1, 0), (1, 1)],
+                    rhs_dilation: vec![2, 1],
+                    layout: ConvLayout::WEIGHT_GRAD,
+                    ..ConvGeneral::unit(2)
+                },
+            ),
+        ),
+        (
+            "1-D input-gradient layout (NC, IO, NC), lhs dilation 2",
+            conv_case(
+                &[2, 3, 4],
+                &[3, 2, 3],
+                ConvGeneral {
+                    padding: vec![(2, 2)],
+                    lhs_dilation: vec![2],
+                    layout: ConvLayout { rhs_io: true, ..ConvLayout::CANONICAL },
+                    ..ConvGeneral::unit(1)
+                },
+            ),
+        ),
+        (
+            "1-D groups 2, layout (CN, OI, CN), stride 2",
+            conv_case(
+                &[4, 2, 7],
+                &[6, 2, 3],
+                ConvGeneral {
+                    strides: vec![2],
+                    feature_group_count: 2,
+                    layout: ConvLayout { lhs_cn: true, out_cn: true, ..ConvLayout::CANONICAL },
+                    ..ConvGeneral::unit(1)
+                },
+            ),
         ),
     ];
     for (name, f) in cases {

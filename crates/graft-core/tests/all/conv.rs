@@ -9,7 +9,7 @@
 //! compare with `==`.
 
 use crate::common::{ravel, unravel};
-use graft_core::ops::conv::ConvGeneral;
+use graft_core::ops::conv::{ConvGeneral, ConvLayout};
 use graft_core::ops::display_prim;
 use graft_core::{Builder, DType, Executable, IrError, Op, Tensor, TensorType};
 use proptest::prelude::*;
@@ -127,6 +127,7 @@ fn conv(strides: &[usize], padding: &[(i64, i64)], ld: &[usize], rd: &[usize], g
         lhs_dilation: ld.to_vec(),
         rhs_dilation: rd.to_vec(),
         feature_group_count: groups,
+        layout: Default::default(),
     }
 }
 
@@ -326,6 +327,83 @@ fn small_images_gather_and_row_runs_match_the_reference() {
     }
 }
 
+/// `t` with its two leading dims swapped when `swap` (a canonical operand
+/// to its stored form in a swapped layout, and back).
+fn swap01(t: &Tensor, swap: bool) -> Tensor {
+    if !swap {
+        return t.clone();
+    }
+    let mut shape = t.shape().to_vec();
+    shape.swap(0, 1);
+    let v = t.to_f64_vec();
+    Tensor::from_fn(&TensorType::new(t.dtype(), shape.clone()), |i| {
+        let mut idx = unravel(i, &shape);
+        idx.swap(0, 1);
+        v[ravel(&idx, t.shape())]
+    })
+}
+
+/// Every layout with the canonical operand shapes `xs`, `ws`: the stored
+/// operands are the canonical data with swapped dims, and the result, read
+/// back in canonical order, equals the reference exactly (f32 and f64) and
+/// is the same on 1 and 2 threads.
+fn check_layouts(p: &ConvGeneral, xs: &[usize], ws: &[usize]) {
+    let threads = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+    for bits in 0..8u8 {
+        let layout = ConvLayout { lhs_cn: bits & 1 != 0, rhs_io: bits & 2 != 0, out_cn: bits & 4 != 0 };
+        let q = ConvGeneral { layout, ..p.clone() };
+        for dt in [DType::F32, DType::F64] {
+            let (x, w) = (data(dt, xs, 7), data(dt, ws, 8));
+            let (shape, want) = reference(p, &x, &w);
+            let (xq, wq) = (swap01(&x, layout.lhs_cn), swap01(&w, layout.rhs_io));
+            let inferred = q.infer(&[xq.ty(), wq.ty()]).unwrap().remove(0);
+            let y = threads(1).install(|| run(&q, &xq, &wq));
+            assert_eq!(y.ty(), inferred, "{q:?}");
+            let yc = swap01(&y, layout.out_cn);
+            assert_eq!(yc.shape(), &shape[..], "{q:?} {xs:?} {ws:?}");
+            assert_eq!(yc.to_f64_vec(), want, "{dt} {q:?} {xs:?} {ws:?}");
+            assert_eq!(threads(2).install(|| run(&q, &xq, &wq)), y, "{q:?} {xs:?} {ws:?}");
+        }
+    }
+}
+
+/// Swapped layouts ([`ConvLayout`]) compute the canonical convolution of
+/// the same data: the weight-gradient kernel (all swapped, ungrouped) with
+/// its forward plan gathering small images, copying runs of wide ones and
+/// skipping im2col for a 1x1 forward window; the scratch-copy path for the
+/// other layouts and for groups; 0-3 spatial dims; empty batches and
+/// channels.
+#[test]
+fn swapped_layouts_match_the_reference() {
+    let cases: Vec<(ConvGeneral, Vec<usize>, Vec<usize>)> = vec![
+        // The weight gradient of a 3x3 pad-1 convolution of 6x5 images (batch 4).
+        (conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1), vec![3, 4, 6, 5], vec![2, 4, 6, 5]),
+        // ... of rows wider than the gather threshold.
+        (conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1), vec![3, 2, 4, 19], vec![2, 2, 4, 19]),
+        // ... of a stride-2 convolution (rhs dilation 2), odd sizes cropped.
+        (conv(&[1, 1], &[(1, 0), (1, 0)], &[1, 1], &[2, 2], 1), vec![2, 3, 7, 6], vec![3, 3, 3, 3]),
+        // A 1x1 forward window: the weight gradient multiplies the input as it is.
+        (conv(&[1, 1], &[(0, 0), (0, 0)], &[1, 1], &[1, 1], 1), vec![2, 3, 5, 5], vec![4, 3, 5, 5]),
+        // Strides, lhs dilation, negative padding, 1-D and 3-D.
+        (conv(&[2], &[(2, -1)], &[2], &[1], 1), vec![2, 3, 9], vec![4, 3, 3]),
+        (
+            conv(&[1, 2, 1], &[(0, 1), (1, 1), (0, 0)], &[1, 1, 1], &[1, 1, 2], 1),
+            vec![2, 2, 3, 4, 5],
+            vec![3, 2, 2, 2, 2],
+        ),
+        // Groups (and depthwise): the scratch-copy path for every layout.
+        (conv(&[1, 1], &[(1, 1), (0, 0)], &[1, 1], &[1, 1], 2), vec![3, 4, 5, 4], vec![6, 2, 3, 2]),
+        (conv(&[1], &[(1, 1)], &[1], &[1], 3), vec![2, 3, 6], vec![3, 1, 3]),
+        // 0 spatial dims (a grouped product), empty batch, empty channels.
+        (conv(&[], &[], &[], &[], 1), vec![3, 4], vec![5, 4]),
+        (conv(&[1], &[(0, 0)], &[1], &[1], 1), vec![0, 3, 5], vec![2, 3, 2]),
+        (conv(&[1], &[(0, 0)], &[1], &[1], 1), vec![2, 0, 5], vec![3, 0, 2]),
+    ];
+    for (p, xs, ws) in cases {
+        check_layouts(&p, &xs, &ws);
+    }
+}
+
 #[test]
 fn params_print() {
     let p = conv(&[1, 2], &[(0, 0), (1, -1)], &[1, 1], &[2, 1], 3);
@@ -333,6 +411,16 @@ fn params_print() {
         display_prim(&p),
         "conv_general[strides=(1,2), padding=((0,0),(1,-1)), lhs_dilation=(1,1), rhs_dilation=(2,1), feature_group_count=3]"
     );
+    let q = ConvGeneral { layout: ConvLayout::WEIGHT_GRAD, ..ConvGeneral::unit(1) };
+    assert_eq!(
+        display_prim(&q),
+        "conv_general[strides=(1), padding=((0,0)), lhs_dilation=(1), rhs_dilation=(1), feature_group_count=1, \
+         layout=(CN, IO, CN)]"
+    );
+    // A swapped layout's type errors name the operands as given.
+    let f = |s: &[usize]| TensorType::new(DType::F32, s.to_vec());
+    let e = type_err(&q, f(&[2, 3, 5]), f(&[2, 4, 6]));
+    assert!(e.contains("after swapping the layout's leading dims"), "{e}");
 }
 
 fn type_err(p: &ConvGeneral, x: TensorType, w: TensorType) -> String {
@@ -399,6 +487,20 @@ fn arb_conv() -> impl Strategy<Value = (ConvGeneral, Vec<usize>, Vec<usize>)> {
             }
             Some((p, xs, ws))
         })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+    #[test]
+    fn random_configs_in_random_layouts_match_reference((p, xs, ws) in arb_conv(), bits in 0u8..8) {
+        let layout = ConvLayout { lhs_cn: bits & 1 != 0, rhs_io: bits & 2 != 0, out_cn: bits & 4 != 0 };
+        let q = ConvGeneral { layout, ..p.clone() };
+        let (x, w) = (data(DType::F64, &xs, 9), data(DType::F64, &ws, 10));
+        let (shape, want) = reference(&p, &x, &w);
+        let y = swap01(&run(&q, &swap01(&x, layout.lhs_cn), &swap01(&w, layout.rhs_io)), layout.out_cn);
+        prop_assert_eq!(y.shape(), &shape[..]);
+        prop_assert_eq!(y.to_f64_vec(), want);
+    }
 }
 
 proptest! {

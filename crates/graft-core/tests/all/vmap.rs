@@ -297,6 +297,7 @@ fn conv_family() {
             lhs_dilation: vec![1],
             rhs_dilation: vec![1],
             feature_group_count: 2,
+            layout: Default::default(),
         };
         Ok(vec![b.conv_general(p[0], p[1], params)?])
     });
@@ -310,10 +311,31 @@ fn conv_family() {
             lhs_dilation: vec![1, 1],
             rhs_dilation: vec![2, 1],
             feature_group_count: 1,
+            layout: Default::default(),
         };
         Ok(vec![b.conv_general(p[0], p[1], params)?])
     });
     check("conv2d", &f2, &[X, X], TRIALS * 2);
+    // Swapped layouts batch through the canonical rule.
+    use graft_core::ops::conv::ConvLayout;
+    for (layout, xs, ws) in [
+        (ConvLayout::WEIGHT_GRAD, [3, 2, 4, 3], [3, 4, 2, 2]),
+        (ConvLayout { rhs_io: true, ..Default::default() }, [2, 3, 4, 3], [3, 4, 2, 2]),
+        (ConvLayout { lhs_cn: true, out_cn: true, ..Default::default() }, [3, 2, 4, 3], [4, 3, 2, 2]),
+    ] {
+        let f3 = func("conv2d_layout", &[t64(&xs), t64(&ws)], move |b, p| {
+            let params = graft_core::ops::conv::ConvGeneral {
+                padding: vec![(0, 1), (1, 0)],
+                rhs_dilation: vec![2, 1],
+                layout,
+                ..graft_core::ops::conv::ConvGeneral::unit(2)
+            };
+            Ok(vec![b.conv_general(p[0], p[1], params)?])
+        });
+        check("conv2d_layout", &f3, &[X, X], TRIALS);
+        check("conv2d_layout_lhs", &f3, &[X, Gen::Shared(-1.0, 1.0)], TRIALS);
+        check("conv2d_layout_rhs", &f3, &[Gen::Shared(-1.0, 1.0), X], TRIALS);
+    }
 }
 
 #[test]

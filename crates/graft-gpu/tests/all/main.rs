@@ -797,6 +797,7 @@ fn conv_case(
         lhs_dilation: lhs_dilation.to_vec(),
         rhs_dilation: rhs_dilation.to_vec(),
         feature_group_count: groups,
+        layout: Default::default(),
     };
     (x.to_vec(), w.to_vec(), c)
 }
