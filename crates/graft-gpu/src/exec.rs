@@ -23,8 +23,8 @@
 //!   slices and `ys` rows moved by buffer copies on the device, nothing
 //!   read back (see [`ScanStep`]); a `while` reads back its one-element
 //!   predicate per step, the one wait a run-time trip count needs;
-//! - **everything else** (loops whose bodies need the host, integer scatters, sorts, cumulative ops,
-//!   integer reductions, `pow`/`atan2`...): on the host, by
+//! - **everything else** (loops whose bodies need the host, sorts, cumulative ops,
+//!   `pow`/`atan2`...): on the host, by
 //!   the primitive's interpreter kernel, with explicit transfers: its
 //!   operands are downloaded (one wait for all of them) and its results
 //!   uploaded when a device step first reads them. [`GpuExecutable::host_steps`]
@@ -698,7 +698,9 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                             }),
                             Err(why) => host(vec![e], why),
                         },
-                        None => host(vec![e], "reduction of a non-float dtype or over nothing".into()),
+                        None => {
+                            host(vec![e], "reduction of a dtype other than f32, i32 and bool, or over nothing".into())
+                        }
                     }
                 }
                 // The plan had no device kernel for it (`ops::window::device_kernel`).
@@ -719,7 +721,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                 Prim::ScatterAdd(_) => host(
                     vec![e],
                     format!(
-                        "a scatter-add of integer or 64-bit data, or of more than {} element-position pairs \
+                        "a scatter-add of 64-bit data or indices, or of more than {} element-position pairs \
                          (the device sums each element's updates in a row of its own)",
                         graft_core::ops::index::SCATTER_ROWS_MAX
                     ),
@@ -921,7 +923,8 @@ fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: V
     // Bools reduce by max (any) and min (all) as 0/1 in f32, exactly: how
     // a vmapped `while` combines its examples' predicates.
     let as_bool = xt.dtype == DType::Bool && matches!(r.kind, ReduceKind::Max | ReduceKind::Min);
-    if xt.dtype != DType::F32 && !as_bool {
+    // f32 and i32 reduce as they are (i32 sums and products wrap, as on the host).
+    if !matches!(xt.dtype, DType::F32 | DType::I32) && !as_bool {
         return None;
     }
     let shape = &xt.shape;

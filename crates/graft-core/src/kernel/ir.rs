@@ -714,9 +714,14 @@ pub fn body_types(
                 if none.iter().any(|&s| s) {
                     return Err(err(at, "a reduction body stores".into()));
                 }
+                // i32 reductions come from device forms only (integer
+                // reductions and scatter-adds on the GPU, where wrapping sums
+                // make the order irrelevant); the CPU's row planner
+                // (`rows::row_form`) forms floating-point ones only, which is
+                // all the C renderer's combiners take.
                 match it.get(red.value as usize) {
-                    Some(Some(d)) if d.is_float() => Some(*d),
-                    Some(Some(d)) => return Err(err(at, format!("reduction of {d} (floating-point only)"))),
+                    Some(Some(d)) if d.is_float() || *d == DType::I32 => Some(*d),
+                    Some(Some(d)) => return Err(err(at, format!("reduction of {d} (floating-point or i32 only)"))),
                     _ => return Err(err(at, format!("reduced register %{} is not a value", red.value))),
                 }
             }

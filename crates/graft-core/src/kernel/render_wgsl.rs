@@ -19,6 +19,9 @@
 //!   after the arguments) and the later body's `Restore` reads it back at
 //!   the same point, in the same invocation (the split of points over
 //!   invocations is the same for every inner body), so no barrier is needed.
+//!   Reductions combine f32 (NaN-propagating max/min) or i32 values, each
+//!   dtype through its own workgroup array; i32 sums and products wrap as
+//!   the interpreter's do, so integer reductions give its bits in any order.
 //!
 //! Dtypes: `f32`, `i32` and `bool` (stored as one `u32` per element, 0 or
 //! 1; the device runtime converts at upload and download). WGSL has no
@@ -36,7 +39,7 @@
 //! polynomial (the CPU's algorithm) over the device's `log`, and a
 //! reduction combines in a different order. The GPU tests state their tolerances.
 
-use super::ir::{body_types, verify, Access, Index, Inst, Kernel, KernelError, Lit, Window, WordOp};
+use super::ir::{body_types, verify, Access, Index, Inst, Kernel, KernelError, Lit, Reduction, Window, WordOp};
 use crate::dtype::DType;
 use crate::ops::binary::{Binary, Compare};
 use crate::ops::reduce::ReduceKind;
@@ -80,9 +83,41 @@ pub enum WgslError {
         /// The element count.
         elems: usize,
     },
+    /// A reduction of a dtype the workgroup reductions do not take.
+    #[error("kernel {kernel} reduces {dtype} values (the GPU's reductions take f32 and i32)")]
+    Reduction {
+        /// The kernel.
+        kernel: String,
+        /// The reduced values' dtype.
+        dtype: DType,
+    },
     /// The kernel does not verify (a planner bug).
     #[error(transparent)]
     Malformed(#[from] KernelError),
+}
+
+/// A reduction's accumulator in WGSL for values of `d`: the workgroup
+/// array it combines through, its identity and its combiner (`{a}`, `{b}`
+/// the operands). Integer sums and products wrap in WGSL as in the
+/// interpreter (`wrapping_add`, `wrapping_mul`), so with any association
+/// they give the interpreter's bits; max and min of integers are exact.
+fn accumulator(kind: ReduceKind, d: DType) -> Option<(&'static str, &'static str, &'static str)> {
+    Some(match (d, kind) {
+        (DType::F32, ReduceKind::Sum) => ("red", "0.0", "({a} + {b})"),
+        (DType::F32, ReduceKind::Prod) => ("red", "1.0", "({a} * {b})"),
+        (DType::F32, ReduceKind::Max) => ("red", "bitcast<f32>(0xff800000u)", "g_max({a}, {b})"),
+        (DType::F32, ReduceKind::Min) => ("red", "bitcast<f32>(0x7f800000u)", "g_min({a}, {b})"),
+        (DType::I32, ReduceKind::Sum) => ("red_i", "0i", "({a} + {b})"),
+        (DType::I32, ReduceKind::Prod) => ("red_i", "1i", "({a} * {b})"),
+        (DType::I32, ReduceKind::Max) => ("red_i", "bitcast<i32>(0x80000000u)", "max({a}, {b})"),
+        (DType::I32, ReduceKind::Min) => ("red_i", "2147483647i", "min({a}, {b})"),
+        _ => return None,
+    })
+}
+
+/// The dtype of the values reduction `red` (at body position `at`) combines.
+fn reduced_dtype(red: &Reduction, at: usize, inner_types: &[Option<Vec<Option<DType>>>]) -> DType {
+    inner_types[at].as_ref().and_then(|t| t.get(red.value as usize).copied().flatten()).unwrap_or(DType::F32)
 }
 
 /// The WGSL type a dtype's elements have in a storage buffer.
@@ -217,6 +252,22 @@ pub fn render_wgsl(k: &Kernel) -> Result<WgslKernel, WgslError> {
         let t = body_types(k, body, Some((len, &types)), &mut stored, &mut r.slots)?;
         inner_types[at] = Some(t);
     }
+    // Each reduced dtype needs its workgroup array; other dtypes are refused.
+    let mut arrays: Vec<(&'static str, DType)> = Vec::new();
+    for (at, inst) in k.body.iter().enumerate() {
+        if let Inst::Reduce(red) = inst {
+            let d = reduced_dtype(red, at, &inner_types);
+            let Some((array, _, _)) = accumulator(red.kind, d) else {
+                return Err(WgslError::Reduction { kernel: k.name.clone(), dtype: d });
+            };
+            if !arrays.iter().any(|(a, _)| *a == array) {
+                arrays.push((array, d));
+            }
+        }
+    }
+    if arrays.is_empty() {
+        arrays.push(("red", DType::F32));
+    }
     let all_types = types.iter().chain(inner_types.iter().flatten().flatten());
     if let Some(d) = all_types.flatten().find(|d| matches!(d, DType::F64 | DType::I64)) {
         return Err(dtype_err(*d));
@@ -261,7 +312,9 @@ pub fn render_wgsl(k: &Kernel) -> Result<WgslKernel, WgslError> {
             .unwrap_or(1);
         r.red_wg = (longest.next_power_of_two() as u32).clamp(32, WG);
         let wg = r.red_wg;
-        let _ = writeln!(r.out, "var<workgroup> red: array<f32, {wg}>;");
+        for (array, d) in &arrays {
+            let _ = writeln!(r.out, "var<workgroup> {array}: array<{}, {wg}>;", reg_type(*d));
+        }
         let _ = writeln!(r.out, "@compute @workgroup_size({wg})");
         let _ = writeln!(
             r.out,
@@ -459,30 +512,28 @@ impl Renderer<'_> {
                 Inst::Reduce(red) => {
                     let it = inner_types.get(at).cloned().flatten().unwrap_or_default();
                     let b = Inner { prefix: format!("q{at}_"), len: red.inner.len };
-                    let (ident, comb) = match red.kind {
-                        ReduceKind::Sum => ("0.0", "({a} + {b})"),
-                        ReduceKind::Prod => ("1.0", "({a} * {b})"),
-                        ReduceKind::Max => ("bitcast<f32>(0xff800000u)", "g_max({a}, {b})"),
-                        ReduceKind::Min => ("bitcast<f32>(0x7f800000u)", "g_min({a}, {b})"),
-                    };
+                    let d = reduced_dtype(red, at, inner_types);
+                    // `render_wgsl` refused every other dtype before rendering.
+                    let (array, ident, comb) =
+                        accumulator(red.kind, d).expect("reduction dtypes are checked before rendering");
                     let combine = |a: &str, b: &str| comb.replace("{a}", a).replace("{b}", b);
-                    self.line(ind, &format!("var acc{at}: f32 = {ident};"));
+                    self.line(ind, &format!("var acc{at}: {} = {ident};", reg_type(d)));
                     self.row_loop(&b);
                     self.body(&red.inner.body, &it, Some(&b), row, inner_types);
                     let v = format!("{}{}", b.prefix, red.value);
                     self.line("    ", &format!("acc{at} = {};", combine(&format!("acc{at}"), &v)));
                     self.line(ind, "}");
                     // The workgroup's tree over its partial results.
-                    self.line(ind, &format!("red[lid] = acc{at};"));
+                    self.line(ind, &format!("{array}[lid] = acc{at};"));
                     self.line(ind, "workgroupBarrier();");
                     let mut h = self.red_wg / 2;
                     while h > 0 {
-                        let c = combine("red[lid]", &format!("red[lid + {h}u]"));
-                        self.line(ind, &format!("if (lid < {h}u) {{ red[lid] = {c}; }}"));
+                        let c = combine(&format!("{array}[lid]"), &format!("{array}[lid + {h}u]"));
+                        self.line(ind, &format!("if (lid < {h}u) {{ {array}[lid] = {c}; }}"));
                         self.line(ind, "workgroupBarrier();");
                         h /= 2;
                     }
-                    self.line(ind, &format!("let {name} = red[0];"));
+                    self.line(ind, &format!("let {name} = {array}[0];"));
                     // Before the next reduction overwrites `red`.
                     self.line(ind, "workgroupBarrier();");
                 }

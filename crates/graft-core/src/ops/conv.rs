@@ -157,7 +157,9 @@ impl Op for ConvGeneral {
             let out = self
                 .canonical()
                 .infer(&cins)
-                .map_err(|e| check::err(self, ins, format!("{} (after swapping the layout's leading dims)", e.expected)))?
+                .map_err(|e| {
+                    check::err(self, ins, format!("{} (after swapping the layout's leading dims)", e.expected))
+                })?
                 .remove(0);
             return Ok(vec![TensorType::new(out.dtype, swap_leading_dims(&out.shape, self.layout.out_cn))]);
         }
@@ -619,13 +621,7 @@ impl Plan {
     }
 }
 
-fn conv_kernel<T: Real>(
-    c: &ConvGeneral,
-    plan: &Plan,
-    x: &Tensor,
-    w: &Tensor,
-    o: &mut Tensor,
-) -> Result<(), ExecError> {
+fn conv_kernel<T: Real>(c: &ConvGeneral, plan: &Plan, x: &Tensor, w: &Tensor, o: &mut Tensor) -> Result<(), ExecError> {
     let (x, w, o) = (input::<T>(x)?, input::<T>(w)?, output::<T>(o)?);
     let l = c.layout;
     if l.is_canonical() {
@@ -1608,8 +1604,7 @@ pub fn im2col_kernel(
 ) -> Option<crate::kernel::Kernel> {
     use crate::kernel::{Access, Arg, Index, Inst, Kernel, Lit};
     use crate::ops::binary::{Binary, Compare};
-    if !c.layout.is_canonical() || !dtype.is_float() || xs.len() < 2 || ws.len() != xs.len() || os.len() != xs.len()
-    {
+    if !c.layout.is_canonical() || !dtype.is_float() || xs.len() < 2 || ws.len() != xs.len() || os.len() != xs.len() {
         return None;
     }
     let s = xs.len() - 2;

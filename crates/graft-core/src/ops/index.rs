@@ -999,9 +999,10 @@ pub(crate) fn gather_eqn_kernel(
     Some((k, vec![x, idx, out]))
 }
 
-/// The device form of a float scatter_add equation (see the comment
-/// above: one row per operand element, not the interpreter's bits) and the
-/// values its arguments bind to, or `None` (integer or f64 data, i64
+/// The device form of an f32 or i32 scatter_add equation (see the comment
+/// above: one row per operand element; not the interpreter's bits for f32,
+/// exactly them for i32, whose wrapping sums do not depend on the order)
+/// and the values its arguments bind to, or `None` (64-bit data, i64
 /// indices, nothing to add, more than [`SCATTER_ROWS_MAX`] element-position
 /// pairs).
 pub fn scatter_add_device_kernel(
@@ -1018,7 +1019,9 @@ pub fn scatter_add_device_kernel(
     let bd = g.batch_dims;
     let ni: usize = it.shape[bd..it.rank() - 1].iter().product();
     let rows = xt.numel();
-    if xt.dtype != DType::F32 || it.dtype != DType::I32 || rows == 0 || ni == 0 {
+    // i32 sums wrap on the device as in the interpreter: any order gives its bits.
+    let dt = xt.dtype;
+    if !matches!(dt, DType::F32 | DType::I32) || it.dtype != DType::I32 || rows == 0 || ni == 0 {
         return None;
     }
     if rows.checked_mul(ni)? > SCATTER_ROWS_MAX {
@@ -1078,7 +1081,7 @@ pub fn scatter_add_device_kernel(
         push(&mut inner, Inst::Load { arg: 2, index: Index::Strided { dims: dims.clone(), strides: ustr, offset: 0 } });
     let value = match hit {
         Some(h) => {
-            let z = push(&mut inner, Inst::Lit(Lit { dtype: DType::F32, bits: 0 }));
+            let z = push(&mut inner, Inst::Lit(Lit { dtype: dt, bits: 0 }));
             push(&mut inner, Inst::Select(h, u, z))
         }
         None => u,
@@ -1090,10 +1093,10 @@ pub fn scatter_add_device_kernel(
         Inst::Store { arg: 3, value: 2, index: Index::Point },
     ];
     let args = vec![
-        Arg { dtype: DType::F32, len: rows, access: Access::Read },
+        Arg { dtype: dt, len: rows, access: Access::Read },
         Arg { dtype: DType::I32, len: it.numel(), access: Access::Read },
-        Arg { dtype: DType::F32, len: ut.numel(), access: Access::Read },
-        Arg { dtype: DType::F32, len: rows, access: Access::Write },
+        Arg { dtype: dt, len: ut.numel(), access: Access::Read },
+        Arg { dtype: dt, len: rows, access: Access::Write },
     ];
     let k = Kernel { name: name.to_string(), args, extent: rows, body };
     crate::kernel::ir::verify(&k).ok()?;

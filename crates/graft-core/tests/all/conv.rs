@@ -517,3 +517,27 @@ proptest! {
         prop_assert_eq!(y.to_f64_vec(), want);
     }
 }
+
+/// The device form of a swapped layout: transposes around a canonical
+/// convolution, nothing swapped left, the same results; a function without
+/// one is left alone.
+#[test]
+fn canonical_layouts_rewrites_swapped_convolutions_only() {
+    use graft_core::ops::conv::canonical_layouts;
+    let q = ConvGeneral { padding: vec![(1, 1)], layout: ConvLayout::WEIGHT_GRAD, ..ConvGeneral::unit(1) };
+    let (x, ct) = (data(DType::F32, &[3, 2, 6], 1), data(DType::F32, &[3, 4, 6], 2));
+    let mut b = Builder::new("dw");
+    let (px, pc) = (b.param(x.ty()), b.param(ct.ty()));
+    let y = b.conv_general(px, pc, q.clone()).unwrap();
+    let f = b.finish(&[y]).unwrap();
+    let g = canonical_layouts(&f).unwrap().expect("a swapped convolution is rewritten");
+    let text = g.to_string();
+    assert!(!text.contains("layout="), "{text}");
+    assert_eq!(text.matches("transpose").count(), 3, "{text}");
+    let want = Executable::new(f).unwrap().run(&[&x, &ct]).unwrap();
+    assert_eq!(Executable::new(g).unwrap().run(&[&x, &ct]).unwrap(), want);
+    let mut b = Builder::new("plain");
+    let (px, pw) = (b.param(x.ty()), b.param(TensorType::new(DType::F32, vec![4, 2, 3])));
+    let y = b.conv_general(px, pw, ConvGeneral::unit(1)).unwrap();
+    assert!(canonical_layouts(&b.finish(&[y]).unwrap()).unwrap().is_none());
+}

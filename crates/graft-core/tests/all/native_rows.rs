@@ -226,7 +226,10 @@ fn verifier_rejects_malformed_row_kernels() {
             "stores",
         ),
         (k(vec![reduce(vec![load.clone(), reduce(vec![], 0)], 0)], vec![rd(8)]), "nested"),
-        (k(vec![reduce(vec![load.clone(), Inst::Convert(DType::I32, 0)], 1)], vec![rd(8)]), "floating-point only"),
+        (
+            k(vec![reduce(vec![load.clone(), Inst::Convert(DType::Bool, 0)], 1)], vec![rd(8)]),
+            "floating-point or i32 only",
+        ),
         (k(vec![reduce(vec![load.clone()], 0)], vec![rd(6)]), "point load from a buffer of 6"),
         (
             k(
