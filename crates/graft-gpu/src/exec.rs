@@ -9,9 +9,11 @@
 //!   on the device;
 //! - **`dot_general`** on f32: the tiled GEMM of [`crate::gemm`], after
 //!   kernel-IR copies when an operand's layout needs one;
-//! - **float reductions** the planner left as equations: a row kernel of
-//!   the kernel IR built here (a strided load over the kept and reduced
-//!   dimensions, reduced per row), rendered like any other;
+//! - **f32 and i32 reductions** the planner left as equations: a row
+//!   kernel of the kernel IR built here (a strided load over the kept and
+//!   reduced dimensions, reduced per row), rendered like any other;
+//!   **`argmax`/`argmin`** likewise, as two reductions per row (the
+//!   extreme, then its first position: see [`argreduce_kernel`]);
 //! - **`conv_general`** on f32: an im2col kernel of the kernel IR
 //!   (`ops::conv::im2col_kernel`) and the GEMM over (image, group), whose
 //!   result is the output's layout (see [`prepare_conv`]); pooling windows
@@ -23,8 +25,8 @@
 //!   slices and `ys` rows moved by buffer copies on the device, nothing
 //!   read back (see [`ScanStep`]); a `while` reads back its one-element
 //!   predicate per step, the one wait a run-time trip count needs;
-//! - **everything else** (loops whose bodies need the host, sorts, cumulative ops,
-//!   `pow`/`atan2`...): on the host, by
+//! - **everything else** (loops whose bodies need the host, sorts,
+//!   cumulative ops, `pow`/`atan2`...): on the host, by
 //!   the primitive's interpreter kernel, with explicit transfers: its
 //!   operands are downloaded (one wait for all of them) and its results
 //!   uploaded when a device step first reads them. [`GpuExecutable::host_steps`]
@@ -703,6 +705,17 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                         }
                     }
                 }
+                Prim::ArgReduce(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
+                    match argreduce_kernel(f, a, eqn.inputs[0], eqn.outputs[0], &format!("ak{e}")) {
+                        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
+                            Ok(l) => Ok(Prepared::Device { launches: vec![l], what: eqn.prim.name().to_string() }),
+                            Err(why) => host(vec![e], why),
+                        },
+                        None => {
+                            host(vec![e], "an index search over f64 or bool data, i64 indices or empty rows".into())
+                        }
+                    }
+                }
                 // The plan had no device kernel for it (`ops::window::device_kernel`).
                 Prim::ReduceWindow(w) => {
                     let taps: usize = w.window.iter().product();
@@ -958,6 +971,92 @@ fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: V
         args: vec![
             Arg { dtype: xt.dtype, len: xt.numel(), access: Access::Read },
             Arg { dtype: xt.dtype, len: f.ty(out).numel(), access: Access::Write },
+        ],
+        extent: rows,
+        body,
+    };
+    graft_core::kernel::verify(&k).ok()?;
+    Some(k)
+}
+
+/// `argmax`/`argmin` as a row kernel of two reductions over each row (the
+/// searched axis, read through a strided load): the extreme `m` (NaN-
+/// propagating max/min for f32, so a row with a NaN has `m` NaN), then the
+/// least position `k` whose element equals `m` (or is NaN where `m` is) as an
+/// i32 min over `select(hit, k, i32::MAX)`: the first occurrence, the first
+/// NaN winning, as the interpreter defines it (`ops::reduce`), so the indices
+/// are the host's exactly. `None` for other dtypes (i64 indices, f64 or
+/// bool data) and empty rows.
+fn argreduce_kernel(
+    f: &Func,
+    a: &graft_core::ops::reduce::ArgReduce,
+    x: Value,
+    out: Value,
+    name: &str,
+) -> Option<Kernel> {
+    use graft_core::kernel::Lit;
+    use graft_core::ops::binary::{Binary, Compare};
+    use graft_core::ops::reduce::{ArgKind, ReduceKind};
+    let xt = f.ty(x);
+    if !matches!(xt.dtype, DType::F32 | DType::I32) || a.index_dtype != DType::I32 {
+        return None;
+    }
+    let shape = &xt.shape;
+    let mut row = vec![1isize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        row[d] = row[d + 1] * shape[d + 1] as isize;
+    }
+    let kept: Vec<usize> = (0..shape.len()).filter(|&d| d != a.axis).collect();
+    let rows: usize = kept.iter().map(|&d| shape[d]).product();
+    let len = *shape.get(a.axis)?;
+    if rows == 0 || len == 0 || len > i32::MAX as usize {
+        return None;
+    }
+    let order: Vec<usize> = kept.iter().copied().chain([a.axis]).collect();
+    let dims: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
+    let strides: Vec<isize> = order.iter().map(|&d| row[d]).collect();
+    let load = Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } };
+    let kind = match a.kind {
+        ArgKind::ArgMax => ReduceKind::Max,
+        ArgKind::ArgMin => ReduceKind::Min,
+    };
+    let extreme = Reduction { kind, inner: Inner { len, body: vec![load.clone()] }, value: 0 };
+    // The row's points are `i * len + k`: position `k` within the row.
+    let k = Inst::Position(Index::Strided { dims: vec![rows, len], strides: vec![0, 1], offset: 0 });
+    let never = Inst::Lit(Lit { dtype: DType::I32, bits: i32::MAX as u32 as u64 });
+    let mut inner = vec![load, Inst::Outer(0), Inst::Compare(Compare::Eq, 0, 1)];
+    if xt.dtype == DType::F32 {
+        // A NaN matches a NaN extreme. NaN is tested on the bits, `(b &
+        // 0x7fffffff) > 0x7f800000` (a shader compiler may fold `x != x`).
+        let lit = |v: u32| Inst::Lit(Lit { dtype: DType::I32, bits: u64::from(v) });
+        inner.extend([
+            lit(0x7fff_ffff),                 // 3
+            lit(0x7f80_0000),                 // 4
+            Inst::Bitcast(DType::I32, 0),     // 5
+            Inst::Binary(Binary::And, 5, 3),  // 6
+            Inst::Compare(Compare::Gt, 6, 4), // 7: x is NaN
+            Inst::Bitcast(DType::I32, 1),     // 8
+            Inst::Binary(Binary::And, 8, 3),  // 9
+            Inst::Compare(Compare::Gt, 9, 4), // 10: m is NaN
+            Inst::Binary(Binary::And, 7, 10), // 11
+            Inst::Binary(Binary::Or, 2, 11),  // 12
+        ]);
+    }
+    let hit = inner.len() as u32 - 1;
+    inner.extend([k, never]);
+    let n = inner.len() as u32;
+    inner.push(Inst::Select(hit, n - 2, n - 1));
+    let first = Reduction { kind: ReduceKind::Min, inner: Inner { len, body: inner }, value: n };
+    let body = vec![
+        Inst::Reduce(Box::new(extreme)),
+        Inst::Reduce(Box::new(first)),
+        Inst::Store { arg: 1, value: 1, index: Index::Point },
+    ];
+    let k = Kernel {
+        name: name.to_string(),
+        args: vec![
+            Arg { dtype: xt.dtype, len: xt.numel(), access: Access::Read },
+            Arg { dtype: DType::I32, len: f.ty(out).numel(), access: Access::Write },
         ],
         extent: rows,
         body,

@@ -750,6 +750,39 @@ fn integer_reductions_run_on_the_device_exactly() {
     assert_close("f32 sum beside them", &out[13..14], &cpu[13..14]);
 }
 
+/// argmax/argmin run on the device and give the host's indices: the first
+/// occurrence among ties (0.0 and -0.0 tie), the first NaN winning over
+/// every number, along the last axis, the first and a middle one, for f32
+/// and i32 data, rows long enough to span several invocations.
+#[test]
+fn argmax_and_argmin_run_on_the_device_exactly() {
+    let Some(g) = gpu() else { return };
+    let mut b = graft_core::Builder::new("args");
+    let x = b.param(TensorType::new(DType::F32, vec![6, 5, 300]));
+    let xi = b.param(TensorType::new(DType::I32, vec![7, 300]));
+    let mut outs = Vec::new();
+    for axis in 0..3 {
+        outs.push(b.argmax(x, axis, DType::I32).expect("argmax"));
+        outs.push(b.argmin(x, axis, DType::I32).expect("argmin"));
+    }
+    outs.push(b.argmax(xi, 1, DType::I32).expect("argmax"));
+    outs.push(b.argmin(xi, 0, DType::I32).expect("argmin"));
+    let f = Arc::new(b.finish(&outs).expect("builds"));
+    // Few distinct values (ties everywhere), signed zeros, and NaNs in some rows only.
+    let xs = Tensor::from_fn(&TensorType::new(DType::F32, vec![6, 5, 300]), |i| match (i * 7919) % 23 {
+        0 if i % 5 == 0 => f64::NAN,
+        1 => -0.0,
+        2 => 0.0,
+        v => ((v % 9) as f64 - 4.0) * 0.5,
+    });
+    let xis = Tensor::from_fn(&TensorType::new(DType::I32, vec![7, 300]), |i| ((i * 104_729) % 13) as f64 - 6.0);
+    let refs = [&xs, &xis];
+    let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    assert!(exe.host_steps().is_empty(), "{:?}\n{}", exe.host_steps(), exe.describe());
+    assert_same_bits("argmax/argmin", &exe.run(&refs).expect("gpu runs"), &cpu);
+}
+
 #[test]
 fn integer_scatter_adds_run_on_the_device_exactly() {
     // The device sums each element's updates in a row of its own; i32 sums
