@@ -13,7 +13,9 @@
 //!   kernel of the kernel IR built here (a strided load over the kept and
 //!   reduced dimensions, reduced per row), rendered like any other;
 //!   **`argmax`/`argmin`** likewise, as two reductions per row (the
-//!   extreme, then its first position: see [`argreduce_kernel`]);
+//!   extreme, then its first position: see [`argreduce_kernel`]), and
+//!   **cumulative ops** as one masked reduction per output element (see
+//!   [`cumulative_kernel`]);
 //! - **`conv_general`** on f32: an im2col kernel of the kernel IR
 //!   (`ops::conv::im2col_kernel`) and the GEMM over (image, group), whose
 //!   result is the output's layout (see [`prepare_conv`]); pooling windows
@@ -26,7 +28,7 @@
 //!   read back (see [`ScanStep`]); a `while` reads back its one-element
 //!   predicate per step, the one wait a run-time trip count needs;
 //! - **everything else** (loops whose bodies need the host, sorts,
-//!   cumulative ops, `pow`/`atan2`...): on the host, by
+//!   long cumulative ops, `pow`/`atan2`...): on the host, by
 //!   the primitive's interpreter kernel, with explicit transfers: its
 //!   operands are downloaded (one wait for all of them) and its results
 //!   uploaded when a device step first reads them. [`GpuExecutable::host_steps`]
@@ -705,6 +707,21 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                         }
                     }
                 }
+                Prim::Cumulative(c) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
+                    match cumulative_kernel(f, c, eqn.inputs[0], eqn.outputs[0], &format!("ck{e}")) {
+                        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
+                            Ok(l) => Ok(Prepared::Device { launches: vec![l], what: eqn.prim.name().to_string() }),
+                            Err(why) => host(vec![e], why),
+                        },
+                        None => host(
+                            vec![e],
+                            format!(
+                                "a scan of f64, i64 or bool sums, over nothing, or of more than {CUMULATIVE_WORK_MAX} \
+                                 element-position pairs (the device reduces each element's line in a row of its own)"
+                            ),
+                        ),
+                    }
+                }
                 Prim::ArgReduce(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
                     match argreduce_kernel(f, a, eqn.inputs[0], eqn.outputs[0], &format!("ak{e}")) {
                         Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
@@ -1059,6 +1076,111 @@ fn argreduce_kernel(
             Arg { dtype: DType::I32, len: f.ty(out).numel(), access: Access::Write },
         ],
         extent: rows,
+        body,
+    };
+    graft_core::kernel::verify(&k).ok()?;
+    Some(k)
+}
+
+/// Most `elements x axis length` a cumulative kernel visits (2^28; each
+/// output element reduces its whole line): beyond it the scan runs on the
+/// host, where it is one sequential pass.
+const CUMULATIVE_WORK_MAX: usize = 1 << 28;
+
+/// `cumsum`/`cumprod`/`cummax`/`cummin` as a row kernel with one row per
+/// output element, reducing its line of the operand with every element past
+/// it (before it, in reverse) replaced by the combiner's identity. Work is
+/// `elements x axis length` (bounded by [`CUMULATIVE_WORK_MAX`]), which buys
+/// determinism and no new kernel-IR construct: each element is one
+/// reduction in the row kernel's fixed order. Max and min (NaN from the
+/// first NaN on, as on the host), i32 sums and products (wrapping) and
+/// bool's running any/all (`cummax`/`cummin`, as 0/1 in f32) are the
+/// host's bits; f32 sums and products are summed as a tree instead of in
+/// line order (within the stated tolerance). `None` for other dtypes, empty
+/// results and lines, and work beyond the bound.
+fn cumulative_kernel(
+    f: &Func,
+    c: &graft_core::ops::cumulative::Cumulative,
+    x: Value,
+    out: Value,
+    name: &str,
+) -> Option<Kernel> {
+    use graft_core::kernel::Lit;
+    use graft_core::ops::binary::Compare;
+    use graft_core::ops::cumulative::CumKind;
+    use graft_core::ops::reduce::ReduceKind;
+    let xt = f.ty(x);
+    let kind = match c.kind {
+        CumKind::Sum => ReduceKind::Sum,
+        CumKind::Prod => ReduceKind::Prod,
+        CumKind::Max => ReduceKind::Max,
+        CumKind::Min => ReduceKind::Min,
+    };
+    let as_bool = xt.dtype == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
+    if !matches!(xt.dtype, DType::F32 | DType::I32) && !as_bool {
+        return None;
+    }
+    let (n, len) = (xt.numel(), *xt.shape.get(c.axis)?);
+    if n == 0 || len == 0 || n.checked_mul(len)? > CUMULATIVE_WORK_MAX {
+        return None;
+    }
+    let rank = xt.rank();
+    let mut strides = vec![1isize; rank];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * xt.shape[d + 1] as isize;
+    }
+    // Inner points `(output element, j)`: the element's coordinates, then
+    // the position `j` along the axis that it combines.
+    let mut dims = xt.shape.clone();
+    dims.push(len);
+    let mut load = strides.clone();
+    load[c.axis] = 0;
+    load.push(strides[c.axis]);
+    let mut own = vec![0isize; rank + 1];
+    own[c.axis] = 1;
+    let mut pos = vec![0isize; rank + 1];
+    pos[rank] = 1;
+    let acc = if as_bool { DType::F32 } else { xt.dtype };
+    let identity = match (acc, kind) {
+        (DType::F32, ReduceKind::Sum) => 0f32.to_bits() as u64,
+        (DType::F32, ReduceKind::Prod) => 1f32.to_bits() as u64,
+        (DType::F32, ReduceKind::Max) => f32::NEG_INFINITY.to_bits() as u64,
+        (DType::F32, ReduceKind::Min) => f32::INFINITY.to_bits() as u64,
+        (_, ReduceKind::Sum) => 0,
+        (_, ReduceKind::Prod) => 1,
+        (_, ReduceKind::Max) => i32::MIN as i64 as u64,
+        (_, ReduceKind::Min) => i32::MAX as u64,
+    };
+    let mut inner = vec![Inst::Load { arg: 0, index: Index::Strided { dims: dims.clone(), strides: load, offset: 0 } }];
+    if as_bool {
+        inner.push(Inst::Convert(DType::F32, 0));
+    }
+    let v = inner.len() as u32 - 1;
+    inner.extend([
+        Inst::Position(Index::Strided { dims: dims.clone(), strides: pos, offset: 0 }),
+        Inst::Position(Index::Strided { dims, strides: own, offset: 0 }),
+    ]);
+    let (j, k) = (v + 1, v + 2);
+    let cmp = if c.reverse { Compare::Ge } else { Compare::Le };
+    inner.extend([
+        Inst::Compare(cmp, j, k),
+        Inst::Lit(Lit { dtype: acc, bits: identity }),
+        Inst::Select(v + 3, v, v + 4),
+    ]);
+    let value = v + 5;
+    let mut body = vec![Inst::Reduce(Box::new(Reduction { kind, inner: Inner { len, body: inner }, value }))];
+    if as_bool {
+        body.push(Inst::Convert(DType::Bool, 0));
+    }
+    let stored = body.len() as u32 - 1;
+    body.push(Inst::Store { arg: 1, value: stored, index: Index::Point });
+    let k = Kernel {
+        name: name.to_string(),
+        args: vec![
+            Arg { dtype: xt.dtype, len: n, access: Access::Read },
+            Arg { dtype: xt.dtype, len: f.ty(out).numel(), access: Access::Write },
+        ],
+        extent: n,
         body,
     };
     graft_core::kernel::verify(&k).ok()?;

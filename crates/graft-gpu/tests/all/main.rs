@@ -247,15 +247,17 @@ def vnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[3, 2, 2, 8
 
 #[test]
 fn host_families_forward_grad_vmap() {
-    // cumsum, sort and pow have no GPU kernels yet: they run on the host
-    // between device steps, and the results still agree. The convolution,
-    // the pooling window, the gather (take) and their gradients (a
-    // scatter-add for the gather and the max pooling) run on the device.
+    // sort and pow have no GPU kernels yet: they run on the host between
+    // device steps, and the results still agree. The convolution, the
+    // pooling window, the gather (take), the cumsum and their gradients (a
+    // scatter-add for the gather and the max pooling, a reverse cumsum) run
+    // on the device.
     let idx = Tensor::from_vec(vec![5], vec![3i32, 0, 9, 3, 7]).expect("shape matches");
     let (w, e) = (f32s(&[4, 2, 3, 3], 35), f32s(&[10, 6], 36));
     let on_host = |exe: &GpuExecutable| {
         let host = exe.host_steps();
-        assert!(host.iter().any(|(p, _)| p.contains("cumsum")), "cumsum on the host: {host:?}");
+        assert!(host.iter().any(|(p, _)| p.contains("pow")), "pow on the host: {host:?}");
+        assert!(!host.iter().any(|(p, _)| p.contains("cumsum")), "cumsum on the device: {host:?}");
         assert!(conv_pool_host_steps(exe).is_empty(), "{}", exe.describe());
         assert!(exe.step_counts().0 > 0, "{}", exe.describe());
     };
@@ -781,6 +783,49 @@ fn argmax_and_argmin_run_on_the_device_exactly() {
     let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
     assert!(exe.host_steps().is_empty(), "{:?}\n{}", exe.host_steps(), exe.describe());
     assert_same_bits("argmax/argmin", &exe.run(&refs).expect("gpu runs"), &cpu);
+}
+
+/// Every cumulative kind on the device, forwards and in reverse, along
+/// each axis: f32 (NaNs for max/min, which then stay NaN along the line),
+/// i32 (sums and products that overflow) and bool's running any/all. All
+/// bitwise the host's but f32 sums and products (a tree, within tolerance).
+#[test]
+fn cumulative_ops_run_on_the_device() {
+    let Some(g) = gpu() else { return };
+    use graft_core::ops::cumulative::CumKind;
+    let ty = |d: DType| TensorType::new(d, vec![4, 3, 70]);
+    let mut b = graft_core::Builder::new("scans");
+    let (x, xi, xb) = (b.param(ty(DType::F32)), b.param(ty(DType::I32)), b.param(ty(DType::Bool)));
+    let (mut exact, mut close) = (Vec::new(), Vec::new());
+    for kind in CumKind::ALL {
+        for axis in 0..3 {
+            for reverse in [false, true] {
+                let y = b.cumulative(kind, x, axis, reverse).expect("f32 scan");
+                if matches!(kind, CumKind::Sum | CumKind::Prod) {
+                    close.push(y);
+                } else {
+                    exact.push(y);
+                    exact.push(b.cumulative(kind, xb, axis, reverse).expect("bool scan"));
+                }
+                exact.push(b.cumulative(kind, xi, axis, reverse).expect("i32 scan"));
+            }
+        }
+    }
+    let n_exact = exact.len();
+    let f = Arc::new(b.finish(&[exact, close].concat()).expect("builds"));
+    let xs = Tensor::from_fn(&ty(DType::F32), |i| match (i * 7919) % 31 {
+        0 if i % 3 == 0 => f64::NAN,
+        v => 1.0 + (v as f64 - 15.0) / 64.0,
+    });
+    let xis = Tensor::from_fn(&ty(DType::I32), |i| ((i as i64 * 2_654_435_761) % 200_001 - 100_000) as f64);
+    let xbs = Tensor::from_fn(&ty(DType::Bool), |i| f64::from((i * 7) % 11 == 0));
+    let refs = [&xs, &xis, &xbs];
+    let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    assert!(exe.host_steps().is_empty(), "{:?}\n{}", exe.host_steps(), exe.describe());
+    let out = exe.run(&refs).expect("gpu runs");
+    assert_same_bits("max/min, i32 and bool scans", &out[..n_exact], &cpu[..n_exact]);
+    assert_close("f32 sums and products", &out[n_exact..], &cpu[n_exact..]);
 }
 
 #[test]
