@@ -695,28 +695,58 @@ fn weight_grad_kernel<T: Real>(c: &ConvGeneral, plan: &Plan, x: &[T], ct: &[T], 
         dw.fill(T::zero());
         return;
     }
-    let mut col = if fp.identity { Vec::new() } else { take_scratch::<T>(kdim * p) };
-    for n in 0..batch {
-        let xn = &x[n * per_x..(n + 1) * per_x];
-        let cols = if fp.identity {
-            xn
-        } else {
-            let col = &mut col[..kdim * p];
-            fp.im2col(xn, col, true);
-            &*col
-        };
-        let a = MatRef { data: &ct[n * outs * p..(n + 1) * outs * p], rs: p, cs: 1 };
-        let b = MatRef { data: cols, rs: 1, cs: p };
-        if n == 0 {
-            gemm_into(outs, kdim, p, dw, a, b, true);
-        } else {
-            gemm_acc_into(outs, kdim, p, dw, a, b, true);
+    // Batch elements in fixed chunks (by shape only): each chunk's products
+    // accumulate in order into its partial sum, chunks run in parallel, and
+    // the partials are added in chunk order, so the bits do not depend on
+    // the thread count.
+    let chunks = batch.div_ceil(WEIGHT_GRAD_CHUNK);
+    let per_dw = dw.len();
+    let chunk_sum = |c: usize, acc: &mut [T]| {
+        let mut col = if fp.identity { Vec::new() } else { take_scratch::<T>(kdim * p) };
+        let first = c * WEIGHT_GRAD_CHUNK;
+        for n in first..(first + WEIGHT_GRAD_CHUNK).min(batch) {
+            let xn = &x[n * per_x..(n + 1) * per_x];
+            let cols = if fp.identity {
+                xn
+            } else {
+                let col = &mut col[..kdim * p];
+                fp.im2col(xn, col, chunks == 1);
+                &*col
+            };
+            let a = MatRef { data: &ct[n * outs * p..(n + 1) * outs * p], rs: p, cs: 1 };
+            let b = MatRef { data: cols, rs: 1, cs: p };
+            if n == first {
+                gemm_into(outs, kdim, p, acc, a, b, chunks == 1);
+            } else {
+                gemm_acc_into(outs, kdim, p, acc, a, b, chunks == 1);
+            }
+        }
+        if !fp.identity {
+            put_scratch(col);
+        }
+    };
+    if chunks == 1 {
+        chunk_sum(0, dw);
+        return;
+    }
+    let mut partials = vec![T::zero(); chunks * per_dw];
+    let flops = outs * kdim * p * batch;
+    if super::kernel::worth_parallel(flops / 8) {
+        partials.par_chunks_mut(per_dw).enumerate().for_each(|(c, acc)| chunk_sum(c, acc));
+    } else {
+        partials.chunks_mut(per_dw).enumerate().for_each(|(c, acc)| chunk_sum(c, acc));
+    }
+    dw.copy_from_slice(&partials[..per_dw]);
+    for part in partials[per_dw..].chunks(per_dw) {
+        for (y, &v) in dw.iter_mut().zip(part) {
+            *y = *y + v;
         }
     }
-    if !fp.identity {
-        put_scratch(col);
-    }
 }
+
+/// Batch elements whose weight-gradient products one task accumulates
+/// ([`weight_grad_kernel`]); the chunks' partial sums are added after.
+const WEIGHT_GRAD_CHUNK: usize = 8;
 
 /// Runs the convolution in the canonical layout.
 fn canonical_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {

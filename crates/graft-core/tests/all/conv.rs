@@ -370,7 +370,8 @@ fn check_layouts(p: &ConvGeneral, xs: &[usize], ws: &[usize]) {
 /// Swapped layouts ([`ConvLayout`]) compute the canonical convolution of
 /// the same data: the weight-gradient kernel (all swapped, ungrouped) with
 /// its forward plan gathering small images, copying runs of wide ones and
-/// skipping im2col for a 1x1 forward window; the scratch-copy path for the
+/// skipping im2col for a 1x1 forward window, its batch in one chunk or
+/// several; the scratch-copy path for the
 /// other layouts and for groups; 0-3 spatial dims; empty batches and
 /// channels.
 #[test]
@@ -382,6 +383,8 @@ fn swapped_layouts_match_the_reference() {
         (conv(&[1, 1], &[(1, 1), (1, 1)], &[1, 1], &[1, 1], 1), vec![3, 2, 4, 19], vec![2, 2, 4, 19]),
         // ... of a stride-2 convolution (rhs dilation 2), odd sizes cropped.
         (conv(&[1, 1], &[(1, 0), (1, 0)], &[1, 1], &[2, 2], 1), vec![2, 3, 7, 6], vec![3, 3, 3, 3]),
+        // A batch of 19: three chunks of the weight gradient's partial sums.
+        (conv(&[1, 1], &[(1, 1), (0, 1)], &[1, 1], &[2, 1], 1), vec![2, 19, 6, 5], vec![3, 19, 2, 3]),
         // A 1x1 forward window: the weight gradient multiplies the input as it is.
         (conv(&[1, 1], &[(0, 0), (0, 0)], &[1, 1], &[1, 1], 1), vec![2, 3, 5, 5], vec![4, 3, 5, 5]),
         // Strides, lhs dilation, negative padding, 1-D and 3-D.
