@@ -693,46 +693,35 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                         Err(why) => host(vec![e], why),
                     }
                 }
-                Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
-                    match reduce_kernel(f, r, eqn.inputs[0], eqn.outputs[0], &format!("rk{e}")) {
-                        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
-                            Ok(l) => Ok(Prepared::Device {
-                                launches: vec![l],
-                                what: format!("reduction ({})", eqn.prim.name()),
-                            }),
-                            Err(why) => host(vec![e], why),
-                        },
-                        None => {
-                            host(vec![e], "reduction of a dtype other than f32, i32 and bool, or over nothing".into())
-                        }
-                    }
-                }
-                Prim::Cumulative(c) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
-                    match cumulative_kernel(f, c, eqn.inputs[0], eqn.outputs[0], &format!("ck{e}")) {
-                        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
-                            Ok(l) => Ok(Prepared::Device { launches: vec![l], what: eqn.prim.name().to_string() }),
-                            Err(why) => host(vec![e], why),
-                        },
-                        None => host(
-                            vec![e],
-                            format!(
-                                "a scan of f64, i64 or bool sums, over nothing, or of more than {CUMULATIVE_WORK_MAX} \
-                                 element-position pairs (the device reduces each element's line in a row of its own)"
-                            ),
-                        ),
-                    }
-                }
-                Prim::ArgReduce(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
-                    match argreduce_kernel(f, a, eqn.inputs[0], eqn.outputs[0], &format!("ak{e}")) {
-                        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
-                            Ok(l) => Ok(Prepared::Device { launches: vec![l], what: eqn.prim.name().to_string() }),
-                            Err(why) => host(vec![e], why),
-                        },
-                        None => {
-                            host(vec![e], "an index search over f64 or bool data, i64 indices or empty rows".into())
-                        }
-                    }
-                }
+                Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => one_launch(
+                    gpu,
+                    e,
+                    eqn,
+                    reduce_kernel(f, r, eqn.inputs[0], eqn.outputs[0], &format!("rk{e}")),
+                    format!("reduction ({})", eqn.prim.name()),
+                    || "reduction of a dtype other than f32, i32 and bool, or over nothing".into(),
+                ),
+                Prim::Cumulative(c) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => one_launch(
+                    gpu,
+                    e,
+                    eqn,
+                    cumulative_kernel(f, c, eqn.inputs[0], eqn.outputs[0], &format!("ck{e}")),
+                    eqn.prim.name().to_string(),
+                    || {
+                        format!(
+                            "a scan of f64, i64 or bool sums, over nothing, or of more than {CUMULATIVE_WORK_MAX} \
+                             element-position pairs (the device reduces each element's line in a row of its own)"
+                        )
+                    },
+                ),
+                Prim::ArgReduce(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => one_launch(
+                    gpu,
+                    e,
+                    eqn,
+                    argreduce_kernel(f, a, eqn.inputs[0], eqn.outputs[0], &format!("ak{e}")),
+                    eqn.prim.name().to_string(),
+                    || "an index search over f64 or bool data, i64 indices or empty rows".into(),
+                ),
                 // The plan had no device kernel for it (`ops::window::device_kernel`).
                 Prim::ReduceWindow(w) => {
                     let taps: usize = w.window.iter().product();
@@ -944,9 +933,36 @@ fn launch(gpu: &Gpu, k: &Kernel, binds: Vec<Value>, prims: &str) -> Result<Resul
     Ok(Ok(Launch { pipeline, rendered, binds, writes, lens, name: k.name.clone() }))
 }
 
-/// A float `reduce_*` equation as a row kernel of the kernel IR: one row
-/// per result element, its points the reduced elements, read through a
-/// strided index over (kept dims, reduced dims).
+/// A step of one kernel reading the equation's one operand and writing its
+/// one result: on the device when `kernel` is `Some` and compiles, else on
+/// the host with the reason (`why_not` when there is no kernel).
+fn one_launch(
+    gpu: &Gpu,
+    e: usize,
+    eqn: &graft_core::ir::Eqn,
+    kernel: Option<Kernel>,
+    what: String,
+    why_not: impl FnOnce() -> String,
+) -> Result<Prepared, GpuError> {
+    let reason = match kernel {
+        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
+            Ok(l) => return Ok(Prepared::Device { launches: vec![l], what }),
+            Err(why) => why,
+        },
+        None => why_not(),
+    };
+    Ok(Prepared::Host { eqns: vec![e], reason })
+}
+
+/// Row-major strides of `shape`, as the kernel IR's signed strides.
+fn row_major(shape: &[usize]) -> Vec<isize> {
+    graft_core::types::strides_of(shape).into_iter().map(|s| s as isize).collect()
+}
+
+/// An f32 or i32 `reduce_*` equation (bool max/min as 0/1 in f32) as a
+/// row kernel of the kernel IR: one row per result element, its points the
+/// reduced elements, read through a strided index over (kept dims, reduced
+/// dims).
 fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: Value, name: &str) -> Option<Kernel> {
     use graft_core::ops::reduce::ReduceKind;
     let xt = f.ty(x);
@@ -958,10 +974,7 @@ fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: V
         return None;
     }
     let shape = &xt.shape;
-    let mut row = vec![1isize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        row[d] = row[d + 1] * shape[d + 1] as isize;
-    }
+    let row = row_major(shape);
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !r.axes.contains(d)).collect();
     let order: Vec<usize> = kept.iter().chain(&r.axes).copied().collect();
     let rows: usize = kept.iter().map(|&d| shape[d]).product();
@@ -1019,10 +1032,7 @@ fn argreduce_kernel(
         return None;
     }
     let shape = &xt.shape;
-    let mut row = vec![1isize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        row[d] = row[d + 1] * shape[d + 1] as isize;
-    }
+    let row = row_major(shape);
     let kept: Vec<usize> = (0..shape.len()).filter(|&d| d != a.axis).collect();
     let rows: usize = kept.iter().map(|&d| shape[d]).product();
     let len = *shape.get(a.axis)?;
@@ -1125,10 +1135,7 @@ fn cumulative_kernel(
         return None;
     }
     let rank = xt.rank();
-    let mut strides = vec![1isize; rank];
-    for d in (0..rank.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * xt.shape[d + 1] as isize;
-    }
+    let strides = row_major(&xt.shape);
     // Inner points `(output element, j)`: the element's coordinates, then
     // the position `j` along the axis that it combines.
     let mut dims = xt.shape.clone();

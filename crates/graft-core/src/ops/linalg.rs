@@ -419,24 +419,12 @@ pub(crate) fn gemm_into<T: Real>(
     b: MatRef<T>,
     parallel: bool,
 ) {
-    assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
-    if m == 0 || n == 0 {
-        return;
-    }
     if k == 0 {
+        assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
         dst.fill(T::zero());
         return;
     }
-    // The farthest element each view reaches must lie inside its slice.
-    assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "internal error: gemm lhs view out of bounds");
-    assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "internal error: gemm rhs view out of bounds");
-    let threads = rayon::current_num_threads();
-    let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    gemm_f(m, n, k, dst, a, b, par, false);
+    gemm_checked(m, n, k, dst, a, b, parallel, false);
 }
 
 /// `dst += a @ b`, otherwise as [`gemm_into`] (`k == 0` leaves `dst` as it is).
@@ -449,10 +437,29 @@ pub(crate) fn gemm_acc_into<T: Real>(
     b: MatRef<T>,
     parallel: bool,
 ) {
+    if k > 0 {
+        gemm_checked(m, n, k, dst, a, b, parallel, true);
+    }
+}
+
+/// [`gemm_into`] or [`gemm_acc_into`] for `k > 0`: the views checked, the
+/// pool used when `parallel` and the product is large enough.
+#[allow(clippy::too_many_arguments)]
+fn gemm_checked<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    a: MatRef<T>,
+    b: MatRef<T>,
+    parallel: bool,
+    accumulate: bool,
+) {
     assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
-    if m == 0 || n == 0 || k == 0 {
+    if m == 0 || n == 0 {
         return;
     }
+    // The farthest element each view reaches must lie inside its slice.
     assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "internal error: gemm lhs view out of bounds");
     assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "internal error: gemm rhs view out of bounds");
     let threads = rayon::current_num_threads();
@@ -461,7 +468,7 @@ pub(crate) fn gemm_acc_into<T: Real>(
     } else {
         gemm::Parallelism::None
     };
-    gemm_f(m, n, k, dst, a, b, par, true);
+    gemm_f(m, n, k, dst, a, b, par, accumulate);
 }
 
 /// The one `unsafe` call of the crate: `gemm::gemm` on checked slices.
