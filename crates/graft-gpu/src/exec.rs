@@ -15,7 +15,8 @@
 //!   **`argmax`/`argmin`** likewise, as two reductions per row (the
 //!   extreme, then its first position: see [`argreduce_kernel`]), and
 //!   **cumulative ops** as one masked reduction per output element (see
-//!   [`cumulative_kernel`]);
+//!   [`cumulative_kernel`]), and **`argsort`** as ranks, then their
+//!   inverse ([`argsort_kernels`]);
 //! - **`conv_general`** on f32: an im2col kernel of the kernel IR
 //!   (`ops::conv::im2col_kernel`) and the GEMM over (image, group), whose
 //!   result is the output's layout (see [`prepare_conv`]); pooling windows
@@ -27,8 +28,8 @@
 //!   slices and `ys` rows moved by buffer copies on the device, nothing
 //!   read back (see [`ScanStep`]); a `while` reads back its one-element
 //!   predicate per step, the one wait a run-time trip count needs;
-//! - **everything else** (loops whose bodies need the host, sorts,
-//!   long cumulative ops, `pow`/`atan2`...): on the host, by
+//! - **everything else** (loops whose bodies need the host, long sorts
+//!   and cumulative ops, `pow`/`atan2`...): on the host, by
 //!   the primitive's interpreter kernel, with explicit transfers: its
 //!   operands are downloaded (one wait for all of them) and its results
 //!   uploaded when a device step first reads them. [`GpuExecutable::host_steps`]
@@ -77,6 +78,8 @@ enum Prepared {
     Gemm(Box<GemmStep>),
     /// A convolution: im2col and a product per part of the batch.
     Conv(Box<ConvStep>),
+    /// An `argsort`: each element's rank, then the permutation.
+    Argsort(Box<ArgsortStep>),
     Alias {
         src: Value,
         dst: Value,
@@ -163,6 +166,17 @@ struct ConvPart {
     im2col: Option<Launch>,
     gemm: gemm::Gemm,
     pipeline: Arc<wgpu::ComputePipeline>,
+}
+
+/// An `argsort` (see [`argsort_kernels`]): `rank` writes every element's
+/// rank within its line to a temporary, `invert` reads it and writes the
+/// permutation.
+#[derive(Debug)]
+struct ArgsortStep {
+    rank: Launch,
+    invert: Launch,
+    x: Value,
+    out: Value,
 }
 
 /// Largest im2col matrix of one part of a convolution's batch, in bytes
@@ -332,6 +346,7 @@ impl GpuExecutable {
                 Prepared::Device { launches, .. } => dev += launches.len(),
                 Prepared::Gemm(g) => dev += 1 + g.lhs_copy.is_some() as usize + g.rhs_copy.is_some() as usize,
                 Prepared::Conv(c) => dev += c.parts.iter().map(|p| 1 + p.im2col.is_some() as usize).sum::<usize>(),
+                Prepared::Argsort(_) => dev += 2,
                 Prepared::Host { .. } => host += 1,
                 // Per step of the loop.
                 Prepared::Scan(s) => dev += s.body.step_counts().0,
@@ -376,6 +391,13 @@ impl GpuExecutable {
                         g.k,
                         g.n,
                         c.parts.len()
+                    );
+                }
+                Prepared::Argsort(a) => {
+                    let _ = writeln!(
+                        s,
+                        "  step {i}: gpu  argsort as ranks, then their inverse: {}, {}",
+                        a.rank.name, a.invert.name
                     );
                 }
                 Prepared::Alias { .. } => {
@@ -435,6 +457,11 @@ impl GpuExecutable {
                             out.push((l.name.clone(), l.rendered.source.clone()));
                         }
                         out.push(("conv gemm".into(), gemm_source(&self.gpu, &p.gemm)));
+                    }
+                }
+                Prepared::Argsort(a) => {
+                    for l in [&a.rank, &a.invert] {
+                        out.push((l.name.clone(), l.rendered.source.clone()));
                     }
                 }
                 Prepared::Scan(s) => out.extend(s.body.wgsl_sources()),
@@ -598,6 +625,7 @@ fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
                 .collect(),
             Prepared::Gemm(g) => vec![g.lhs, g.rhs],
             Prepared::Conv(c) => vec![c.lhs, c.rhs],
+            Prepared::Argsort(a) => vec![a.x],
             Prepared::Alias { src, .. } => vec![*src],
             Prepared::Const { .. } => vec![],
             Prepared::Host { eqns, .. } => eqns.iter().flat_map(|&e| f.eqns[e].inputs.iter().copied()).collect(),
@@ -714,6 +742,29 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                         )
                     },
                 ),
+                Prim::Argsort(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
+                    let (x, out) = (eqn.inputs[0], eqn.outputs[0]);
+                    let Some((rank, invert)) = argsort_kernels(f, a, x, out, e) else {
+                        return host(
+                            vec![e],
+                            format!(
+                                "an argsort of f64 or bool data, i64 indices, over nothing, or of more than \
+                                 {SORT_WORK_MAX} element-position pairs (the device ranks each element in a row of its own)"
+                            ),
+                        );
+                    };
+                    // The rank kernel's result is a temporary (bound to a
+                    // placeholder, as layout copies are); `invert` reads it.
+                    let rank = match launch(gpu, &rank, vec![x, x], "argsort")? {
+                        Ok(l) => l,
+                        Err(why) => return host(vec![e], why),
+                    };
+                    let invert = match launch(gpu, &invert, vec![x, out], "argsort")? {
+                        Ok(l) => l,
+                        Err(why) => return host(vec![e], why),
+                    };
+                    Ok(Prepared::Argsort(Box::new(ArgsortStep { rank, invert, x, out })))
+                }
                 Prim::ArgReduce(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => one_launch(
                     gpu,
                     e,
@@ -1194,6 +1245,132 @@ fn cumulative_kernel(
     Some(k)
 }
 
+/// Most `elements x line length` an argsort's kernels visit each (2^28):
+/// beyond it the sort runs on the host.
+const SORT_WORK_MAX: usize = 1 << 28;
+
+/// `argsort` along one axis as two row kernels with one row per element,
+/// over that element's line: `rank` counts the elements that sort before
+/// it (NumPy's order: NaN after every number, `-0.0` equal to `0.0`, equal
+/// elements in position order, so the ranks are a permutation), and
+/// `invert` finds, for each output position `p`, the element of rank `p`
+/// (an i32 max over `select(rank == p, j, -1)`). Quadratic in the line
+/// length (bounded by [`SORT_WORK_MAX`]) but exact: the permutation is
+/// the host's stable sort's, bitwise. `None` for f64, i64 or bool data,
+/// i64 indices, empty results or lines, and work beyond the bound.
+fn argsort_kernels(
+    f: &Func,
+    a: &graft_core::ops::sort::Argsort,
+    x: Value,
+    out: Value,
+    e: usize,
+) -> Option<(Kernel, Kernel)> {
+    use graft_core::kernel::Lit;
+    use graft_core::ops::binary::{Binary, Compare};
+    use graft_core::ops::reduce::ReduceKind;
+    let xt = f.ty(x);
+    if !matches!(xt.dtype, DType::F32 | DType::I32) || a.index_dtype != DType::I32 {
+        return None;
+    }
+    let (n, len) = (xt.numel(), *xt.shape.get(a.axis)?);
+    if n == 0 || len == 0 || n.checked_mul(len)? > SORT_WORK_MAX || len > i32::MAX as usize {
+        return None;
+    }
+    let rank_of = xt.rank();
+    let strides = row_major(&xt.shape);
+    // Inner points `(element, j)`: the element's coordinates, then the
+    // position `j` along the axis of the line element it compares with.
+    let mut dims = xt.shape.clone();
+    dims.push(len);
+    let mut line = strides.clone();
+    line[a.axis] = 0;
+    line.push(strides[a.axis]);
+    let mut own = vec![0isize; rank_of + 1];
+    own[a.axis] = 1;
+    let mut pos = vec![0isize; rank_of + 1];
+    pos[rank_of] = 1;
+    let lit = |v: i64| Inst::Lit(Lit { dtype: DType::I32, bits: v as u64 });
+    let strided = |strides: &Vec<isize>| Index::Strided { dims: dims.clone(), strides: strides.clone(), offset: 0 };
+    // rank: the outer body loads the element itself; the inner one compares.
+    let mut inner = vec![
+        Inst::Load { arg: 0, index: strided(&line) }, // 0: x_j
+        Inst::Outer(0),                               // 1: x_i
+        Inst::Compare(Compare::Lt, 0, 1),             // 2
+        Inst::Compare(Compare::Eq, 0, 1),             // 3
+    ];
+    let (lt, eq) = if xt.dtype == DType::F32 {
+        // NaN on the bits (a shader compiler may fold `x != x`): x_j < x_i
+        // also when only x_i is NaN; equal also when both are.
+        inner.extend([
+            lit(0x7fff_ffff),                                   // 4
+            lit(0x7f80_0000),                                   // 5
+            Inst::Bitcast(DType::I32, 0),                       // 6
+            Inst::Binary(Binary::And, 6, 4),                    // 7
+            Inst::Compare(Compare::Gt, 7, 5),                   // 8: x_j is NaN
+            Inst::Bitcast(DType::I32, 1),                       // 9
+            Inst::Binary(Binary::And, 9, 4),                    // 10
+            Inst::Compare(Compare::Gt, 10, 5),                  // 11: x_i is NaN
+            Inst::Unary(graft_core::ops::unary::Unary::Not, 8), // 12
+            Inst::Binary(Binary::And, 12, 11),                  // 13: number before NaN
+            Inst::Binary(Binary::Or, 2, 13),                    // 14
+            Inst::Binary(Binary::And, 8, 11),                   // 15: both NaN
+            Inst::Binary(Binary::Or, 3, 15),                    // 16
+        ]);
+        (14, 16)
+    } else {
+        (2, 3)
+    };
+    let j = inner.len() as u32;
+    inner.extend([
+        Inst::Position(strided(&pos)),        // j
+        Inst::Position(strided(&own)),        // k (the element's own position)
+        Inst::Compare(Compare::Lt, j, j + 1), // j < k
+        Inst::Binary(Binary::And, eq, j + 2), // equal and earlier
+        Inst::Binary(Binary::Or, lt, j + 3),  // sorts before
+        lit(1),
+        lit(0),
+        Inst::Select(j + 4, j + 5, j + 6),
+    ]);
+    let value = j + 7;
+    let rank = Kernel {
+        name: format!("sr{e}"),
+        args: vec![
+            Arg { dtype: xt.dtype, len: n, access: Access::Read },
+            Arg { dtype: DType::I32, len: n, access: Access::Write },
+        ],
+        extent: n,
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Reduce(Box::new(Reduction { kind: ReduceKind::Sum, inner: Inner { len, body: inner }, value })),
+            Inst::Store { arg: 1, value: 1, index: Index::Point },
+        ],
+    };
+    // invert: the line position whose rank is this output's position.
+    let inner = vec![
+        Inst::Load { arg: 0, index: strided(&line) }, // 0: rank_j
+        Inst::Position(strided(&own)),                // 1: p
+        Inst::Compare(Compare::Eq, 0, 1),             // 2
+        Inst::Position(strided(&pos)),                // 3: j
+        lit(-1),                                      // 4
+        Inst::Select(2, 3, 4),                        // 5
+    ];
+    let invert = Kernel {
+        name: format!("si{e}"),
+        args: vec![
+            Arg { dtype: DType::I32, len: n, access: Access::Read },
+            Arg { dtype: DType::I32, len: f.ty(out).numel(), access: Access::Write },
+        ],
+        extent: n,
+        body: vec![
+            Inst::Reduce(Box::new(Reduction { kind: ReduceKind::Max, inner: Inner { len, body: inner }, value: 5 })),
+            Inst::Store { arg: 1, value: 0, index: Index::Point },
+        ],
+    };
+    graft_core::kernel::verify(&rank).ok()?;
+    graft_core::kernel::verify(&invert).ok()?;
+    Some((rank, invert))
+}
+
 /// The state of one run.
 struct Run<'a> {
     gpu: &'a Gpu,
@@ -1355,6 +1532,23 @@ impl Run<'_> {
                     self.stats.launches += 1;
                 }
                 self.gpu.check("conv_general (gemm)")?;
+                self.env[out.index()] = Slot { host: None, dev: Some(y) };
+            }
+            Prepared::Argsort(a) => {
+                let ArgsortStep { rank, invert, x, out } = &**a;
+                let ranks = self.run_launch(rank, Some(*x), "argsort")?;
+                let y = self.gpu.alloc(device_bytes(self.func.ty(*out))).map_err(|e| e.during("argsort"))?;
+                let gpu = self.gpu;
+                if !invert.rendered.workgroups.contains(&0) {
+                    gpu.dispatch(
+                        self.encoder(),
+                        &invert.pipeline,
+                        &[ranks.buffer(), y.buffer()],
+                        invert.rendered.workgroups,
+                    );
+                    self.stats.launches += 1;
+                }
+                self.gpu.check(&format!("{} (argsort)", invert.name))?;
                 self.env[out.index()] = Slot { host: None, dev: Some(y) };
             }
             Prepared::Scan(s) => self.scan(s)?,
