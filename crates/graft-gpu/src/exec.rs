@@ -737,7 +737,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                     eqn.prim.name().to_string(),
                     || {
                         format!(
-                            "a scan of f64, i64 or bool sums, over nothing, or of more than {CUMULATIVE_WORK_MAX} \
+                            "a scan of f64, i64 or bool sums, over nothing, or of more than {LINE_WORK_MAX} \
                              element-position pairs (the device reduces each element's line in a row of its own)"
                         )
                     },
@@ -749,7 +749,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                             vec![e],
                             format!(
                                 "an argsort of f64 or bool data, i64 indices, over nothing, or of more than \
-                                 {SORT_WORK_MAX} element-position pairs (the device ranks each element in a row of its own)"
+                                 {LINE_WORK_MAX} element-position pairs (the device ranks each element in a row of its own)"
                             ),
                         );
                     };
@@ -1143,15 +1143,44 @@ fn argreduce_kernel(
     Some(k)
 }
 
-/// Most `elements x axis length` a cumulative kernel visits (2^28; each
-/// output element reduces its whole line): beyond it the scan runs on the
-/// host, where it is one sequential pass.
-const CUMULATIVE_WORK_MAX: usize = 1 << 28;
+/// Most `elements x line length` the kernels over whole lines visit (2^28;
+/// [`cumulative_kernel`] and [`argsort_kernels`] give each element a row
+/// reducing its line): beyond it the op runs on the host, where it is one
+/// sequential pass (a scan) or a sort per line.
+const LINE_WORK_MAX: usize = 1 << 28;
+
+/// The indices of a row kernel with one row per element of `shape` whose
+/// inner points `(element, j)` walk the element's line along `axis`.
+struct LineIndex {
+    /// The line's element `j` (the element's coordinates with `j` along the axis).
+    line: Index,
+    /// `j` itself.
+    j: Index,
+    /// The element's own coordinate along the axis.
+    own: Index,
+}
+
+impl LineIndex {
+    fn new(shape: &[usize], axis: usize, len: usize) -> LineIndex {
+        let strides = row_major(shape);
+        let mut dims = shape.to_vec();
+        dims.push(len);
+        let mut line = strides.clone();
+        line[axis] = 0;
+        line.push(strides[axis]);
+        let mut own = vec![0isize; shape.len() + 1];
+        own[axis] = 1;
+        let mut j = vec![0isize; shape.len() + 1];
+        j[shape.len()] = 1;
+        let index = |strides: Vec<isize>| Index::Strided { dims: dims.clone(), strides, offset: 0 };
+        LineIndex { line: index(line), j: index(j), own: index(own) }
+    }
+}
 
 /// `cumsum`/`cumprod`/`cummax`/`cummin` as a row kernel with one row per
 /// output element, reducing its line of the operand with every element past
 /// it (before it, in reverse) replaced by the combiner's identity. Work is
-/// `elements x axis length` (bounded by [`CUMULATIVE_WORK_MAX`]), which buys
+/// `elements x axis length` (bounded by [`LINE_WORK_MAX`]), which buys
 /// determinism and no new kernel-IR construct: each element is one
 /// reduction in the row kernel's fixed order. Max and min (NaN from the
 /// first NaN on, as on the host), i32 sums and products (wrapping) and
@@ -1182,22 +1211,10 @@ fn cumulative_kernel(
         return None;
     }
     let (n, len) = (xt.numel(), *xt.shape.get(c.axis)?);
-    if n == 0 || len == 0 || n.checked_mul(len)? > CUMULATIVE_WORK_MAX {
+    if n == 0 || len == 0 || n.checked_mul(len)? > LINE_WORK_MAX {
         return None;
     }
-    let rank = xt.rank();
-    let strides = row_major(&xt.shape);
-    // Inner points `(output element, j)`: the element's coordinates, then
-    // the position `j` along the axis that it combines.
-    let mut dims = xt.shape.clone();
-    dims.push(len);
-    let mut load = strides.clone();
-    load[c.axis] = 0;
-    load.push(strides[c.axis]);
-    let mut own = vec![0isize; rank + 1];
-    own[c.axis] = 1;
-    let mut pos = vec![0isize; rank + 1];
-    pos[rank] = 1;
+    let at = LineIndex::new(&xt.shape, c.axis, len);
     let acc = if as_bool { DType::F32 } else { xt.dtype };
     let identity = match (acc, kind) {
         (DType::F32, ReduceKind::Sum) => 0f32.to_bits() as u64,
@@ -1209,15 +1226,12 @@ fn cumulative_kernel(
         (_, ReduceKind::Max) => i32::MIN as i64 as u64,
         (_, ReduceKind::Min) => i32::MAX as u64,
     };
-    let mut inner = vec![Inst::Load { arg: 0, index: Index::Strided { dims: dims.clone(), strides: load, offset: 0 } }];
+    let mut inner = vec![Inst::Load { arg: 0, index: at.line.clone() }];
     if as_bool {
         inner.push(Inst::Convert(DType::F32, 0));
     }
     let v = inner.len() as u32 - 1;
-    inner.extend([
-        Inst::Position(Index::Strided { dims: dims.clone(), strides: pos, offset: 0 }),
-        Inst::Position(Index::Strided { dims, strides: own, offset: 0 }),
-    ]);
+    inner.extend([Inst::Position(at.j.clone()), Inst::Position(at.own.clone())]);
     let (j, k) = (v + 1, v + 2);
     let cmp = if c.reverse { Compare::Ge } else { Compare::Le };
     inner.extend([
@@ -1245,17 +1259,13 @@ fn cumulative_kernel(
     Some(k)
 }
 
-/// Most `elements x line length` an argsort's kernels visit each (2^28):
-/// beyond it the sort runs on the host.
-const SORT_WORK_MAX: usize = 1 << 28;
-
 /// `argsort` along one axis as two row kernels with one row per element,
 /// over that element's line: `rank` counts the elements that sort before
 /// it (NumPy's order: NaN after every number, `-0.0` equal to `0.0`, equal
 /// elements in position order, so the ranks are a permutation), and
 /// `invert` finds, for each output position `p`, the element of rank `p`
 /// (an i32 max over `select(rank == p, j, -1)`). Quadratic in the line
-/// length (bounded by [`SORT_WORK_MAX`]) but exact: the permutation is
+/// length (bounded by [`LINE_WORK_MAX`]) but exact: the permutation is
 /// the host's stable sort's, bitwise. `None` for f64, i64 or bool data,
 /// i64 indices, empty results or lines, and work beyond the bound.
 fn argsort_kernels(
@@ -1273,30 +1283,17 @@ fn argsort_kernels(
         return None;
     }
     let (n, len) = (xt.numel(), *xt.shape.get(a.axis)?);
-    if n == 0 || len == 0 || n.checked_mul(len)? > SORT_WORK_MAX || len > i32::MAX as usize {
+    if n == 0 || len == 0 || n.checked_mul(len)? > LINE_WORK_MAX || len > i32::MAX as usize {
         return None;
     }
-    let rank_of = xt.rank();
-    let strides = row_major(&xt.shape);
-    // Inner points `(element, j)`: the element's coordinates, then the
-    // position `j` along the axis of the line element it compares with.
-    let mut dims = xt.shape.clone();
-    dims.push(len);
-    let mut line = strides.clone();
-    line[a.axis] = 0;
-    line.push(strides[a.axis]);
-    let mut own = vec![0isize; rank_of + 1];
-    own[a.axis] = 1;
-    let mut pos = vec![0isize; rank_of + 1];
-    pos[rank_of] = 1;
+    let at = LineIndex::new(&xt.shape, a.axis, len);
     let lit = |v: i64| Inst::Lit(Lit { dtype: DType::I32, bits: v as u64 });
-    let strided = |strides: &Vec<isize>| Index::Strided { dims: dims.clone(), strides: strides.clone(), offset: 0 };
     // rank: the outer body loads the element itself; the inner one compares.
     let mut inner = vec![
-        Inst::Load { arg: 0, index: strided(&line) }, // 0: x_j
-        Inst::Outer(0),                               // 1: x_i
-        Inst::Compare(Compare::Lt, 0, 1),             // 2
-        Inst::Compare(Compare::Eq, 0, 1),             // 3
+        Inst::Load { arg: 0, index: at.line.clone() }, // 0: x_j
+        Inst::Outer(0),                                // 1: x_i
+        Inst::Compare(Compare::Lt, 0, 1),              // 2
+        Inst::Compare(Compare::Eq, 0, 1),              // 3
     ];
     let (lt, eq) = if xt.dtype == DType::F32 {
         // NaN on the bits (a shader compiler may fold `x != x`): x_j < x_i
@@ -1322,8 +1319,8 @@ fn argsort_kernels(
     };
     let j = inner.len() as u32;
     inner.extend([
-        Inst::Position(strided(&pos)),        // j
-        Inst::Position(strided(&own)),        // k (the element's own position)
+        Inst::Position(at.j.clone()),         // j
+        Inst::Position(at.own.clone()),       // k (the element's own position)
         Inst::Compare(Compare::Lt, j, j + 1), // j < k
         Inst::Binary(Binary::And, eq, j + 2), // equal and earlier
         Inst::Binary(Binary::Or, lt, j + 3),  // sorts before
@@ -1347,12 +1344,12 @@ fn argsort_kernels(
     };
     // invert: the line position whose rank is this output's position.
     let inner = vec![
-        Inst::Load { arg: 0, index: strided(&line) }, // 0: rank_j
-        Inst::Position(strided(&own)),                // 1: p
-        Inst::Compare(Compare::Eq, 0, 1),             // 2
-        Inst::Position(strided(&pos)),                // 3: j
-        lit(-1),                                      // 4
-        Inst::Select(2, 3, 4),                        // 5
+        Inst::Load { arg: 0, index: at.line.clone() }, // 0: rank_j
+        Inst::Position(at.own.clone()),                // 1: p
+        Inst::Compare(Compare::Eq, 0, 1),              // 2
+        Inst::Position(at.j.clone()),                  // 3: j
+        lit(-1),                                       // 4
+        Inst::Select(2, 3, 4),                         // 5
     ];
     let invert = Kernel {
         name: format!("si{e}"),

@@ -419,12 +419,12 @@ pub(crate) fn gemm_into<T: Real>(
     b: MatRef<T>,
     parallel: bool,
 ) {
+    assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
     if k == 0 {
-        assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
         dst.fill(T::zero());
-        return;
+    } else if m > 0 && n > 0 {
+        gemm_f(m, n, k, dst, a, b, parallel, false);
     }
-    gemm_checked(m, n, k, dst, a, b, parallel, false);
 }
 
 /// `dst += a @ b`, otherwise as [`gemm_into`] (`k == 0` leaves `dst` as it is).
@@ -437,41 +437,15 @@ pub(crate) fn gemm_acc_into<T: Real>(
     b: MatRef<T>,
     parallel: bool,
 ) {
-    if k > 0 {
-        gemm_checked(m, n, k, dst, a, b, parallel, true);
-    }
-}
-
-/// [`gemm_into`] or [`gemm_acc_into`] for `k > 0`: the views checked, the
-/// pool used when `parallel` and the product is large enough.
-#[allow(clippy::too_many_arguments)]
-fn gemm_checked<T: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [T],
-    a: MatRef<T>,
-    b: MatRef<T>,
-    parallel: bool,
-    accumulate: bool,
-) {
     assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
-    if m == 0 || n == 0 {
-        return;
+    if k > 0 && m > 0 && n > 0 {
+        gemm_f(m, n, k, dst, a, b, parallel, true);
     }
-    // The farthest element each view reaches must lie inside its slice.
-    assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "internal error: gemm lhs view out of bounds");
-    assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "internal error: gemm rhs view out of bounds");
-    let threads = rayon::current_num_threads();
-    let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    gemm_f(m, n, k, dst, a, b, par, accumulate);
 }
 
-/// The one `unsafe` call of the crate: `gemm::gemm` on checked slices.
+/// The one `unsafe` call of the crate: `gemm::gemm` on checked slices,
+/// overwriting `dst` or (`accumulate`) adding to it; `parallel` lets `gemm`
+/// split a large enough product across the rayon pool.
 #[allow(unsafe_code)]
 #[allow(clippy::too_many_arguments)]
 fn gemm_f<T: Real>(
@@ -481,14 +455,21 @@ fn gemm_f<T: Real>(
     dst: &mut [T],
     a: MatRef<T>,
     b: MatRef<T>,
-    par: gemm::Parallelism,
+    parallel: bool,
     accumulate: bool,
 ) {
     assert!(T::DTYPE == DType::F32 || T::DTYPE == DType::F64, "internal error: gemm is only called for f32 and f64");
     assert!(m > 0 && n > 0 && k > 0, "internal error: gemm_f needs non-empty dims");
     assert!(dst.len() == m * n, "internal error: gemm destination must be m*n");
+    // The farthest element each view reaches must lie inside its slice.
     assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "internal error: gemm lhs view out of bounds");
     assert!((k - 1) * b.rs + (n - 1) * b.cs < b.data.len(), "internal error: gemm rhs view out of bounds");
+    let threads = rayon::current_num_threads();
+    let par = if parallel && threads > 1 && m * n * k >= GEMM_PAR_FLOPS {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
     // Slice lengths are at most isize::MAX elements; the asserts above bound
     // every stride that is ever multiplied by a non-zero index by the slice
     // length, and strides of size-1 dims are never stepped, so clamping them
