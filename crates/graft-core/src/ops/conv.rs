@@ -1,9 +1,12 @@
 //! `conv_general`: N-dimensional grouped, strided, padded and dilated
 //! convolution (cross-correlation, no kernel flip), like
-//! `lax.conv_general_dilated` / PyTorch `convNd` with a fixed layout.
+//! `lax.conv_general_dilated` / PyTorch `convNd`.
 //!
 //! Layout: lhs `[N, C, *spatial]`, rhs `[O, C / groups, *kernel]`, output
-//! `[N, O, *out_spatial]`. Channels split into `feature_group_count` groups:
+//! `[N, O, *out_spatial]`, each with its two leading dims swapped where the
+//! op's [`ConvLayout`] says so (what the derivative rules use instead of
+//! transposing around a convolution; everything below is written for the
+//! canonical order). Channels split into `feature_group_count` groups:
 //! output channel `o` sees input channels of group `o / (O / groups)` only.
 //!
 //! Per spatial dim (all in input coordinates after dilation and padding):
