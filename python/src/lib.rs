@@ -21,6 +21,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::cell::RefCell;
 
+/// Large buffers on cache-line boundaries (`graft_core::alloc`).
+#[global_allocator]
+static ALLOC: graft_core::alloc::CacheAligned = graft_core::alloc::CacheAligned;
+
 mod convert;
 mod function;
 mod nn;

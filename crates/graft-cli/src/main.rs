@@ -182,6 +182,10 @@ impl Fail {
     }
 }
 
+/// Large buffers on cache-line boundaries (`graft_core::alloc`).
+#[global_allocator]
+static ALLOC: graft_core::alloc::CacheAligned = graft_core::alloc::CacheAligned;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Deeply nested programs recurse deeply while compiling: give them room.

@@ -12,6 +12,10 @@
 //! (splat) form needs the create/shape families. Run:
 //! `cargo bench -p graft-core --bench elementwise`.
 
+/// Large buffers on cache-line boundaries, as in the `graft` CLI (`graft_core::alloc`).
+#[global_allocator]
+static ALLOC: graft_core::alloc::CacheAligned = graft_core::alloc::CacheAligned;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use graft_core::kernel::CompileMode;
 use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorType};

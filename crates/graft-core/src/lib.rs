@@ -6,6 +6,7 @@
 //! [`exec::Executable`], and run it on [`tensor::Tensor`]s.
 
 pub mod ad;
+pub mod alloc;
 pub mod batch;
 pub mod comm;
 pub mod composite;

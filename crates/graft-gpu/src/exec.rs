@@ -9,14 +9,12 @@
 //!   on the device;
 //! - **`dot_general`** on f32: the tiled GEMM of [`crate::gemm`], after
 //!   kernel-IR copies when an operand's layout needs one;
-//! - **f32 and i32 reductions** the planner left as equations: a row
-//!   kernel of the kernel IR built here (a strided load over the kept and
-//!   reduced dimensions, reduced per row), rendered like any other;
-//!   **`argmax`/`argmin`** likewise, as two reductions per row (the
-//!   extreme, then its first position: see [`argreduce_kernel`]), and
-//!   **cumulative ops** as one masked reduction per output element (see
-//!   [`cumulative_kernel`]), and **`argsort`** as ranks, then their
-//!   inverse ([`argsort_kernels`]);
+//! - **f32 and i32 reductions** the planner left as equations,
+//!   **`argmax`/`argmin`** and **cumulative ops**: row kernels of the plan,
+//!   from their op families' device forms (`ops::reduce::device_kernel`,
+//!   `ops::cumulative::device_kernel`), rendered like any other;
+//!   **`argsort`** as ranks into a temporary, then their inverse
+//!   (`ops::sort::argsort_device_kernels`; see [`ArgsortStep`]);
 //! - **`conv_general`** on f32: an im2col kernel of the kernel IR
 //!   (`ops::conv::im2col_kernel`) and the GEMM over (image, group), whose
 //!   result is the output's layout (see [`prepare_conv`]); pooling windows
@@ -44,9 +42,10 @@ use crate::gemm::{self, GemmPlan};
 use crate::GpuError;
 use graft_core::exec::device::{DevicePlan, DeviceStep};
 use graft_core::ir::Func;
+use graft_core::kernel::lines::LINE_WORK_MAX;
 use graft_core::kernel::render_wgsl::{render_wgsl, WgslKernel};
 use graft_core::kernel::CompileMode;
-use graft_core::kernel::{Access, Arg, Index, Inner, Inst, Kernel, Reduction};
+use graft_core::kernel::{Access, Kernel};
 use graft_core::ops::Op;
 use graft_core::{DType, ExecOptions, Executable, Prim, Tensor, Value};
 use std::collections::HashMap;
@@ -168,7 +167,7 @@ struct ConvPart {
     pipeline: Arc<wgpu::ComputePipeline>,
 }
 
-/// An `argsort` (see [`argsort_kernels`]): `rank` writes every element's
+/// An `argsort` (see `ops::sort::argsort_device_kernels`): `rank` writes every element's
 /// rank within its line to a temporary, `invert` reads it and writes the
 /// permutation.
 #[derive(Debug)]
@@ -661,7 +660,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
     let host = |eqns: Vec<usize>, reason: String| Ok(Prepared::Host { eqns, reason });
     match step {
         DeviceStep::Alias { src, dst } => Ok(Prepared::Alias { src, dst }),
-        DeviceStep::Eqns(eqns) => host(eqns, "fused group without a kernel-IR form (pow or atan2)".into()),
+        DeviceStep::Eqns(eqns) => host(eqns, "fused group without a kernel-IR form (atan2 or f64 pow)".into()),
         DeviceStep::Kernels { kernels, eqns, what } => {
             let prims = prim_names(f, &eqns);
             let mut launches = Vec::with_capacity(kernels.len());
@@ -721,30 +720,24 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                         Err(why) => host(vec![e], why),
                     }
                 }
-                Prim::Reduce(r) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => one_launch(
-                    gpu,
-                    e,
-                    eqn,
-                    reduce_kernel(f, r, eqn.inputs[0], eqn.outputs[0], &format!("rk{e}")),
-                    format!("reduction ({})", eqn.prim.name()),
-                    || "reduction of a dtype other than f32, i32 and bool, or over nothing".into(),
-                ),
-                Prim::Cumulative(c) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => one_launch(
-                    gpu,
-                    e,
-                    eqn,
-                    cumulative_kernel(f, c, eqn.inputs[0], eqn.outputs[0], &format!("ck{e}")),
-                    eqn.prim.name().to_string(),
-                    || {
-                        format!(
-                            "a scan of f64, i64 or bool sums, over nothing, or of more than {LINE_WORK_MAX} \
-                             element-position pairs (the device reduces each element's line in a row of its own)"
-                        )
-                    },
+                // The plan had no device kernel for it (`ops::reduce::device_kernel`).
+                Prim::Reduce(_) => {
+                    host(vec![e], "a reduction of a dtype other than f32, i32 and bool, or over nothing".into())
+                }
+                Prim::ArgReduce(_) => {
+                    host(vec![e], "an index search over f64 or bool data, i64 indices or empty rows".into())
+                }
+                // The plan had no device kernel for it (`ops::cumulative::device_kernel`).
+                Prim::Cumulative(_) => host(
+                    vec![e],
+                    format!(
+                        "a scan of f64, i64 or bool sums, over nothing, or of more than {LINE_WORK_MAX} \
+                         element-position pairs (the device reduces each element's line in a row of its own)"
+                    ),
                 ),
                 Prim::Argsort(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
                     let (x, out) = (eqn.inputs[0], eqn.outputs[0]);
-                    let Some((rank, invert)) = argsort_kernels(f, a, x, out, e) else {
+                    let Some((rank, invert)) = graft_core::ops::sort::argsort_device_kernels(f, a, x, out, e) else {
                         return host(
                             vec![e],
                             format!(
@@ -765,14 +758,6 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                     };
                     Ok(Prepared::Argsort(Box::new(ArgsortStep { rank, invert, x, out })))
                 }
-                Prim::ArgReduce(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => one_launch(
-                    gpu,
-                    e,
-                    eqn,
-                    argreduce_kernel(f, a, eqn.inputs[0], eqn.outputs[0], &format!("ak{e}")),
-                    eqn.prim.name().to_string(),
-                    || "an index search over f64 or bool data, i64 indices or empty rows".into(),
-                ),
                 // The plan had no device kernel for it (`ops::window::device_kernel`).
                 Prim::ReduceWindow(w) => {
                     let taps: usize = w.window.iter().product();
@@ -982,390 +967,6 @@ fn launch(gpu: &Gpu, k: &Kernel, binds: Vec<Value>, prims: &str) -> Result<Resul
     let writes = k.args.iter().map(|a| a.access == Access::Write).collect();
     let lens = k.args.iter().map(|a| a.len).collect();
     Ok(Ok(Launch { pipeline, rendered, binds, writes, lens, name: k.name.clone() }))
-}
-
-/// A step of one kernel reading the equation's one operand and writing its
-/// one result: on the device when `kernel` is `Some` and compiles, else on
-/// the host with the reason (`why_not` when there is no kernel).
-fn one_launch(
-    gpu: &Gpu,
-    e: usize,
-    eqn: &graft_core::ir::Eqn,
-    kernel: Option<Kernel>,
-    what: String,
-    why_not: impl FnOnce() -> String,
-) -> Result<Prepared, GpuError> {
-    let reason = match kernel {
-        Some(k) => match launch(gpu, &k, vec![eqn.inputs[0], eqn.outputs[0]], eqn.prim.name())? {
-            Ok(l) => return Ok(Prepared::Device { launches: vec![l], what }),
-            Err(why) => why,
-        },
-        None => why_not(),
-    };
-    Ok(Prepared::Host { eqns: vec![e], reason })
-}
-
-/// Row-major strides of `shape`, as the kernel IR's signed strides.
-fn row_major(shape: &[usize]) -> Vec<isize> {
-    graft_core::types::strides_of(shape).into_iter().map(|s| s as isize).collect()
-}
-
-/// An f32 or i32 `reduce_*` equation (bool max/min as 0/1 in f32) as a
-/// row kernel of the kernel IR: one row per result element, its points the
-/// reduced elements, read through a strided index over (kept dims, reduced
-/// dims).
-fn reduce_kernel(f: &Func, r: &graft_core::ops::reduce::Reduce, x: Value, out: Value, name: &str) -> Option<Kernel> {
-    use graft_core::ops::reduce::ReduceKind;
-    let xt = f.ty(x);
-    // Bools reduce by max (any) and min (all) as 0/1 in f32, exactly: how
-    // a vmapped `while` combines its examples' predicates.
-    let as_bool = xt.dtype == DType::Bool && matches!(r.kind, ReduceKind::Max | ReduceKind::Min);
-    // f32 and i32 reduce as they are (i32 sums and products wrap, as on the host).
-    if !matches!(xt.dtype, DType::F32 | DType::I32) && !as_bool {
-        return None;
-    }
-    let shape = &xt.shape;
-    let row = row_major(shape);
-    let kept: Vec<usize> = (0..shape.len()).filter(|d| !r.axes.contains(d)).collect();
-    let order: Vec<usize> = kept.iter().chain(&r.axes).copied().collect();
-    let rows: usize = kept.iter().map(|&d| shape[d]).product();
-    let len: usize = r.axes.iter().map(|&d| shape[d]).product();
-    if rows == 0 || len == 0 {
-        return None;
-    }
-    let dims: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
-    let strides: Vec<isize> = order.iter().map(|&d| row[d]).collect();
-    let mut inner = vec![Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } }];
-    if as_bool {
-        inner.push(Inst::Convert(DType::F32, 0));
-    }
-    let reduced = inner.len() as u32 - 1;
-    let inner = Inner { len, body: inner };
-    let mut body = vec![Inst::Reduce(Box::new(Reduction { kind: r.kind, inner, value: reduced }))];
-    if as_bool {
-        body.push(Inst::Convert(DType::Bool, 0));
-    }
-    let value = body.len() as u32 - 1;
-    body.push(Inst::Store { arg: 1, value, index: Index::Point });
-    let k = Kernel {
-        name: name.to_string(),
-        args: vec![
-            Arg { dtype: xt.dtype, len: xt.numel(), access: Access::Read },
-            Arg { dtype: xt.dtype, len: f.ty(out).numel(), access: Access::Write },
-        ],
-        extent: rows,
-        body,
-    };
-    graft_core::kernel::verify(&k).ok()?;
-    Some(k)
-}
-
-/// `argmax`/`argmin` as a row kernel of two reductions over each row (the
-/// searched axis, read through a strided load): the extreme `m` (NaN-
-/// propagating max/min for f32, so a row with a NaN has `m` NaN), then the
-/// least position `k` whose element equals `m` (or is NaN where `m` is) as an
-/// i32 min over `select(hit, k, i32::MAX)`: the first occurrence, the first
-/// NaN winning, as the interpreter defines it (`ops::reduce`), so the indices
-/// are the host's exactly. `None` for other dtypes (i64 indices, f64 or
-/// bool data) and empty rows.
-fn argreduce_kernel(
-    f: &Func,
-    a: &graft_core::ops::reduce::ArgReduce,
-    x: Value,
-    out: Value,
-    name: &str,
-) -> Option<Kernel> {
-    use graft_core::kernel::Lit;
-    use graft_core::ops::binary::{Binary, Compare};
-    use graft_core::ops::reduce::{ArgKind, ReduceKind};
-    let xt = f.ty(x);
-    if !matches!(xt.dtype, DType::F32 | DType::I32) || a.index_dtype != DType::I32 {
-        return None;
-    }
-    let shape = &xt.shape;
-    let row = row_major(shape);
-    let kept: Vec<usize> = (0..shape.len()).filter(|&d| d != a.axis).collect();
-    let rows: usize = kept.iter().map(|&d| shape[d]).product();
-    let len = *shape.get(a.axis)?;
-    if rows == 0 || len == 0 || len > i32::MAX as usize {
-        return None;
-    }
-    let order: Vec<usize> = kept.iter().copied().chain([a.axis]).collect();
-    let dims: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
-    let strides: Vec<isize> = order.iter().map(|&d| row[d]).collect();
-    let load = Inst::Load { arg: 0, index: Index::Strided { dims, strides, offset: 0 } };
-    let kind = match a.kind {
-        ArgKind::ArgMax => ReduceKind::Max,
-        ArgKind::ArgMin => ReduceKind::Min,
-    };
-    let extreme = Reduction { kind, inner: Inner { len, body: vec![load.clone()] }, value: 0 };
-    // The row's points are `i * len + k`: position `k` within the row.
-    let k = Inst::Position(Index::Strided { dims: vec![rows, len], strides: vec![0, 1], offset: 0 });
-    let never = Inst::Lit(Lit { dtype: DType::I32, bits: i32::MAX as u32 as u64 });
-    let mut inner = vec![load, Inst::Outer(0), Inst::Compare(Compare::Eq, 0, 1)];
-    if xt.dtype == DType::F32 {
-        // A NaN matches a NaN extreme. NaN is tested on the bits, `(b &
-        // 0x7fffffff) > 0x7f800000` (a shader compiler may fold `x != x`).
-        let lit = |v: u32| Inst::Lit(Lit { dtype: DType::I32, bits: u64::from(v) });
-        inner.extend([
-            lit(0x7fff_ffff),                 // 3
-            lit(0x7f80_0000),                 // 4
-            Inst::Bitcast(DType::I32, 0),     // 5
-            Inst::Binary(Binary::And, 5, 3),  // 6
-            Inst::Compare(Compare::Gt, 6, 4), // 7: x is NaN
-            Inst::Bitcast(DType::I32, 1),     // 8
-            Inst::Binary(Binary::And, 8, 3),  // 9
-            Inst::Compare(Compare::Gt, 9, 4), // 10: m is NaN
-            Inst::Binary(Binary::And, 7, 10), // 11
-            Inst::Binary(Binary::Or, 2, 11),  // 12
-        ]);
-    }
-    let hit = inner.len() as u32 - 1;
-    inner.extend([k, never]);
-    let n = inner.len() as u32;
-    inner.push(Inst::Select(hit, n - 2, n - 1));
-    let first = Reduction { kind: ReduceKind::Min, inner: Inner { len, body: inner }, value: n };
-    let body = vec![
-        Inst::Reduce(Box::new(extreme)),
-        Inst::Reduce(Box::new(first)),
-        Inst::Store { arg: 1, value: 1, index: Index::Point },
-    ];
-    let k = Kernel {
-        name: name.to_string(),
-        args: vec![
-            Arg { dtype: xt.dtype, len: xt.numel(), access: Access::Read },
-            Arg { dtype: DType::I32, len: f.ty(out).numel(), access: Access::Write },
-        ],
-        extent: rows,
-        body,
-    };
-    graft_core::kernel::verify(&k).ok()?;
-    Some(k)
-}
-
-/// Most `elements x line length` the kernels over whole lines visit (2^28;
-/// [`cumulative_kernel`] and [`argsort_kernels`] give each element a row
-/// reducing its line): beyond it the op runs on the host, where it is one
-/// sequential pass (a scan) or a sort per line.
-const LINE_WORK_MAX: usize = 1 << 28;
-
-/// The indices of a row kernel with one row per element of `shape` whose
-/// inner points `(element, j)` walk the element's line along `axis`.
-struct LineIndex {
-    /// The line's element `j` (the element's coordinates with `j` along the axis).
-    line: Index,
-    /// `j` itself.
-    j: Index,
-    /// The element's own coordinate along the axis.
-    own: Index,
-}
-
-impl LineIndex {
-    fn new(shape: &[usize], axis: usize, len: usize) -> LineIndex {
-        let strides = row_major(shape);
-        let mut dims = shape.to_vec();
-        dims.push(len);
-        let mut line = strides.clone();
-        line[axis] = 0;
-        line.push(strides[axis]);
-        let mut own = vec![0isize; shape.len() + 1];
-        own[axis] = 1;
-        let mut j = vec![0isize; shape.len() + 1];
-        j[shape.len()] = 1;
-        let index = |strides: Vec<isize>| Index::Strided { dims: dims.clone(), strides, offset: 0 };
-        LineIndex { line: index(line), j: index(j), own: index(own) }
-    }
-}
-
-/// `cumsum`/`cumprod`/`cummax`/`cummin` as a row kernel with one row per
-/// output element, reducing its line of the operand with every element past
-/// it (before it, in reverse) replaced by the combiner's identity. Work is
-/// `elements x axis length` (bounded by [`LINE_WORK_MAX`]), which buys
-/// determinism and no new kernel-IR construct: each element is one
-/// reduction in the row kernel's fixed order. Max and min (NaN from the
-/// first NaN on, as on the host), i32 sums and products (wrapping) and
-/// bool's running any/all (`cummax`/`cummin`, as 0/1 in f32) are the
-/// host's bits; f32 sums and products are summed as a tree instead of in
-/// line order (within the stated tolerance). `None` for other dtypes, empty
-/// results and lines, and work beyond the bound.
-fn cumulative_kernel(
-    f: &Func,
-    c: &graft_core::ops::cumulative::Cumulative,
-    x: Value,
-    out: Value,
-    name: &str,
-) -> Option<Kernel> {
-    use graft_core::kernel::Lit;
-    use graft_core::ops::binary::Compare;
-    use graft_core::ops::cumulative::CumKind;
-    use graft_core::ops::reduce::ReduceKind;
-    let xt = f.ty(x);
-    let kind = match c.kind {
-        CumKind::Sum => ReduceKind::Sum,
-        CumKind::Prod => ReduceKind::Prod,
-        CumKind::Max => ReduceKind::Max,
-        CumKind::Min => ReduceKind::Min,
-    };
-    let as_bool = xt.dtype == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
-    if !matches!(xt.dtype, DType::F32 | DType::I32) && !as_bool {
-        return None;
-    }
-    let (n, len) = (xt.numel(), *xt.shape.get(c.axis)?);
-    if n == 0 || len == 0 || n.checked_mul(len)? > LINE_WORK_MAX {
-        return None;
-    }
-    let at = LineIndex::new(&xt.shape, c.axis, len);
-    let acc = if as_bool { DType::F32 } else { xt.dtype };
-    let identity = match (acc, kind) {
-        (DType::F32, ReduceKind::Sum) => 0f32.to_bits() as u64,
-        (DType::F32, ReduceKind::Prod) => 1f32.to_bits() as u64,
-        (DType::F32, ReduceKind::Max) => f32::NEG_INFINITY.to_bits() as u64,
-        (DType::F32, ReduceKind::Min) => f32::INFINITY.to_bits() as u64,
-        (_, ReduceKind::Sum) => 0,
-        (_, ReduceKind::Prod) => 1,
-        (_, ReduceKind::Max) => i32::MIN as i64 as u64,
-        (_, ReduceKind::Min) => i32::MAX as u64,
-    };
-    let mut inner = vec![Inst::Load { arg: 0, index: at.line.clone() }];
-    if as_bool {
-        inner.push(Inst::Convert(DType::F32, 0));
-    }
-    let v = inner.len() as u32 - 1;
-    inner.extend([Inst::Position(at.j.clone()), Inst::Position(at.own.clone())]);
-    let (j, k) = (v + 1, v + 2);
-    let cmp = if c.reverse { Compare::Ge } else { Compare::Le };
-    inner.extend([
-        Inst::Compare(cmp, j, k),
-        Inst::Lit(Lit { dtype: acc, bits: identity }),
-        Inst::Select(v + 3, v, v + 4),
-    ]);
-    let value = v + 5;
-    let mut body = vec![Inst::Reduce(Box::new(Reduction { kind, inner: Inner { len, body: inner }, value }))];
-    if as_bool {
-        body.push(Inst::Convert(DType::Bool, 0));
-    }
-    let stored = body.len() as u32 - 1;
-    body.push(Inst::Store { arg: 1, value: stored, index: Index::Point });
-    let k = Kernel {
-        name: name.to_string(),
-        args: vec![
-            Arg { dtype: xt.dtype, len: n, access: Access::Read },
-            Arg { dtype: xt.dtype, len: f.ty(out).numel(), access: Access::Write },
-        ],
-        extent: n,
-        body,
-    };
-    graft_core::kernel::verify(&k).ok()?;
-    Some(k)
-}
-
-/// `argsort` along one axis as two row kernels with one row per element,
-/// over that element's line: `rank` counts the elements that sort before
-/// it (NumPy's order: NaN after every number, `-0.0` equal to `0.0`, equal
-/// elements in position order, so the ranks are a permutation), and
-/// `invert` finds, for each output position `p`, the element of rank `p`
-/// (an i32 max over `select(rank == p, j, -1)`). Quadratic in the line
-/// length (bounded by [`LINE_WORK_MAX`]) but exact: the permutation is
-/// the host's stable sort's, bitwise. `None` for f64, i64 or bool data,
-/// i64 indices, empty results or lines, and work beyond the bound.
-fn argsort_kernels(
-    f: &Func,
-    a: &graft_core::ops::sort::Argsort,
-    x: Value,
-    out: Value,
-    e: usize,
-) -> Option<(Kernel, Kernel)> {
-    use graft_core::kernel::Lit;
-    use graft_core::ops::binary::{Binary, Compare};
-    use graft_core::ops::reduce::ReduceKind;
-    let xt = f.ty(x);
-    if !matches!(xt.dtype, DType::F32 | DType::I32) || a.index_dtype != DType::I32 {
-        return None;
-    }
-    let (n, len) = (xt.numel(), *xt.shape.get(a.axis)?);
-    if n == 0 || len == 0 || n.checked_mul(len)? > LINE_WORK_MAX || len > i32::MAX as usize {
-        return None;
-    }
-    let at = LineIndex::new(&xt.shape, a.axis, len);
-    let lit = |v: i64| Inst::Lit(Lit { dtype: DType::I32, bits: v as u64 });
-    // rank: the outer body loads the element itself; the inner one compares.
-    let mut inner = vec![
-        Inst::Load { arg: 0, index: at.line.clone() }, // 0: x_j
-        Inst::Outer(0),                                // 1: x_i
-        Inst::Compare(Compare::Lt, 0, 1),              // 2
-        Inst::Compare(Compare::Eq, 0, 1),              // 3
-    ];
-    let (lt, eq) = if xt.dtype == DType::F32 {
-        // NaN on the bits (a shader compiler may fold `x != x`): x_j < x_i
-        // also when only x_i is NaN; equal also when both are.
-        inner.extend([
-            lit(0x7fff_ffff),                                   // 4
-            lit(0x7f80_0000),                                   // 5
-            Inst::Bitcast(DType::I32, 0),                       // 6
-            Inst::Binary(Binary::And, 6, 4),                    // 7
-            Inst::Compare(Compare::Gt, 7, 5),                   // 8: x_j is NaN
-            Inst::Bitcast(DType::I32, 1),                       // 9
-            Inst::Binary(Binary::And, 9, 4),                    // 10
-            Inst::Compare(Compare::Gt, 10, 5),                  // 11: x_i is NaN
-            Inst::Unary(graft_core::ops::unary::Unary::Not, 8), // 12
-            Inst::Binary(Binary::And, 12, 11),                  // 13: number before NaN
-            Inst::Binary(Binary::Or, 2, 13),                    // 14
-            Inst::Binary(Binary::And, 8, 11),                   // 15: both NaN
-            Inst::Binary(Binary::Or, 3, 15),                    // 16
-        ]);
-        (14, 16)
-    } else {
-        (2, 3)
-    };
-    let j = inner.len() as u32;
-    inner.extend([
-        Inst::Position(at.j.clone()),         // j
-        Inst::Position(at.own.clone()),       // k (the element's own position)
-        Inst::Compare(Compare::Lt, j, j + 1), // j < k
-        Inst::Binary(Binary::And, eq, j + 2), // equal and earlier
-        Inst::Binary(Binary::Or, lt, j + 3),  // sorts before
-        lit(1),
-        lit(0),
-        Inst::Select(j + 4, j + 5, j + 6),
-    ]);
-    let value = j + 7;
-    let rank = Kernel {
-        name: format!("sr{e}"),
-        args: vec![
-            Arg { dtype: xt.dtype, len: n, access: Access::Read },
-            Arg { dtype: DType::I32, len: n, access: Access::Write },
-        ],
-        extent: n,
-        body: vec![
-            Inst::Load { arg: 0, index: Index::Point },
-            Inst::Reduce(Box::new(Reduction { kind: ReduceKind::Sum, inner: Inner { len, body: inner }, value })),
-            Inst::Store { arg: 1, value: 1, index: Index::Point },
-        ],
-    };
-    // invert: the line position whose rank is this output's position.
-    let inner = vec![
-        Inst::Load { arg: 0, index: at.line.clone() }, // 0: rank_j
-        Inst::Position(at.own.clone()),                // 1: p
-        Inst::Compare(Compare::Eq, 0, 1),              // 2
-        Inst::Position(at.j.clone()),                  // 3: j
-        lit(-1),                                       // 4
-        Inst::Select(2, 3, 4),                         // 5
-    ];
-    let invert = Kernel {
-        name: format!("si{e}"),
-        args: vec![
-            Arg { dtype: DType::I32, len: n, access: Access::Read },
-            Arg { dtype: DType::I32, len: f.ty(out).numel(), access: Access::Write },
-        ],
-        extent: n,
-        body: vec![
-            Inst::Reduce(Box::new(Reduction { kind: ReduceKind::Max, inner: Inner { len, body: inner }, value: 5 })),
-            Inst::Store { arg: 1, value: 0, index: Index::Point },
-        ],
-    };
-    graft_core::kernel::verify(&rank).ok()?;
-    graft_core::kernel::verify(&invert).ok()?;
-    Some((rank, invert))
 }
 
 /// The state of one run.

@@ -4,6 +4,10 @@
 //!
 //! Run: `cargo bench -p graft --bench core`.
 
+/// Large buffers on cache-line boundaries, as in the `graft` CLI (`graft_core::alloc`).
+#[global_allocator]
+static ALLOC: graft_core::alloc::CacheAligned = graft_core::alloc::CacheAligned;
+
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use graft::{ad, composite, Builder, DType, Executable, Func, Tensor, TensorType, Value, Wrt};
 use std::hint::black_box;

@@ -114,23 +114,9 @@ impl Executable {
                         Some(EqnLowering::Kernels(kernels)) => {
                             steps.push(DeviceStep::Kernels { kernels, eqns: vec![e], what: "equation" })
                         }
-                        None => match crate::ops::index::scatter_add_device_kernel(func, eqn, &format!("sk{e}")) {
-                            // Not the interpreter's bits (see ops::index): devices only.
-                            Some((k, binds)) => steps.push(DeviceStep::Kernels {
-                                kernels: vec![(k, binds)],
-                                eqns: vec![e],
-                                what: "scatter rows",
-                            }),
-                            None => match crate::ops::window::device_kernel(func, eqn, &format!("wk{e}")) {
-                                // The interpreter's order of combination, but
-                                // device-only: the CPU has its own row kernels.
-                                Some((k, binds)) => steps.push(DeviceStep::Kernels {
-                                    kernels: vec![(k, binds)],
-                                    eqns: vec![e],
-                                    what: "pooling window",
-                                }),
-                                None => steps.push(DeviceStep::Eqn(e)),
-                            },
+                        None => match device_form(func, eqn, e) {
+                            Some((kernels, what)) => steps.push(DeviceStep::Kernels { kernels, eqns: vec![e], what }),
+                            None => steps.push(DeviceStep::Eqn(e)),
                         },
                     }
                 }
@@ -139,4 +125,29 @@ impl Executable {
         }
         DevicePlan { steps }
     }
+}
+
+/// The device-only form of a single equation, from its op family's file,
+/// and what the step is: forms the CPU does not use because it has kernels
+/// of its own (a sequential pass per line, a scatter in position order)
+/// that give the interpreter's bits where the device form may not (an f32
+/// scatter-add's or cumulative sum's order of addition; see each).
+/// `None`: the backend runs the equation itself or on the host.
+fn device_form(
+    func: &crate::ir::Func,
+    eqn: &crate::ir::Eqn,
+    e: usize,
+) -> Option<(Vec<(Kernel, Vec<Value>)>, &'static str)> {
+    use crate::ops::{cumulative, index, reduce, window, Prim};
+    let (form, what) = match &eqn.prim {
+        Prim::ScatterAdd(_) => (index::scatter_add_device_kernel(func, eqn, &format!("sk{e}")), "scatter rows"),
+        // The interpreter's order of combination.
+        Prim::ReduceWindow(_) => (window::device_kernel(func, eqn, &format!("wk{e}")), "pooling window"),
+        // Reductions the planner left alone (no row region took them).
+        Prim::Reduce(_) => (reduce::device_kernel(func, eqn, &format!("rk{e}")), "reduction"),
+        Prim::ArgReduce(_) => (reduce::device_kernel(func, eqn, &format!("ak{e}")), "index search"),
+        Prim::Cumulative(_) => (cumulative::device_kernel(func, eqn, &format!("ck{e}")), "scan rows"),
+        _ => return None,
+    };
+    form.map(|k| (vec![k], what))
 }

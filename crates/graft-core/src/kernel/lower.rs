@@ -51,9 +51,9 @@ pub(crate) fn group_kernel(func: &Func, group: &Group, name: String) -> Option<K
         let splat = eqn.prim.name() == "broadcast_in_dim" && func.ty(eqn.inputs[0]).numel() == 1;
         let inst = match &eqn.prim {
             Prim::Unary(op) => Inst::Unary(*op, lw.operand(eqn.inputs[0])?),
-            // pow and atan2 have no prelude version yet (bitwise-equal C
-            // versions need their own algorithms): such groups stay interpreted.
-            Prim::Binary(Binary::Pow | Binary::Atan2) => return None,
+            // f64 pow and atan2 have no prelude version (see `has_c_form`):
+            // such groups stay interpreted.
+            Prim::Binary(op) if !has_c_form(*op, func.ty(out).dtype) => return None,
             Prim::Binary(op) => Inst::Binary(*op, lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?),
             Prim::Compare(op) => Inst::Compare(*op, lw.operand(eqn.inputs[0])?, lw.operand(eqn.inputs[1])?),
             Prim::Select(_) => {
@@ -146,6 +146,18 @@ pub(crate) enum EqnLowering {
 }
 
 /// Row-major strides of a shape.
+/// Whether the binary op has a C prelude version computing the
+/// interpreter's bits for `dtype`: all but `atan2` and f64 `pow`, whose Rust
+/// kernels call std (`ops::binary`). Kernels of the IR are also what device
+/// backends run, so an op without one also stays off the device.
+pub(crate) fn has_c_form(op: Binary, dtype: crate::dtype::DType) -> bool {
+    match op {
+        Binary::Atan2 => false,
+        Binary::Pow => dtype == crate::dtype::DType::F32,
+        _ => true,
+    }
+}
+
 pub(crate) fn row_strides(shape: &[usize]) -> Vec<isize> {
     let mut row = vec![1isize; shape.len()];
     for k in (0..shape.len().saturating_sub(1)).rev() {
@@ -195,7 +207,7 @@ pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Opti
     match &eqn.prim {
         Prim::StopGradient(_) | Prim::Reshape(_) => Some(EqnLowering::Alias),
         Prim::Unary(op) => elementwise(Inst::Unary(*op, 0)),
-        Prim::Binary(Binary::Pow | Binary::Atan2) => None,
+        Prim::Binary(op) if !has_c_form(*op, ot.dtype) => None,
         Prim::Binary(op) => elementwise(Inst::Binary(*op, 0, 1)),
         Prim::Compare(op) => elementwise(Inst::Compare(*op, 0, 1)),
         Prim::Select(_) => elementwise(Inst::Select(0, 1, 2)),

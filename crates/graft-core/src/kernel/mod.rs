@@ -19,6 +19,7 @@
 pub mod host;
 pub mod interior;
 pub mod ir;
+pub mod lines;
 pub mod loops;
 pub(crate) mod lower;
 pub mod native;

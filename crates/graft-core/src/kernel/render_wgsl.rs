@@ -34,7 +34,8 @@
 //! saturating float-to-int conversion, `log`/`sqrt` outside their domain).
 //! Unlike the C renderer the results are not bitwise those of the
 //! interpreter: transcendental functions are the device's (Vulkan allows a
-//! few ulp), `rem` is `x - y * trunc(x / y)`, `erf` is a rational
+//! few ulp; `pow` is `exp2(y log2|x|)` with C's special cases, so its
+//! relative error grows with `|y log2|x||`), `rem` is `x - y * trunc(x / y)`, `erf` is a rational
 //! approximation (absolute error below 2e-7), `erf_inv` is Giles' f32
 //! polynomial (the CPU's algorithm) over the device's `log`, and a
 //! reduction combines in a different order. The GPU tests state their tolerances.
@@ -165,6 +166,25 @@ fn g_log1p(x: f32) -> f32 {
   if (u == 1.0) { return x; }
   if (abs(x) > 0.5) { return g_log(u); }
   return log(u) * x / (u - 1.0);
+}
+fn g_pow(x: f32, y: f32) -> f32 {
+  // C powf: exp2(y log2|x|) (WGSL's pow is undefined for x < 0 and its
+  // log2 at 0), the sign from an odd integer y, then C's special cases.
+  let inf = bitcast<f32>(0x7f800000u);
+  let ax = abs(x);
+  let ay = abs(y);
+  let whole = ay >= 8388608.0 || floor(ay) == ay;
+  let odd = ay < 16777216.0 && floor(ay) == ay && floor(ay * 0.5) != ay * 0.5;
+  var m: f32;
+  if (ax == 0.0) { m = select(0.0, inf, y < 0.0); }
+  else if (ax == inf) { m = select(0.0, inf, y > 0.0); }
+  else if (ay == inf) { m = select(0.0, inf, (ax > 1.0) == (y > 0.0)); }
+  else { m = exp2(y * log2(ax)); }
+  var r = select(m, -m, odd && (bitcast<u32>(x) & 0x80000000u) != 0u);
+  if (x < 0.0 && x > -inf && !whole) { r = g_nan(); }
+  if (g_isnan(x) || g_isnan(y)) { r = g_nan(); }
+  if ((ax == 1.0 && ay == inf) || x == 1.0 || y == 0.0) { r = 1.0; }
+  return r;
 }
 fn g_tanh(x: f32) -> f32 { return select(tanh(clamp(x, -15.0, 15.0)), x, g_isnan(x)); }
 fn g_logistic(x: f32) -> f32 { return 1.0 / (1.0 + exp(-x)); }
@@ -665,9 +685,9 @@ fn binary(op: Binary, d: DType, a: &str, b: &str) -> String {
         Binary::Min if f => format!("g_min({a}, {b})"),
         Binary::Max => format!("max({a}, {b})"),
         Binary::Min => format!("min({a}, {b})"),
-        // Not lowered to the kernel IR today (`lower` keeps them interpreted);
-        // spelled for completeness with the same special cases as C's.
-        Binary::Pow => format!("select(pow({a}, {b}), 1.0, {b} == 0.0)"),
+        Binary::Pow => format!("g_pow({a}, {b})"),
+        // Not lowered to the kernel IR today (`lower::has_c_form`); spelled
+        // for completeness (WGSL's atan2 has C's argument order).
         Binary::Atan2 => format!("atan2({a}, {b})"),
         Binary::And => format!("({a} & {b})"),
         Binary::Or => format!("({a} | {b})"),

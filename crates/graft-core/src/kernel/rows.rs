@@ -30,7 +30,6 @@
 use super::ir::{Access, Arg, Index, Inner, Inst, Kernel, Lit, Reduction, Reg};
 use crate::exec::fuse::{strided_map, Plan, Step};
 use crate::ir::{Func, Value};
-use crate::ops::binary::Binary;
 use crate::ops::{Op, Prim};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -311,7 +310,7 @@ impl<'a> Builder<'a> {
             }
             Prim::StopGradient(_) | Prim::Reshape(_) if full => Site::Full(self.full(eqn.inputs[0])?),
             Prim::StopGradient(_) | Prim::Reshape(_) => Site::Row(self.row(eqn.inputs[0])?),
-            Prim::Binary(Binary::Pow | Binary::Atan2) => return None,
+            Prim::Binary(op) if !super::lower::has_c_form(*op, func.ty(out).dtype) => return None,
             Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Select(_) | Prim::Fma(_) | Prim::Convert(_) => {
                 let mut ops = Vec::with_capacity(eqn.inputs.len());
                 for &v in &eqn.inputs {

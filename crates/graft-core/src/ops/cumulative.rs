@@ -380,3 +380,106 @@ impl crate::batch::Batch for Cumulative {
         Ok(vec![(b.cumulative(self.kind, cx.args[0], axis, self.reverse)?, Some(d))])
     }
 }
+
+// ---------------------------------------------------------------------------
+// The device form
+// ---------------------------------------------------------------------------
+
+/// The device form of a `cum*` equation and the values its arguments bind
+/// to (operand, result), or `None` (the equation then runs on the host):
+/// see [`cumulative_kernel`].
+pub fn device_kernel(
+    func: &crate::ir::Func,
+    eqn: &crate::ir::Eqn,
+    name: &str,
+) -> Option<(crate::kernel::Kernel, Vec<Value>)> {
+    let super::Prim::Cumulative(c) = &eqn.prim else { return None };
+    let (&x, &out) = (eqn.inputs.first()?, eqn.outputs.first()?);
+    if eqn.inputs.len() != 1 || eqn.outputs.len() != 1 {
+        return None;
+    }
+    Some((cumulative_kernel(func, c, x, out, name)?, vec![x, out]))
+}
+
+/// `cumsum`/`cumprod`/`cummax`/`cummin` as a row kernel with one row per
+/// output element, reducing its line of the operand with every element past
+/// it (before it, in reverse) replaced by the combiner's identity. Work is
+/// `elements x axis length` (bounded by [`LINE_WORK_MAX`](crate::kernel::lines::LINE_WORK_MAX)), which buys
+/// determinism and no new kernel-IR construct: each element is one
+/// reduction in the row kernel's fixed order. Max and min (NaN from the
+/// first NaN on, as on the host), i32 sums and products (wrapping) and
+/// bool's running any/all (`cummax`/`cummin`, as 0/1 in f32) are the
+/// host's bits; f32 sums and products are summed as a tree instead of in
+/// line order (within the stated tolerance). `None` for other dtypes, empty
+/// results and lines, and work beyond the bound.
+fn cumulative_kernel(
+    f: &crate::ir::Func,
+    c: &Cumulative,
+    x: Value,
+    out: Value,
+    name: &str,
+) -> Option<crate::kernel::Kernel> {
+    use crate::dtype::DType;
+    use crate::kernel::lines::{LineIndex, LINE_WORK_MAX};
+    use crate::kernel::{Access, Arg, Index, Inner, Inst, Kernel, Lit, Reduction};
+    use crate::ops::binary::Compare;
+    use crate::ops::reduce::ReduceKind;
+    let xt = f.ty(x);
+    let kind = match c.kind {
+        CumKind::Sum => ReduceKind::Sum,
+        CumKind::Prod => ReduceKind::Prod,
+        CumKind::Max => ReduceKind::Max,
+        CumKind::Min => ReduceKind::Min,
+    };
+    let as_bool = xt.dtype == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
+    if !matches!(xt.dtype, DType::F32 | DType::I32) && !as_bool {
+        return None;
+    }
+    let (n, len) = (xt.numel(), *xt.shape.get(c.axis)?);
+    if n == 0 || len == 0 || n.checked_mul(len)? > LINE_WORK_MAX {
+        return None;
+    }
+    let at = LineIndex::new(&xt.shape, c.axis, len);
+    let acc = if as_bool { DType::F32 } else { xt.dtype };
+    let identity = match (acc, kind) {
+        (DType::F32, ReduceKind::Sum) => 0f32.to_bits() as u64,
+        (DType::F32, ReduceKind::Prod) => 1f32.to_bits() as u64,
+        (DType::F32, ReduceKind::Max) => f32::NEG_INFINITY.to_bits() as u64,
+        (DType::F32, ReduceKind::Min) => f32::INFINITY.to_bits() as u64,
+        (_, ReduceKind::Sum) => 0,
+        (_, ReduceKind::Prod) => 1,
+        (_, ReduceKind::Max) => i32::MIN as i64 as u64,
+        (_, ReduceKind::Min) => i32::MAX as u64,
+    };
+    let mut inner = vec![Inst::Load { arg: 0, index: at.line.clone() }];
+    if as_bool {
+        inner.push(Inst::Convert(DType::F32, 0));
+    }
+    let v = inner.len() as u32 - 1;
+    inner.extend([Inst::Position(at.j.clone()), Inst::Position(at.own.clone())]);
+    let (j, k) = (v + 1, v + 2);
+    let cmp = if c.reverse { Compare::Ge } else { Compare::Le };
+    inner.extend([
+        Inst::Compare(cmp, j, k),
+        Inst::Lit(Lit { dtype: acc, bits: identity }),
+        Inst::Select(v + 3, v, v + 4),
+    ]);
+    let value = v + 5;
+    let mut body = vec![Inst::Reduce(Box::new(Reduction { kind, inner: Inner { len, body: inner }, value }))];
+    if as_bool {
+        body.push(Inst::Convert(DType::Bool, 0));
+    }
+    let stored = body.len() as u32 - 1;
+    body.push(Inst::Store { arg: 1, value: stored, index: Index::Point });
+    let k = Kernel {
+        name: name.to_string(),
+        args: vec![
+            Arg { dtype: xt.dtype, len: n, access: Access::Read },
+            Arg { dtype: xt.dtype, len: f.ty(out).numel(), access: Access::Write },
+        ],
+        extent: n,
+        body,
+    };
+    crate::kernel::verify(&k).ok()?;
+    Some(k)
+}

@@ -172,17 +172,28 @@ pub fn unsupported(prim: &str, dtype: DType) -> ExecError {
 pub trait Real: BlockElem + num_traits::Float + super::mathfn::SliceMath + Send + Sync {
     /// Round to nearest, ties to even.
     fn round_even(self) -> Self;
+    /// C `pow(self, y)`: graft's f32 `pow` (`mathfn::pow_f32`, which the C
+    /// prelude reproduces), std's for f64.
+    fn pow(self, y: Self) -> Self;
 }
 
 impl Real for f32 {
     fn round_even(self) -> Self {
         self.round_ties_even()
     }
+    #[inline(always)]
+    fn pow(self, y: f32) -> f32 {
+        super::mathfn::pow_f32(self, y)
+    }
 }
 
 impl Real for f64 {
     fn round_even(self) -> Self {
         self.round_ties_even()
+    }
+    #[inline(always)]
+    fn pow(self, y: f64) -> f64 {
+        self.powf(y)
     }
 }
 

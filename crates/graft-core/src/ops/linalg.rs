@@ -443,7 +443,7 @@ pub(crate) fn gemm_acc_into<T: Real>(
     }
 }
 
-/// The one `unsafe` call of the crate: `gemm::gemm` on checked slices,
+/// The one `unsafe` call among the kernels: `gemm::gemm` on checked slices,
 /// overwriting `dst` or (`accumulate`) adding to it; `parallel` lets `gemm`
 /// split a large enough product across the rayon pool.
 #[allow(unsafe_code)]

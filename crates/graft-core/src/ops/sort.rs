@@ -178,6 +178,120 @@ impl Builder {
     }
 }
 
+// ---------------------------------------------------------------------------
+// The device form
+// ---------------------------------------------------------------------------
+
+/// `argsort` along one axis as two row kernels with one row per element,
+/// over that element's line: `rank` counts the elements that sort before
+/// it (NumPy's order: NaN after every number, `-0.0` equal to `0.0`, equal
+/// elements in position order, so the ranks are a permutation), and
+/// `invert` finds, for each output position `p`, the element of rank `p`
+/// (an i32 max over `select(rank == p, j, -1)`). Quadratic in the line
+/// length (bounded by [`LINE_WORK_MAX`](crate::kernel::lines::LINE_WORK_MAX)) but exact: the permutation is
+/// the host's stable sort's, bitwise. `None` for f64, i64 or bool data,
+/// i64 indices, empty results or lines, and work beyond the bound.
+pub fn argsort_device_kernels(
+    f: &crate::ir::Func,
+    a: &Argsort,
+    x: Value,
+    out: Value,
+    e: usize,
+) -> Option<(crate::kernel::Kernel, crate::kernel::Kernel)> {
+    use crate::kernel::lines::{LineIndex, LINE_WORK_MAX};
+    use crate::kernel::{Access, Arg, Index, Inner, Inst, Kernel, Lit, Reduction};
+    use crate::ops::binary::{Binary, Compare};
+    use crate::ops::reduce::ReduceKind;
+    let xt = f.ty(x);
+    if !matches!(xt.dtype, DType::F32 | DType::I32) || a.index_dtype != DType::I32 {
+        return None;
+    }
+    let (n, len) = (xt.numel(), *xt.shape.get(a.axis)?);
+    if n == 0 || len == 0 || n.checked_mul(len)? > LINE_WORK_MAX || len > i32::MAX as usize {
+        return None;
+    }
+    let at = LineIndex::new(&xt.shape, a.axis, len);
+    let lit = |v: i64| Inst::Lit(Lit { dtype: DType::I32, bits: v as u64 });
+    // rank: the outer body loads the element itself; the inner one compares.
+    let mut inner = vec![
+        Inst::Load { arg: 0, index: at.line.clone() }, // 0: x_j
+        Inst::Outer(0),                                // 1: x_i
+        Inst::Compare(Compare::Lt, 0, 1),              // 2
+        Inst::Compare(Compare::Eq, 0, 1),              // 3
+    ];
+    let (lt, eq) = if xt.dtype == DType::F32 {
+        // NaN on the bits (a shader compiler may fold `x != x`): x_j < x_i
+        // also when only x_i is NaN; equal also when both are.
+        inner.extend([
+            lit(0x7fff_ffff),                              // 4
+            lit(0x7f80_0000),                              // 5
+            Inst::Bitcast(DType::I32, 0),                  // 6
+            Inst::Binary(Binary::And, 6, 4),               // 7
+            Inst::Compare(Compare::Gt, 7, 5),              // 8: x_j is NaN
+            Inst::Bitcast(DType::I32, 1),                  // 9
+            Inst::Binary(Binary::And, 9, 4),               // 10
+            Inst::Compare(Compare::Gt, 10, 5),             // 11: x_i is NaN
+            Inst::Unary(crate::ops::unary::Unary::Not, 8), // 12
+            Inst::Binary(Binary::And, 12, 11),             // 13: number before NaN
+            Inst::Binary(Binary::Or, 2, 13),               // 14
+            Inst::Binary(Binary::And, 8, 11),              // 15: both NaN
+            Inst::Binary(Binary::Or, 3, 15),               // 16
+        ]);
+        (14, 16)
+    } else {
+        (2, 3)
+    };
+    let j = inner.len() as u32;
+    inner.extend([
+        Inst::Position(at.j.clone()),         // j
+        Inst::Position(at.own.clone()),       // k (the element's own position)
+        Inst::Compare(Compare::Lt, j, j + 1), // j < k
+        Inst::Binary(Binary::And, eq, j + 2), // equal and earlier
+        Inst::Binary(Binary::Or, lt, j + 3),  // sorts before
+        lit(1),
+        lit(0),
+        Inst::Select(j + 4, j + 5, j + 6),
+    ]);
+    let value = j + 7;
+    let rank = Kernel {
+        name: format!("sr{e}"),
+        args: vec![
+            Arg { dtype: xt.dtype, len: n, access: Access::Read },
+            Arg { dtype: DType::I32, len: n, access: Access::Write },
+        ],
+        extent: n,
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Reduce(Box::new(Reduction { kind: ReduceKind::Sum, inner: Inner { len, body: inner }, value })),
+            Inst::Store { arg: 1, value: 1, index: Index::Point },
+        ],
+    };
+    // invert: the line position whose rank is this output's position.
+    let inner = vec![
+        Inst::Load { arg: 0, index: at.line.clone() }, // 0: rank_j
+        Inst::Position(at.own.clone()),                // 1: p
+        Inst::Compare(Compare::Eq, 0, 1),              // 2
+        Inst::Position(at.j.clone()),                  // 3: j
+        lit(-1),                                       // 4
+        Inst::Select(2, 3, 4),                         // 5
+    ];
+    let invert = Kernel {
+        name: format!("si{e}"),
+        args: vec![
+            Arg { dtype: DType::I32, len: n, access: Access::Read },
+            Arg { dtype: DType::I32, len: f.ty(out).numel(), access: Access::Write },
+        ],
+        extent: n,
+        body: vec![
+            Inst::Reduce(Box::new(Reduction { kind: ReduceKind::Max, inner: Inner { len, body: inner }, value: 5 })),
+            Inst::Store { arg: 1, value: 0, index: Index::Point },
+        ],
+    };
+    crate::kernel::verify(&rank).ok()?;
+    crate::kernel::verify(&invert).ok()?;
+    Some((rank, invert))
+}
+
 mod diff {
     use super::*;
     use crate::ad::{Diff, JvpCx, TransposeCx};

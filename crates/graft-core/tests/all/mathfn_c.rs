@@ -265,10 +265,12 @@ impl Case {
 
 const DTYPES: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
 
-/// Ops whose Rust kernels still call libm (no C version yet): `pow` and
-/// `atan2` (std `powf`/`atan2`). Everything else is compared.
+/// Ops whose Rust kernels still call libm (no C version yet), with the
+/// dtypes they do it for: `atan2` (std `atan2`) and f64 `pow` (std `powf`;
+/// f32 `pow` is graft's own, `mathfn::pow_f32`). Everything else is compared.
 pub(crate) const PENDING_UN: [Unary; 0] = [];
-pub(crate) const PENDING_BIN: [Binary; 2] = [Binary::Pow, Binary::Atan2];
+pub(crate) const PENDING_BIN: [(Binary, DType); 3] =
+    [(Binary::Pow, DType::F64), (Binary::Atan2, DType::F32), (Binary::Atan2, DType::F64)];
 
 fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -279,7 +281,7 @@ fn cases() -> Vec<Case> {
             }
         }
         for op in Binary::ALL {
-            if op.accepts(dt) && !PENDING_BIN.contains(&op) {
+            if op.accepts(dt) && !PENDING_BIN.contains(&(op, dt)) {
                 v.push(Case { kind: Kind::Bin(op), dt });
             }
         }

@@ -57,8 +57,9 @@ pub(crate) fn covered() -> Vec<String> {
 /// Primitives without a native kernel (they run in the interpreter; a
 /// group never holds them), and why they are not in [`covered`].
 pub(crate) const EXEMPT: &[(&str, &str)] = &[
-    ("Binary::pow", "not lowered: the kernel uses std `powf` (mathfn_c.rs PENDING_BIN)"),
     ("Binary::atan2", "not lowered: the kernel uses std `atan2` (mathfn_c.rs PENDING_BIN)"),
+    // f64 `pow` is not lowered either (std `powf`); f32 `pow` is, and is
+    // covered by `Binary::*`: `pow_groups_run_natively_in_f32_only`.
     ("Cond", "no kernel: if-converted to `select` inside compiled loops (native_loops.rs)"),
     ("Call", "no kernel: interpreter only"),
     ("Checkpoint", "no kernel: interpreter only"),
@@ -124,6 +125,56 @@ fn chain_runs_natively_and_bitwise_equal() {
         let ty = TensorType::new(DType::F32, vec![n]);
         check_native(&chain(n), &[data(&ty, 1), data(&ty, 2)]);
     }
+}
+
+/// f32 `pow` (graft's `mathfn::pow_f32`, mirrored by the prelude's
+/// `g_pow_f32`) compiles inside a fused group with the interpreter's bits,
+/// special cases included (negative bases, zeros, infinities, NaN, integer
+/// and half-integer exponents); an f64 group holding `pow` stays
+/// interpreted (std `powf`), next to a compiled f32 one.
+#[test]
+fn pow_groups_run_natively_in_f32_only() {
+    if skip() {
+        return;
+    }
+    let specials = [0.0f32, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -3.0, 2.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    let n = 4099;
+    let ty = TensorType::new(DType::F32, vec![n]);
+    let (x0, y0) = (data(&ty, 5).to_vec::<f32>().unwrap(), data(&ty, 6).to_vec::<f32>().unwrap());
+    let mut xs = Vec::with_capacity(n);
+    let mut ys = Vec::with_capacity(n);
+    for i in 0..n {
+        let k = specials.len();
+        xs.push(if i < k * k { specials[i / k] } else { x0[i] * 4.0 });
+        // Exponents: the specials, then small integers and halves, then data.
+        ys.push(match i {
+            i if i < k * k => specials[i % k],
+            i if i % 3 == 0 => ((i % 21) as f32 - 10.0) * 0.5,
+            _ => y0[i] * 3.0,
+        });
+    }
+    let (x, y) = (Tensor::from_vec(vec![n], xs).unwrap(), Tensor::from_vec(vec![n], ys).unwrap());
+    let mut b = Builder::new("pow32");
+    let (px, py) = (b.param(ty.clone()), b.param(ty.clone()));
+    let ax = b.unary(Unary::Abs, px).unwrap();
+    let p = b.binary(Binary::Pow, px, py).unwrap();
+    let q = b.binary(Binary::Pow, ax, py).unwrap();
+    let out = b.add(p, q).unwrap();
+    check_native(&b.finish(&[out, p]).unwrap(), &[x, y]);
+    // f64: the group with `pow` stays interpreted; the f32 one beside it
+    // (of another length, so that the two cannot fuse into one) compiles.
+    let t64 = TensorType::new(DType::F64, vec![n + 1]);
+    let mut b = Builder::new("pow64");
+    let (a, c) = (b.param(t64.clone()), b.param(ty.clone()));
+    let a = b.unary(Unary::Abs, a).unwrap();
+    let pa = b.binary(Binary::Pow, a, a).unwrap();
+    let pa = b.add(pa, a).unwrap();
+    let pc = b.binary(Binary::Pow, c, c).unwrap();
+    let pc = b.mul(pc, c).unwrap();
+    let f = b.finish(&[pa, pc]).unwrap();
+    let exe = Executable::with_options(f, opts(CompileMode::Sync)).unwrap();
+    let (ready, total) = exe.native_status();
+    assert_eq!((ready, total), (1, 1), "only the f32 group compiles");
 }
 
 #[test]

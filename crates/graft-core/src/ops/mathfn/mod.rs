@@ -1,6 +1,6 @@
 //! Branch-free, auto-vectorisable math functions for f32 and f64: `exp`,
 //! `tanh` (here), `log`, `log1p`, `expm1`, `logistic` (`log.rs`), `sin`,
-//! `cos`, `tan` (`trig.rs`), `erf` (`erf.rs`), and `erf_inv` (`erf_inv.rs`,
+//! `cos`, `tan` (`trig.rs`), `erf` (`erf.rs`), f32 `pow` (`pow.rs`), and `erf_inv` (`erf_inv.rs`,
 //! which reproduces XLA's rounding for JAX parity and, in f64, calls the
 //! platform `log`). No libm otherwise.
 //!
@@ -27,6 +27,7 @@
 //! | sin, cos | 1 (0) | 1 | for `\|x\| <= 2^28`; NaN beyond |
 //! | tan | 1 (0) | 3 (2) | for `\|x\| <= 2^28`; NaN beyond |
 //! | erf | 1 (0) | 20 (16) | f64: absolute error < 2e-15 where erf is near ±1 |
+//! | pow | 1 (1) | std | f32: `exp(y ln\|x\|)` in f64, rounded once (see `pow.rs`); f64 calls std |
 //! | erf_inv | XLA's | XLA's | bitwise JAX on CPU, not a graft bound (see `erf_inv.rs`) |
 //!
 //! The f32 versions of log1p, expm1, sin, cos, tan and erf
@@ -250,11 +251,13 @@ pub fn tanh_f64(x: f64) -> f64 {
 mod erf;
 mod erf_inv;
 mod log;
+mod pow;
 mod trig;
 
 pub use erf::{erf_f32, erf_f32_slice, erf_f64, erf_f64_slice};
 pub use erf_inv::{erf_inv_f32, erf_inv_f32_slice, erf_inv_f64, erf_inv_f64_slice};
 pub use log::{expm1_f64, log1p_f64, log_f32, log_f64, logistic_f32, logistic_f64};
+pub use pow::{pow_f32, pow_f32_slice};
 pub use trig::{cos_f64, sin_f64, tan_f64, TRIG_LIMIT};
 
 macro_rules! via_f64 {

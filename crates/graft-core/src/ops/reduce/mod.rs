@@ -26,6 +26,12 @@
 //!   treated as more extreme than every number (the first NaN wins, like
 //!   NumPy). The index dtype is i32 or i64; an empty axis is a type error,
 //!   as is an axis longer than the index dtype can count.
+//!
+//! `device.rs` holds both families' device forms (row kernels of the
+//! kernel IR that device backends run).
+
+mod device;
+pub use device::device_kernel;
 
 use super::kernel::{input, output, unsupported, worth_parallel, CHUNK};
 use super::monoid::{split_at_axis, with_monoid, Combine, Monoid, RedElem, COLS};
