@@ -15,9 +15,11 @@
 //! `dealloc` recomputes the layout `alloc` used. A library cannot choose
 //! the process's allocator, so binaries opt in:
 //!
-//! ```ignore
+//! ```no_run
 //! #[global_allocator]
 //! static ALLOC: graft_core::alloc::CacheAligned = graft_core::alloc::CacheAligned;
+//!
+//! fn main() {}
 //! ```
 //!
 //! (the `graft` CLI, the Python module and the benchmarks do). Results do

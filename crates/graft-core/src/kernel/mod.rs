@@ -166,14 +166,36 @@ pub(crate) fn in_place_candidates(k: &Kernel, n_inputs: usize) -> Vec<Vec<usize>
 /// vector register for the unit's widest element (`native::host_lanes`
 /// counts 4-byte lanes), at least 4. A unit touching f64 or i64 on an
 /// AVX-512 host runs 8 lanes: 16 lanes of f64 span two registers, which
-/// GCC keeps on the stack (an f64 loop ran 1.9x slower that way).
+/// GCC keeps on the stack (an f64 loop ran 1.9x slower that way). The
+/// same holds for f32 operations evaluated in f64 ([`widens`]): at 16
+/// lanes f32 `sin` ran 2.2x and f32 `pow` 1.6x slower than at 8.
 /// `GRAFT_LANES` overrides the choice. Results never depend on it.
 pub fn unit_lanes(kernels: &[Kernel]) -> usize {
     if native::lanes_override().is_some() {
         return native::host_lanes();
     }
-    let widest = kernels.iter().flat_map(|k| k.args.iter().map(|a| a.dtype.size_bytes())).max().unwrap_or(4).max(4);
+    let args = kernels.iter().flat_map(|k| k.args.iter().map(|a| a.dtype.size_bytes()));
+    let wide = kernels.iter().any(|k| k.body.iter().any(widens));
+    let widest = args.chain(wide.then_some(8)).max().unwrap_or(4).max(4);
     (native::host_lanes() * 4 / widest).max(4)
+}
+
+/// Whether an instruction (or an inner body under it) is an operation
+/// whose f32 version computes in f64 (`ops::mathfn`: `log1p`, `expm1`,
+/// `sin`, `cos`, `tan`, `erf`, `pow`), so its registers hold 8-byte lanes
+/// whatever the arguments' dtypes.
+fn widens(inst: &Inst) -> bool {
+    use crate::ops::binary::Binary;
+    use crate::ops::unary::Unary;
+    match inst {
+        Inst::Unary(op, _) => {
+            matches!(op, Unary::Log1p | Unary::Expm1 | Unary::Sin | Unary::Cos | Unary::Tan | Unary::Erf)
+        }
+        Inst::Binary(op, ..) => *op == Binary::Pow,
+        Inst::Reduce(r) => r.inner.body.iter().any(widens),
+        Inst::Map(m) => m.body.iter().any(widens),
+        _ => false,
+    }
 }
 
 /// The compiled loops of a function's scans (including scans nested in

@@ -621,18 +621,17 @@ G_INL vf32 g_log_f32(vf32 x) {
 /* Mirrors ops/mathfn/pow.rs pow_f32: exp(y ln|x|) in f64, rounded once to
  * f32, then C powf's special cases by selects. */
 G_INL vf32 g_pow_f32(vf32 x, vf32 y) {
-    const double round = 4503599627371496.0; /* 2^52 */
+    const float round = 8388608.0f; /* 2^23 */
     vf64 xd = __builtin_convertvector(x, vf64), yd = __builtin_convertvector(y, vf64);
-    vf64 ax = g__abs64(xd), ay = g__abs64(yd);
-    vf32 m = __builtin_convertvector(g_exp_f64(yd * g_log_f64(ax)), vf32);
-    vi64 whole = (ay + round) - round == ay;
-    vi32 is_int = g__narrow((ay >= 8388608.0) | whole);
-    vf64 half = ay * 0.5;
-    vi32 is_odd = g__narrow((ay < 16777216.0) & whole & ((half + round) - round != half));
+    vf32 m = __builtin_convertvector(g_exp_f64(yd * g_log_f64(g__abs64(xd))), vf32);
+    vf32 ax = g__abs32(x), ay = g__abs32(y);
+    vi32 whole = (ay >= round) | ((ay + round) - round == ay);
+    vf32 half = ay * 0.5f;
+    vi32 is_odd = (ay < 16777216.0f) & whole & ((half + round) - round != half);
     vi32 neg = (vi32)x < 0;
     vf32 r = g__self32(neg & is_odd, -m, m);
-    r = g__self32((x < 0.0f) & (x > -__builtin_inff()) & ~is_int, g__f32(__builtin_nanf("")), r);
-    r = g__self32(g__narrow((ax == 1.0) & (ay == __builtin_inf())), g__f32(1.0f), r);
+    r = g__self32((x < 0.0f) & (x > -__builtin_inff()) & ~whole, g__f32(__builtin_nanf("")), r);
+    r = g__self32((ax == 1.0f) & (ay == __builtin_inff()), g__f32(1.0f), r);
     r = g__self32(x == 1.0f, g__f32(1.0f), r);
     return g__self32(y == 0.0f, g__f32(1.0f), r);
 }

@@ -26,34 +26,33 @@
 //!   `ln 0 = -inf`, `ln inf = inf` and `exp(±inf) = inf / 0`.
 //!
 //! `y` is an integer when `|y| >= 2^23` (every such f32 is) or it equals
-//! its nearest integer (`(|y| + 2^52) - 2^52` in f64 rounds to nearest);
+//! its nearest integer (`(|y| + 2^23) - 2^23` in f32 rounds to nearest);
 //! odd when below `2^24` (every f32 from there on is even), an integer,
-//! and `|y| / 2` is not.
+//! and `|y| / 2` is not. These tests stay in f32: in the C prelude, masks
+//! of 64-bit lanes narrowed to 32 bits were scalarised by GCC (2x slower
+//! than libm's `powf` per element).
 
 use super::{exp_f64, log_f64};
 
-/// `2^52`: adding and subtracting it rounds an f64 below it to an integer.
-const ROUND: f64 = 4_503_599_627_371_496.0;
+/// `2^23`: adding and subtracting it rounds an f32 below it to an integer.
+const ROUND: f32 = 8_388_608.0;
 
 /// `x^y` for one pair of f32 (the element function of [`pow_f32_slice`]).
 #[inline(always)]
 pub fn pow_f32(x: f32, y: f32) -> f32 {
     const SIGN: u32 = 1 << 31;
-    let (xd, yd) = (x as f64, y as f64);
-    let ax = f64::from_bits(xd.to_bits() & !(1u64 << 63));
-    let ay = f64::from_bits(yd.to_bits() & !(1u64 << 63));
-    let m = exp_f64(yd * log_f64(ax)) as f32;
-    // Integer and odd-integer exponents (NaN is neither; inf is an even
-    // integer). The rounding trick is exact below 2^52; every f32 from 2^23
-    // on is an integer, and from 2^24 on an even one.
-    let whole = (ay + ROUND) - ROUND == ay;
-    let is_int = ay >= 8_388_608.0 || whole;
+    let m = exp_f64(y as f64 * log_f64((x as f64).abs())) as f32;
+    let (ax, ay) = (x.abs(), y.abs());
+    // Integer and odd-integer exponents, in f32 (NaN is neither; inf is an
+    // even integer): every f32 from 2^23 on is an integer and from 2^24 on
+    // an even one; below, the rounding trick is exact.
+    let whole = ay >= ROUND || (ay + ROUND) - ROUND == ay;
     let half = ay * 0.5;
     let is_odd = ay < 16_777_216.0 && whole && (half + ROUND) - ROUND != half;
     let neg = x.to_bits() & SIGN != 0;
     let r = if neg && is_odd { -m } else { m };
-    let r = if x < 0.0 && x > f32::NEG_INFINITY && !is_int { f32::NAN } else { r };
-    let r = if ax == 1.0 && ay == f64::INFINITY { 1.0 } else { r };
+    let r = if x < 0.0 && x > f32::NEG_INFINITY && !whole { f32::NAN } else { r };
+    let r = if ax == 1.0 && ay == f32::INFINITY { 1.0 } else { r };
     let r = if x == 1.0 { 1.0 } else { r };
     if y == 0.0 {
         1.0
