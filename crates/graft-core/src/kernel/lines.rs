@@ -8,7 +8,9 @@
 //! whole line) for determinism and no new kernel-IR construct, which is
 //! why their work is bounded by [`LINE_WORK_MAX`].
 
-use super::ir::Index;
+use super::ir::{Index, Inst, Lit, Reg};
+use crate::dtype::DType;
+use crate::ops::binary::{Binary, Compare};
 
 /// Most `elements x line length` the kernels over whole lines visit (2^28;
 /// `ops::cumulative::device_kernel` and `ops::sort::argsort_device_kernels`
@@ -50,4 +52,26 @@ impl LineIndex {
         let index = |strides: Vec<isize>| Index::Strided { dims: dims.clone(), strides, offset: 0 };
         LineIndex { line: index(line), j: index(j), own: index(own) }
     }
+}
+
+/// Pushes onto `body` a test "is NaN" of each f32 register of `xs`, on the
+/// bits: `(bits(x) & 0x7fffffff) > 0x7f800000`, because a shader compiler
+/// may fold `x != x` to false. The two i32 literals come first, then a bit
+/// cast, an and and a compare per register; returns each test's register,
+/// in the order of `xs`.
+pub fn push_nan_tests(body: &mut Vec<Inst>, xs: &[Reg]) -> Vec<Reg> {
+    let lit = |v: u32| Inst::Lit(Lit { dtype: DType::I32, bits: u64::from(v) });
+    let mask = body.len() as Reg;
+    body.extend([lit(0x7fff_ffff), lit(0x7f80_0000)]);
+    xs.iter()
+        .map(|&x| {
+            let b = body.len() as Reg;
+            body.extend([
+                Inst::Bitcast(DType::I32, x),
+                Inst::Binary(Binary::And, b, mask),
+                Inst::Compare(Compare::Gt, b + 1, mask + 1),
+            ]);
+            b + 2
+        })
+        .collect()
 }

@@ -220,24 +220,19 @@ pub fn argsort_device_kernels(
         Inst::Compare(Compare::Eq, 0, 1),              // 3
     ];
     let (lt, eq) = if xt.dtype == DType::F32 {
-        // NaN on the bits (a shader compiler may fold `x != x`): x_j < x_i
-        // also when only x_i is NaN; equal also when both are.
+        // NaN on the bits: x_j < x_i also when only x_i is NaN; equal
+        // also when both are.
+        let nan = crate::kernel::lines::push_nan_tests(&mut inner, &[0, 1]); // x_j, x_i
+        let (nj, ni) = (nan[0], nan[1]);
+        let b = inner.len() as u32;
         inner.extend([
-            lit(0x7fff_ffff),                              // 4
-            lit(0x7f80_0000),                              // 5
-            Inst::Bitcast(DType::I32, 0),                  // 6
-            Inst::Binary(Binary::And, 6, 4),               // 7
-            Inst::Compare(Compare::Gt, 7, 5),              // 8: x_j is NaN
-            Inst::Bitcast(DType::I32, 1),                  // 9
-            Inst::Binary(Binary::And, 9, 4),               // 10
-            Inst::Compare(Compare::Gt, 10, 5),             // 11: x_i is NaN
-            Inst::Unary(crate::ops::unary::Unary::Not, 8), // 12
-            Inst::Binary(Binary::And, 12, 11),             // 13: number before NaN
-            Inst::Binary(Binary::Or, 2, 13),               // 14
-            Inst::Binary(Binary::And, 8, 11),              // 15: both NaN
-            Inst::Binary(Binary::Or, 3, 15),               // 16
+            Inst::Unary(crate::ops::unary::Unary::Not, nj), // b
+            Inst::Binary(Binary::And, b, ni),               // b + 1: number before NaN
+            Inst::Binary(Binary::Or, 2, b + 1),             // b + 2
+            Inst::Binary(Binary::And, nj, ni),              // b + 3: both NaN
+            Inst::Binary(Binary::Or, 3, b + 3),             // b + 4
         ]);
-        (14, 16)
+        (b + 2, b + 4)
     } else {
         (2, 3)
     };

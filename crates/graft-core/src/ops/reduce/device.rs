@@ -121,21 +121,10 @@ fn argreduce_kernel(f: &Func, a: &super::ArgReduce, x: Value, out: Value, name: 
     let never = Inst::Lit(Lit { dtype: DType::I32, bits: i32::MAX as u32 as u64 });
     let mut inner = vec![load, Inst::Outer(0), Inst::Compare(Compare::Eq, 0, 1)];
     if xt.dtype == DType::F32 {
-        // A NaN matches a NaN extreme. NaN is tested on the bits, `(b &
-        // 0x7fffffff) > 0x7f800000` (a shader compiler may fold `x != x`).
-        let lit = |v: u32| Inst::Lit(Lit { dtype: DType::I32, bits: u64::from(v) });
-        inner.extend([
-            lit(0x7fff_ffff),                 // 3
-            lit(0x7f80_0000),                 // 4
-            Inst::Bitcast(DType::I32, 0),     // 5
-            Inst::Binary(Binary::And, 5, 3),  // 6
-            Inst::Compare(Compare::Gt, 6, 4), // 7: x is NaN
-            Inst::Bitcast(DType::I32, 1),     // 8
-            Inst::Binary(Binary::And, 8, 3),  // 9
-            Inst::Compare(Compare::Gt, 9, 4), // 10: m is NaN
-            Inst::Binary(Binary::And, 7, 10), // 11
-            Inst::Binary(Binary::Or, 2, 11),  // 12
-        ]);
+        // A NaN matches a NaN extreme (NaN tested on the bits).
+        let nan = crate::kernel::lines::push_nan_tests(&mut inner, &[0, 1]); // x, m
+        let both = inner.len() as u32;
+        inner.extend([Inst::Binary(Binary::And, nan[0], nan[1]), Inst::Binary(Binary::Or, 2, both)]);
     }
     let hit = inner.len() as u32 - 1;
     inner.extend([k, never]);
