@@ -79,6 +79,10 @@ pub use function::{compile, compile_shapeless, jit, jit_n, signature, Compiled, 
 pub use function::{compile_on, Device};
 pub use graft_core::ad;
 pub use graft_core::ad::Wrt;
+/// The global allocator graft's own binaries use (large buffers on cache
+/// lines, for the kernels' vector loads); a program opts in with
+/// `#[global_allocator] static A: graft::CacheAligned = graft::CacheAligned;`.
+pub use graft_core::alloc::CacheAligned;
 pub use graft_core::comm;
 pub use graft_core::composite;
 pub use graft_core::npy;
