@@ -35,7 +35,8 @@ pub enum DeviceStep {
         dst: Value,
     },
     /// An equation with no kernel-IR form of its own (a matrix product, a
-    /// convolution, a reduction the planner left alone, a loop, a sort...):
+    /// convolution, a loop, an argsort, a reduction or scan of a dtype its
+    /// device form lacks...):
     /// the backend runs it with its own kernel (a convolution as
     /// `ops::conv::im2col_kernel` and a product) or on the host.
     Eqn(usize),
