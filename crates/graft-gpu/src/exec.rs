@@ -27,7 +27,7 @@
 //!   read back (see [`ScanStep`]); a `while` reads back its one-element
 //!   predicate per step, the one wait a run-time trip count needs;
 //! - **everything else** (loops whose bodies need the host, long sorts
-//!   and cumulative ops, `pow`/`atan2`...): on the host, by
+//!   and cumulative ops, decompositions...): on the host, by
 //!   the primitive's interpreter kernel, with explicit transfers: its
 //!   operands are downloaded (one wait for all of them) and its results
 //!   uploaded when a device step first reads them. [`GpuExecutable::host_steps`]
@@ -660,7 +660,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
     let host = |eqns: Vec<usize>, reason: String| Ok(Prepared::Host { eqns, reason });
     match step {
         DeviceStep::Alias { src, dst } => Ok(Prepared::Alias { src, dst }),
-        DeviceStep::Eqns(eqns) => host(eqns, "fused group without a kernel-IR form (atan2 or f64 pow)".into()),
+        DeviceStep::Eqns(eqns) => host(eqns, "fused group without a kernel-IR form (f64 pow or atan2)".into()),
         DeviceStep::Kernels { kernels, eqns, what } => {
             let prims = prim_names(f, &eqns);
             let mut launches = Vec::with_capacity(kernels.len());

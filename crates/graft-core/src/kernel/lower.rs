@@ -147,13 +147,12 @@ pub(crate) enum EqnLowering {
 
 /// Row-major strides of a shape.
 /// Whether the binary op has a C prelude version computing the
-/// interpreter's bits for `dtype`: all but `atan2` and f64 `pow`, whose Rust
-/// kernels call std (`ops::binary`). Kernels of the IR are also what device
+/// interpreter's bits for `dtype`: all but f64 `atan2` and `pow`, whose
+/// Rust kernels call std (`ops::binary`). Kernels of the IR are also what device
 /// backends run, so an op without one also stays off the device.
 pub(crate) fn has_c_form(op: Binary, dtype: crate::dtype::DType) -> bool {
     match op {
-        Binary::Atan2 => false,
-        Binary::Pow => dtype == crate::dtype::DType::F32,
+        Binary::Atan2 | Binary::Pow => dtype == crate::dtype::DType::F32,
         _ => true,
     }
 }

@@ -191,7 +191,7 @@ fn widens(inst: &Inst) -> bool {
         Inst::Unary(op, _) => {
             matches!(op, Unary::Log1p | Unary::Expm1 | Unary::Sin | Unary::Cos | Unary::Tan | Unary::Erf)
         }
-        Inst::Binary(op, ..) => *op == Binary::Pow,
+        Inst::Binary(op, ..) => matches!(op, Binary::Pow | Binary::Atan2),
         Inst::Reduce(r) => r.inner.body.iter().any(widens),
         Inst::Map(m) => m.body.iter().any(widens),
         _ => false,

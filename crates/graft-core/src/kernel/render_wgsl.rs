@@ -186,6 +186,30 @@ fn g_pow(x: f32, y: f32) -> f32 {
   if ((ax == 1.0 && ay == inf) || x == 1.0 || y == 0.0) { r = 1.0; }
   return r;
 }
+fn g_atan2(y: f32, x: f32) -> f32 {
+  // C atan2f (WGSL's atan2 leaves zeros and infinities to the
+  // implementation): the series of atan on the octant's ratio t in [0, 1]
+  // (past tan(pi/8) on (t - 1) / (t + 1)), then the octant and y's sign.
+  let inf = bitcast<f32>(0x7f800000u);
+  let ay = abs(y);
+  let ax = abs(x);
+  let swap = ay > ax;
+  var t = select(ay, ax, swap) / select(ax, ay, swap);
+  if (ay == 0.0 && ax == 0.0) { t = 0.0; }
+  if (ay == inf && ax == inf) { t = 1.0; }
+  let big = t > 0.41421356;
+  let u = select(t, (t - 1.0) / (t + 1.0), big);
+  let z = u * u;
+  let p = -0.33333333 + z * (0.2 + z * (-0.14285714 + z * (0.11111111 + z * (-0.09090909
+          + z * (0.07692308 + z * (-0.06666667 + z * (0.05882353 + z * -0.05263158)))))));
+  var a = u + u * z * p;
+  if (big) { a = 0.78539816 + a; }
+  if (swap) { a = 1.5707964 - a; }
+  if ((bitcast<u32>(x) & 0x80000000u) != 0u) { a = 3.1415927 - a; }
+  a = bitcast<f32>((bitcast<u32>(a) & 0x7fffffffu) | (bitcast<u32>(y) & 0x80000000u));
+  if (g_isnan(x) || g_isnan(y)) { a = g_nan(); }
+  return a;
+}
 fn g_tanh(x: f32) -> f32 { return select(tanh(clamp(x, -15.0, 15.0)), x, g_isnan(x)); }
 fn g_logistic(x: f32) -> f32 { return 1.0 / (1.0 + exp(-x)); }
 fn g_erf(x: f32) -> f32 {
@@ -686,9 +710,7 @@ fn binary(op: Binary, d: DType, a: &str, b: &str) -> String {
         Binary::Max => format!("max({a}, {b})"),
         Binary::Min => format!("min({a}, {b})"),
         Binary::Pow => format!("g_pow({a}, {b})"),
-        // Not lowered to the kernel IR today (`lower::has_c_form`); spelled
-        // for completeness (WGSL's atan2 has C's argument order).
-        Binary::Atan2 => format!("atan2({a}, {b})"),
+        Binary::Atan2 => format!("g_atan2({a}, {b})"),
         Binary::And => format!("({a} & {b})"),
         Binary::Or => format!("({a} | {b})"),
     }

@@ -20,11 +20,13 @@
 //!   `pow(1, y) == 1` even for NaN; negative base with non-integer exponent is NaN).
 //!   Integer powers are left to a composite. `atan2(y, x)` is C `atan2`
 //!   (the angle of the point `(x, y)`, in `[-pi, pi]`), like `jnp.arctan2(y, x)`.
-//!   f32 `pow` is graft's own (`mathfn::pow_f32`: `exp(y ln|x|)` in f64,
-//!   rounded once, within 1 ulp), which the native backend's C prelude
-//!   (`src/kernel/prelude.h`) reproduces bit for bit, so f32 groups holding
-//!   it compile; f64 `pow` and `atan2` still call std (libm) and have no
-//!   bitwise-equal C version yet, so groups holding them stay interpreted.
+//!   f32 `pow` and `atan2` are graft's own (`mathfn::pow_f32`: `exp(y
+//!   ln|x|)` in f64, `mathfn::atan2_f32`: a series in f64 after octant
+//!   reduction; each rounded once, within 1 ulp), which the native
+//!   backend's C prelude (`src/kernel/prelude.h`) reproduces bit for bit,
+//!   so f32 groups holding them compile; f64 `pow` and `atan2` still call
+//!   std (libm) and have no bitwise-equal C version yet, so groups holding
+//!   them stay interpreted.
 //!   `rem` is exact (Rust's `%` is IEEE `fmod`), and the prelude's
 //!   integer-division fmod gives the same bits.
 //! - `and`, `or`: bool (logical) or integers (bitwise).
@@ -167,7 +169,7 @@ fn float_binary<T: Real>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockM
         Binary::Pow => zip2(a, b, o, |a, b| Real::pow(a, b)),
         Binary::Max => zip2(a, b, o, fmax),
         Binary::Min => zip2(a, b, o, fmin),
-        Binary::Atan2 => zip2(a, b, o, |a, b| a.atan2(b)),
+        Binary::Atan2 => zip2(a, b, o, Real::atan2),
         Binary::And | Binary::Or => return Err(unsupported(name, T::DTYPE)),
     }
     Ok(())

@@ -26,7 +26,7 @@
 //! split itself. Accumulation order per output element is fixed, so results
 //! do not depend on the thread count.
 
-use super::kernel::{input, output, Real};
+use super::kernel::{input, output, simd_loop, Real, SimdLoop};
 use super::linalg::{gemm_acc_into, gemm_into, parallelism, MatRef, Parallelism};
 use super::{check, Op};
 use crate::dispatch_float;
@@ -272,15 +272,6 @@ fn gather_table(k_sp: &[usize], out_sp: &[usize], tables: &[Vec<isize>], in_stri
     let (kprod, p) = (k_sp.iter().product::<usize>(), out_sp.iter().product::<usize>());
     let mut table = Vec::with_capacity(kprod * p);
     let mut tap = vec![0usize; s];
-    let step = |idx: &mut [usize], sizes: &[usize]| {
-        for d in (0..idx.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < sizes[d] {
-                return;
-            }
-            idx[d] = 0;
-        }
-    };
     for _ in 0..kprod {
         let mut pos = vec![0usize; s];
         for _ in 0..p {
@@ -291,9 +282,9 @@ fn gather_table(k_sp: &[usize], out_sp: &[usize], tables: &[Vec<isize>], in_stri
             }
             // The caller checked that every offset (< in_size) fits below u32::MAX.
             table.push(off.map_or(u32::MAX, |o| o as u32));
-            step(&mut pos, out_sp);
+            step_index(&mut pos, out_sp);
         }
-        step(&mut tap, k_sp);
+        step_index(&mut tap, k_sp);
     }
     table
 }
@@ -301,10 +292,44 @@ fn gather_table(k_sp: &[usize], out_sp: &[usize], tables: &[Vec<isize>], in_stri
 /// Fills one im2col row from one input channel `xc` through its slice of a
 /// gather table (`Plan::gather`). Padding entries (`u32::MAX`) are past the
 /// channel: `get` reads them as zero.
-#[inline]
+#[inline(always)]
 fn gather_row<T: Real>(xc: &[T], idx: &[u32], out: &mut [T]) {
     for (y, &i) in out.iter_mut().zip(idx) {
         *y = xc.get(i as usize).copied().unwrap_or_else(T::zero);
+    }
+}
+
+/// A whole im2col matrix `col` (`[cg * kprod, p]`) through a gather table:
+/// channel by channel, tap by tap, no index arithmetic per row. Run through
+/// [`simd_loop`].
+struct GatherRows;
+
+impl<T: Real> SimdLoop<(&[u32], &[T], &mut [T], usize, usize, usize)> for GatherRows {
+    type Output = ();
+
+    #[inline(always)]
+    fn run((gather, xg, col, kprod, p, isz): (&[u32], &[T], &mut [T], usize, usize, usize)) {
+        for (ch, rows) in col.chunks_mut(kprod * p).enumerate() {
+            let xc = &xg[ch * isz..(ch + 1) * isz];
+            for (idx, out) in gather.chunks(p).zip(rows.chunks_mut(p)) {
+                gather_row(xc, idx, out);
+            }
+        }
+    }
+}
+
+/// Im2col rows `first..` of `plan` into `col` (whole rows of `plan.p`);
+/// `pos` is [`Plan::im2col_row`]'s scratch. Run through [`simd_loop`].
+struct Im2colRows;
+
+impl<T: Real> SimdLoop<(&Plan, &[T], usize, &mut [T], &mut [usize])> for Im2colRows {
+    type Output = ();
+
+    #[inline(always)]
+    fn run((plan, xg, first, col, pos): (&Plan, &[T], usize, &mut [T], &mut [usize])) {
+        for (r, row) in col.chunks_mut(plan.p).enumerate() {
+            plan.im2col_row(xg, first + r, row, pos);
+        }
     }
 }
 
@@ -484,6 +509,7 @@ impl Plan {
     /// `xg` (`[cg, *in_sp]`). `out` has `p` elements. `pos` is scratch of
     /// two entries per spatial dim (rows are filled by the hundred thousand
     /// for a weight gradient: no allocation per row).
+    #[inline(always)]
     fn im2col_row<T: Real>(&self, xg: &[T], row: usize, out: &mut [T], pos: &mut [usize]) {
         let (ch, tap) = (row / self.kprod, row % self.kprod);
         let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
@@ -566,24 +592,16 @@ impl Plan {
         let scratch = || vec![0usize; 2 * self.out_sp.len()];
         let parallel = parallel && super::kernel::worth_parallel(col.len());
         if let (Some(gather), false) = (&self.gather, parallel) {
-            // Channel by channel, tap by tap: no index arithmetic per row.
-            for (ch, rows) in col.chunks_mut(self.kprod * self.p).enumerate() {
-                let xc = &xg[ch * self.in_size..(ch + 1) * self.in_size];
-                for (idx, out) in gather.chunks(self.p).zip(rows.chunks_mut(self.p)) {
-                    gather_row(xc, idx, out);
-                }
-            }
+            simd_loop::<GatherRows, _>((gather.as_slice(), xg, col, self.kprod, self.p, self.in_size));
             return;
         }
         if parallel {
-            col.par_chunks_mut(self.p)
-                .enumerate()
-                .for_each_init(scratch, |pos, (r, row)| self.im2col_row(xg, r, row, pos));
+            col.par_chunks_mut(self.p).enumerate().for_each_init(scratch, |pos, (r, row)| {
+                simd_loop::<Im2colRows, _>((self, xg, r, row, pos.as_mut_slice()))
+            });
         } else {
             let mut pos = scratch();
-            for (r, row) in col.chunks_mut(self.p).enumerate() {
-                self.im2col_row(xg, r, row, &mut pos);
-            }
+            simd_loop::<Im2colRows, _>((self, xg, 0, col, pos.as_mut_slice()));
         }
     }
 
@@ -834,16 +852,8 @@ fn swapped_kernel<T: Real>(plan: &Plan, sw: &Plan, x: &[T], w: &[T], o: &mut [T]
         } else if let Some(gather) = &sw.gather {
             // The same rows in order, without index arithmetic per row: the
             // swapped plan's tap `P` is the forward output position.
-            let isz = plan.in_size;
-            let mut rows = cols.chunks_mut(kprod);
-            for b in 0..nb {
-                let xb = &x[(b0 + b) * per_in..(b0 + b + 1) * per_in];
-                for idx in gather.chunks(kprod) {
-                    for (c, row) in rows.by_ref().take(cin).enumerate() {
-                        gather_row(&xb[c * isz..(c + 1) * isz], idx, row);
-                    }
-                }
-            }
+            let xs = &x[b0 * per_in..(b0 + nb) * per_in];
+            simd_loop::<SwappedRows, _>((gather.as_slice(), xs, cols, cin, kprod, plan.in_size));
         } else {
             let mut pos = scratch();
             cols.chunks_mut(kprod).enumerate().for_each(|r| fill(&mut pos, r));
@@ -856,6 +866,28 @@ fn swapped_kernel<T: Real>(plan: &Plan, sw: &Plan, x: &[T], w: &[T], o: &mut [T]
             for (b, tb) in trow.chunks(p).enumerate() {
                 let at = ((b0 + b) * og + oc) * p;
                 o[at..at + p].copy_from_slice(tb);
+            }
+        }
+    }
+}
+
+/// [`swapped_kernel`]'s rows for a chunk of batch elements `xs` through the
+/// swapped plan's gather table: row `(b, P, c)` holds the `kprod` inputs of
+/// channel `c` that the taps read at forward output position `P` (the
+/// swapped plan's tap). Run through [`simd_loop`].
+struct SwappedRows;
+
+impl<T: Real> SimdLoop<(&[u32], &[T], &mut [T], usize, usize, usize)> for SwappedRows {
+    type Output = ();
+
+    #[inline(always)]
+    fn run((gather, xs, cols, cin, kprod, isz): (&[u32], &[T], &mut [T], usize, usize, usize)) {
+        let mut rows = cols.chunks_mut(kprod);
+        for xb in xs.chunks(cin * isz) {
+            for idx in gather.chunks(kprod) {
+                for (c, row) in rows.by_ref().take(cin).enumerate() {
+                    gather_row(&xb[c * isz..(c + 1) * isz], idx, row);
+                }
             }
         }
     }
@@ -882,7 +914,6 @@ const WIDE_MIN: usize = 32;
 /// does not depend on the chunking or the thread count (the chunk size
 /// depends on the shapes only).
 fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
-    let Some(gather) = &plan.gather else { unreachable!("wide_kernel needs a gather table") };
     let (cin, kprod, p, og, isz) = (plan.cg, plan.kprod, plan.p, plan.og, plan.in_size);
     let kdim = cin * kprod;
     let per_in = cin * isz;
@@ -902,9 +933,43 @@ fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
         transpose_into(&x[b0 * per_in..(b0 + nb) * per_in], nb, per_in, nb, xt);
         let xt = &*xt;
         let cols = &mut cols[..kdim * width];
-        // Row (c, tap), column (P, b).
-        let fill = |(r, row): (usize, &mut [T])| {
-            let (c, tap) = (r / kprod, r % kprod);
+        if super::kernel::worth_parallel(cols.len()) {
+            cols.par_chunks_mut(width)
+                .enumerate()
+                .for_each(|(r, row)| simd_loop::<WideRows, _>((plan, xt, nb, r, row)));
+        } else {
+            simd_loop::<WideRows, _>((plan, xt, nb, 0, cols));
+        }
+        let tmp = &mut tmp[..og * width];
+        let a = MatRef { data: w, rs: kdim, cs: 1 };
+        let bm = MatRef { data: &*cols, rs: width, cs: 1 };
+        gemm_into(og, width, kdim, tmp, a, bm, true);
+        // [O, (P, b)] -> [b, O, P]: per output channel a `p x nb` transpose
+        // into rows `og * p` apart.
+        let ob = &mut o[b0 * og * p..(b0 + nb) * og * p];
+        for (oc, trow) in tmp.chunks(width).enumerate() {
+            transpose_into(trow, p, nb, og * p, &mut ob[oc * p..]);
+        }
+    }
+    put_scratch(xt);
+    put_scratch(cols);
+    put_scratch(tmp);
+}
+
+/// Rows `first..` of [`wide_kernel`]'s im2col matrix (row `(c, tap)`,
+/// column `(P, b)`; `cols` holds whole rows of `p * nb`) from the chunk's
+/// input `xt` (`[c, i, b]`). Run through [`simd_loop`].
+struct WideRows;
+
+impl<T: Real> SimdLoop<(&Plan, &[T], usize, usize, &mut [T])> for WideRows {
+    type Output = ();
+
+    #[inline(always)]
+    fn run((plan, xt, nb, first, cols): (&Plan, &[T], usize, usize, &mut [T])) {
+        let Some(gather) = &plan.gather else { unreachable!("wide_kernel checked that the plan has a gather table") };
+        let (kprod, p, isz) = (plan.kprod, plan.p, plan.in_size);
+        for (k, row) in cols.chunks_mut(p * nb).enumerate() {
+            let (c, tap) = ((first + k) / kprod, (first + k) % kprod);
             let idx = &gather[tap * p..(tap + 1) * p];
             match nb {
                 1 => fill_pieces::<T, 1>(row, idx, &xt[c * isz..(c + 1) * isz], isz),
@@ -923,26 +988,8 @@ fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
                     }
                 }
             }
-        };
-        if super::kernel::worth_parallel(cols.len()) {
-            cols.par_chunks_mut(width).enumerate().for_each(fill);
-        } else {
-            cols.chunks_mut(width).enumerate().for_each(fill);
-        }
-        let tmp = &mut tmp[..og * width];
-        let a = MatRef { data: w, rs: kdim, cs: 1 };
-        let bm = MatRef { data: &*cols, rs: width, cs: 1 };
-        gemm_into(og, width, kdim, tmp, a, bm, true);
-        // [O, (P, b)] -> [b, O, P]: per output channel a `p x nb` transpose
-        // into rows `og * p` apart.
-        let ob = &mut o[b0 * og * p..(b0 + nb) * og * p];
-        for (oc, trow) in tmp.chunks(width).enumerate() {
-            transpose_into(trow, p, nb, og * p, &mut ob[oc * p..]);
         }
     }
-    put_scratch(xt);
-    put_scratch(cols);
-    put_scratch(tmp);
 }
 
 /// One im2col row of [`wide_kernel`] for a batch chunk of `NB` elements:
@@ -950,6 +997,7 @@ fn wide_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
 /// `xc`, batch innermost) or zeros where the tap reads padding. With `NB`
 /// a constant each piece is a fixed-size move instead of a `memcpy` call
 /// (chunks of a few batch elements made those calls a tenth of a CNN step).
+#[inline(always)]
 fn fill_pieces<T: Real, const NB: usize>(row: &mut [T], idx: &[u32], xc: &[T], isz: usize) {
     for (piece, &src) in row.chunks_exact_mut(NB).zip(idx) {
         let src = src as usize;
@@ -967,21 +1015,33 @@ fn fill_pieces<T: Real, const NB: usize>(row: &mut [T], idx: &[u32], xc: &[T], i
 /// element `(i, j)` of `a` goes to `dst[j * ld + i]` (`ld >= rows`), eight
 /// rows at a time (fewer for the last group), so that neither side walks
 /// memory a whole row apart per element.
-fn transpose_into<T: Copy>(a: &[T], rows: usize, cols: usize, ld: usize, dst: &mut [T]) {
-    let mut i0 = 0;
-    while i0 < rows {
-        let r = (rows - i0).min(8);
-        match r {
-            8 => transpose_rows::<T, 8>(a, i0, cols, ld, dst),
-            7 => transpose_rows::<T, 7>(a, i0, cols, ld, dst),
-            6 => transpose_rows::<T, 6>(a, i0, cols, ld, dst),
-            5 => transpose_rows::<T, 5>(a, i0, cols, ld, dst),
-            4 => transpose_rows::<T, 4>(a, i0, cols, ld, dst),
-            3 => transpose_rows::<T, 3>(a, i0, cols, ld, dst),
-            2 => transpose_rows::<T, 2>(a, i0, cols, ld, dst),
-            _ => transpose_rows::<T, 1>(a, i0, cols, ld, dst),
+fn transpose_into<T: Copy + 'static>(a: &[T], rows: usize, cols: usize, ld: usize, dst: &mut [T]) {
+    simd_loop::<TransposeTiles, _>((a, rows, cols, ld, dst));
+}
+
+/// [`transpose_into`]'s loops, run through [`simd_loop`].
+struct TransposeTiles;
+
+impl<T: Copy + 'static> SimdLoop<(&[T], usize, usize, usize, &mut [T])> for TransposeTiles {
+    type Output = ();
+
+    #[inline(always)]
+    fn run((a, rows, cols, ld, dst): (&[T], usize, usize, usize, &mut [T])) {
+        let mut i0 = 0;
+        while i0 < rows {
+            let r = (rows - i0).min(8);
+            match r {
+                8 => transpose_rows::<T, 8>(a, i0, cols, ld, dst),
+                7 => transpose_rows::<T, 7>(a, i0, cols, ld, dst),
+                6 => transpose_rows::<T, 6>(a, i0, cols, ld, dst),
+                5 => transpose_rows::<T, 5>(a, i0, cols, ld, dst),
+                4 => transpose_rows::<T, 4>(a, i0, cols, ld, dst),
+                3 => transpose_rows::<T, 3>(a, i0, cols, ld, dst),
+                2 => transpose_rows::<T, 2>(a, i0, cols, ld, dst),
+                _ => transpose_rows::<T, 1>(a, i0, cols, ld, dst),
+            }
+            i0 += r;
         }
-        i0 += r;
     }
 }
 
@@ -990,16 +1050,36 @@ fn transpose_into<T: Copy>(a: &[T], rows: usize, cols: usize, ld: usize, dst: &m
 /// row) and written column by column as runs of `R`; with constant sizes
 /// the compiler keeps a tile in registers. Indexing `a` per element, with
 /// a bounds check and a scalar load each, was most of `wide_kernel`'s time
-/// (its batch chunks are often only a few rows).
-fn transpose_rows<T: Copy, const R: usize>(a: &[T], i0: usize, cols: usize, ld: usize, dst: &mut [T]) {
+/// (its batch chunks are often only a few rows). Full 8 x 8 tiles of f32
+/// are transposed with AVX shuffles where the CPU has them ([`transpose8_f32`]):
+/// the compiler writes a tile's columns element by element, which made
+/// these transposes a seventh of a CNN step.
+#[inline(always)]
+fn transpose_rows<T: Copy + 'static, const R: usize>(a: &[T], i0: usize, cols: usize, ld: usize, dst: &mut [T]) {
     const W: usize = 8;
     let src: [&[T]; R] = std::array::from_fn(|k| &a[(i0 + k) * cols..(i0 + k + 1) * cols]);
     let full = cols - cols % W;
+    #[cfg(target_arch = "x86_64")]
+    let avx = if R == W && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        pulp::x86::V3::try_new()
+    } else {
+        None
+    };
     for j0 in (0..full).step_by(W) {
         let tile: [[T; W]; R] = std::array::from_fn(|k| {
             let r = &src[k][j0..j0 + W];
             std::array::from_fn(|j| r[j])
         });
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(simd), Some(t)) = (avx, (&tile as &dyn std::any::Any).downcast_ref::<[[f32; 8]; 8]>()) {
+            let out = transpose8_f32(simd, *t);
+            let out = (&out as &dyn std::any::Any).downcast_ref::<[[T; R]; W]>();
+            let out = out.expect("T is f32 and R is 8 (checked above)");
+            for (j, col) in out.iter().enumerate() {
+                dst[(j0 + j) * ld + i0..(j0 + j) * ld + i0 + R].copy_from_slice(col);
+            }
+            continue;
+        }
         for j in 0..W {
             let d = &mut dst[(j0 + j) * ld + i0..(j0 + j) * ld + i0 + R];
             for (k, y) in d.iter_mut().enumerate() {
@@ -1013,6 +1093,26 @@ fn transpose_rows<T: Copy, const R: usize>(a: &[T], i0: usize, cols: usize, ld: 
             *y = src[k][j];
         }
     }
+}
+
+/// The transpose of an 8 x 8 f32 tile in eight AVX registers: unpacks
+/// interleave row pairs, shuffles gather quadruples, lane permutes join
+/// the 128-bit halves. Only moves: the same bits as an element-wise copy.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn transpose8_f32(simd: pulp::x86::V3, rows: [[f32; 8]; 8]) -> [[f32; 8]; 8] {
+    use std::arch::x86_64::__m256;
+    let avx = simd.avx;
+    let r: [__m256; 8] = rows.map(pulp::cast);
+    let lo = |a: usize, b: usize| avx._mm256_unpacklo_ps(r[a], r[b]);
+    let hi = |a: usize, b: usize| avx._mm256_unpackhi_ps(r[a], r[b]);
+    let t = [lo(0, 1), hi(0, 1), lo(2, 3), hi(2, 3), lo(4, 5), hi(4, 5), lo(6, 7), hi(6, 7)];
+    let even = |a: usize, b: usize| avx._mm256_shuffle_ps::<0x44>(t[a], t[b]);
+    let odd = |a: usize, b: usize| avx._mm256_shuffle_ps::<0xEE>(t[a], t[b]);
+    let s = [even(0, 2), odd(0, 2), even(1, 3), odd(1, 3), even(4, 6), odd(4, 6), even(5, 7), odd(5, 7)];
+    let low = |a: usize| avx._mm256_permute2f128_ps::<0x20>(s[a], s[a + 4]);
+    let high = |a: usize| avx._mm256_permute2f128_ps::<0x31>(s[a], s[a + 4]);
+    [low(0), low(1), low(2), low(3), high(0), high(1), high(2), high(3)].map(pulp::cast)
 }
 
 thread_local! {
@@ -1049,159 +1149,124 @@ fn put_scratch<T: Real + 'static>(v: Vec<T>) {
     });
 }
 
-/// Which outputs of one row a tap of [`gathered_kernel`] adds to, and from
-/// which inputs.
-enum Gather {
-    /// Outputs `o0 + k * ostep` from inputs `i0 + k`, `k < count`.
-    Run { o0: usize, i0: usize, count: usize, ostep: usize },
-    /// Any other set of (output, input) pairs.
-    List(Vec<(usize, usize)>),
-}
-
-impl Gather {
-    fn of(list: Vec<(usize, usize)>) -> Gather {
-        let Some(&(o0, i0)) = list.first() else { return Gather::Run { o0: 0, i0: 0, count: 0, ostep: 1 } };
-        let ostep = list.get(1).map_or(1, |&(o1, _)| o1 - o0);
-        let run = ostep >= 1 && list.iter().enumerate().all(|(k, &(o, i))| o == o0 + k * ostep && i == i0 + k);
-        if run {
-            Gather::Run { o0, i0, count: list.len(), ostep }
-        } else {
-            Gather::List(list)
-        }
-    }
-}
-
 /// Runs an ungrouped convolution of a dilated input (a transposed
-/// convolution) without multiplying by the dilation's zeros. Im2col of the
-/// dilated input is mostly holes (3/4 for a stride-2 input gradient in
-/// 2-d); instead, per batch element, one GEMM `z[(t, o), i] = sum_c w[o,
-/// c, t] x[c, i]` over the input as it is, then every output element sums
-/// `z[(t, o), i]` over the taps `t` whose input position `i` exists (the
-/// tables say which), in tap order: a fixed order whatever the thread count.
+/// convolution, e.g. the input gradient of a strided one) without
+/// multiplying by the dilation's zeros: im2col of the dilated input is
+/// mostly holes (3/4 for a stride-2 input gradient in 2-d). Per batch
+/// element, one GEMM `z[i, (t, o)] = sum_c x[c, i] w[o, c, t]` over the
+/// input as it is, then each output position sums, in tap order, the rows
+/// `z[i, (t, .)]` of the taps `t` that read an input position `i` there
+/// ([`TapReads`]), for all output channels at once (they are contiguous in
+/// `z`), into `[P, O]`, transposed to `[O, P]`. A fixed order whatever the
+/// thread count. (With the taps outermost, each tap added a few elements
+/// per output row at a stride: a third of a CNN step's convolution time.)
 fn gathered_kernel<T: Real>(plan: &Plan, x: &[T], w: &[T], o: &mut [T]) {
     let (cin, kprod, og, p, isz) = (plan.cg, plan.kprod, plan.og, plan.p, plan.in_size);
     let kdim = cin * kprod;
-    // w reordered to [(t, o), c].
-    let mut wr = vec![T::zero(); kprod * og * cin];
-    for (r, row) in wr.chunks_mut(cin).enumerate() {
-        let (t, oc) = (r / og, r % og);
-        for (c, y) in row.iter_mut().enumerate() {
+    let width = kprod * og;
+    // w reordered to [c, (t, o)].
+    let mut wr = vec![T::zero(); cin * width];
+    for (r, row) in wr.chunks_mut(og).enumerate() {
+        let (c, t) = (r / kprod, r % kprod);
+        for (oc, y) in row.iter_mut().enumerate() {
             *y = w[oc * kdim + c * kprod + t];
         }
     }
-    let s = plan.out_sp.len();
-    let last = s - 1;
-    let ol = plan.out_sp[last];
-    // Per tap of the last dim, the (output position, input position) pairs
-    // that exist: one arithmetic progression in both (every `ld`-th output
-    // reads consecutive inputs) when they form one, else listed.
-    let pairs: Vec<Gather> = plan.tables[last]
-        .chunks(ol)
-        .map(|row| {
-            let list: Vec<(usize, usize)> =
-                row.iter().enumerate().filter(|(_, &i)| i >= 0).map(|(o, &i)| (o, i as usize)).collect();
-            Gather::of(list)
-        })
-        .collect();
-    let per_in = cin * isz;
-    // Per tap: its last dim's pairs, and per output row (outer coordinates,
-    // row-major) the input offset of its outer coordinates or `None` when
-    // they fall outside the input. The same for every batch element.
-    let rows = p / ol;
-    let mut taps: Vec<(&Gather, Vec<Option<usize>>)> = Vec::with_capacity(kprod);
-    for t in 0..kprod {
-        let mut starts = vec![0usize; s];
-        let mut tt = t;
-        for d in (0..s).rev() {
-            starts[d] = (tt % plan.k_sp[d]) * plan.out_sp[d];
-            tt /= plan.k_sp[d];
-        }
-        let mut pos = vec![0usize; last];
-        let mut bases = Vec::with_capacity(rows);
-        for _ in 0..rows {
-            let mut base = Some(0usize);
-            for d in 0..last {
-                let i = plan.tables[d][starts[d] + pos[d]];
-                base = if i < 0 { None } else { base.map(|b| b + i as usize * plan.in_strides[d]) };
-            }
-            bases.push(base);
-            for d in (0..last).rev() {
-                pos[d] += 1;
-                if pos[d] < plan.out_sp[d] {
-                    break;
-                }
-                pos[d] = 0;
-            }
-        }
-        taps.push((&pairs[starts[last] / ol], bases));
-    }
-    let one = |xb: &[T], ob: &mut [T], z: &mut Vec<T>, parallel: bool| {
-        let a = MatRef { data: &wr, rs: cin, cs: 1 };
-        let bm = MatRef { data: xb, rs: isz, cs: 1 };
-        gemm_into(kprod * og, isz, cin, z, a, bm, parallel);
-        ob.fill(T::zero());
-        for (t, (prs, bases)) in taps.iter().enumerate() {
-            for oc in 0..og {
-                let zt = &z[(t * og + oc) * isz..(t * og + oc + 1) * isz];
-                let oo = &mut ob[oc * p..(oc + 1) * p];
-                for (orow, base) in oo.chunks_mut(ol).zip(bases) {
-                    let Some(b) = *base else { continue };
-                    match prs {
-                        Gather::Run { o0, i0, count, ostep } => {
-                            add_run(&mut orow[*o0..], &zt[b + i0..b + i0 + count], *ostep)
-                        }
-                        Gather::List(list) => {
-                            for &(oi, ii) in list {
-                                orow[oi] = orow[oi] + zt[b + ii];
-                            }
-                        }
-                    }
-                }
-            }
-        }
+    let reads = TapReads::new(plan);
+    let one = |xb: &[T], ob: &mut [T], (z, ot): &mut (Vec<T>, Vec<T>), parallel: bool| {
+        // x^T [i, c] times wr [c, (t, o)].
+        let a = MatRef { data: xb, rs: 1, cs: isz };
+        let bm = MatRef { data: &wr, rs: width, cs: 1 };
+        gemm_into(isz, width, cin, z, a, bm, parallel);
+        simd_loop::<SumTaps, _>((&reads, &z[..], &mut ot[..], og));
+        transpose_into(ot, p, og, p, ob);
     };
+    let per_in = cin * isz;
     let per_out = og * p;
-    let scratch = || vec![T::zero(); kprod * og * isz];
-    match parallelism(plan.n, kprod * og * cin * isz) {
+    let scratch = || (vec![T::zero(); isz * width], vec![T::zero(); per_out]);
+    match parallelism(plan.n, width * cin * isz) {
         Parallelism::Batch { items } => {
-            o.par_chunks_mut(items * per_out).enumerate().for_each_init(scratch, |z, (t, chunk)| {
+            o.par_chunks_mut(items * per_out).enumerate().for_each_init(scratch, |s, (t, chunk)| {
                 for (i, ob) in chunk.chunks_mut(per_out).enumerate() {
                     let b = t * items + i;
-                    one(&x[b * per_in..(b + 1) * per_in], ob, z, false);
+                    one(&x[b * per_in..(b + 1) * per_in], ob, s, false);
                 }
             })
         }
         sp => {
-            let mut z = scratch();
+            let mut s = scratch();
             for (b, ob) in o.chunks_mut(per_out).enumerate() {
-                one(&x[b * per_in..(b + 1) * per_in], ob, &mut z, sp == Parallelism::Inner);
+                one(&x[b * per_in..(b + 1) * per_in], ob, &mut s, sp == Parallelism::Inner);
             }
         }
     }
 }
 
-/// `outs[k * step] += ins[k]` for every `k`: one tap's contribution to a
-/// row of [`gathered_kernel`]'s output. Steps 1 and 2 (stride-1 and
-/// stride-2 transposed convolutions) go through fixed-size chunks, which
-/// the compiler vectorizes (a stride-2 run as interleaved loads and
-/// stores); an iterator stepping by a run-time stride added one element at
-/// a time. Each output element still gets exactly one addition here.
-fn add_run<T: Real>(outs: &mut [T], ins: &[T], step: usize) {
-    let n = ins.len();
-    match step {
-        1 => {
-            for (y, &v) in outs[..n].iter_mut().zip(ins) {
-                *y = *y + v;
+/// Per output position of a [`gathered_kernel`] plan (row-major over the
+/// output's spatial dims), the taps that read an input position there, in
+/// tap order, as offsets of their rows in `z` (`(i * kprod + t) * og`).
+/// The same for every batch element.
+struct TapReads {
+    /// Position `j`'s rows are `rows[starts[j]..starts[j + 1]]`.
+    starts: Vec<usize>,
+    rows: Vec<usize>,
+}
+
+impl TapReads {
+    fn new(plan: &Plan) -> TapReads {
+        let s = plan.out_sp.len();
+        let mut starts = Vec::with_capacity(plan.p + 1);
+        let mut rows = Vec::new();
+        let mut pos = vec![0usize; s];
+        for _ in 0..plan.p {
+            starts.push(rows.len());
+            let mut tap = vec![0usize; s];
+            for t in 0..plan.kprod {
+                let mut at = Some(0usize);
+                for d in 0..s {
+                    let i = plan.tables[d][tap[d] * plan.out_sp[d] + pos[d]];
+                    at = if i < 0 { None } else { at.map(|a| a + i as usize * plan.in_strides[d]) };
+                }
+                if let Some(i) = at {
+                    rows.push((i * plan.kprod + t) * plan.og);
+                }
+                step_index(&mut tap, &plan.k_sp);
             }
+            step_index(&mut pos, &plan.out_sp);
         }
-        2 if outs.len() >= 2 * n => {
-            for (pair, &v) in outs[..2 * n].chunks_exact_mut(2).zip(ins) {
-                pair[0] = pair[0] + v;
-            }
+        starts.push(rows.len());
+        TapReads { starts, rows }
+    }
+}
+
+/// Advances a row-major multi-index `idx` over `sizes` by one (wrapping).
+fn step_index(idx: &mut [usize], sizes: &[usize]) {
+    for d in (0..idx.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < sizes[d] {
+            return;
         }
-        _ => {
-            for (y, &v) in outs.iter_mut().step_by(step).zip(ins) {
-                *y = *y + v;
+        idx[d] = 0;
+    }
+}
+
+/// [`gathered_kernel`]'s sums for one batch element: `ot` (`[P, og]`,
+/// overwritten) gets, per output position, zero plus the `z` rows of its
+/// taps in tap order, each element by one addition per tap. Run through
+/// [`simd_loop`].
+struct SumTaps;
+
+impl<T: Real> SimdLoop<(&TapReads, &[T], &mut [T], usize)> for SumTaps {
+    type Output = ();
+
+    #[inline(always)]
+    fn run((reads, z, ot, og): (&TapReads, &[T], &mut [T], usize)) {
+        for (j, acc) in ot.chunks_exact_mut(og).enumerate() {
+            acc.fill(T::zero());
+            for &r in &reads.rows[reads.starts[j]..reads.starts[j + 1]] {
+                for (y, &v) in acc.iter_mut().zip(&z[r..r + og]) {
+                    *y = *y + v;
+                }
             }
         }
     }

@@ -48,6 +48,32 @@ pub fn simd<Op: pulp::WithSimd>(op: Op) -> Op::Output {
     ARCH.get_or_init(pulp::Arch::new).dispatch(op)
 }
 
+/// A loop that is not one op's block (convolution's im2col, transposes,
+/// gather-adds), run at the CPU's best level by [`simd_loop`]. `run` must
+/// be `#[inline(always)]`, as must every helper it calls: that is what puts
+/// the loops into [`simd`]'s per-level copies. (A closure or a function
+/// item passed as a value would not do: every level calls it, so LLVM
+/// keeps one out-of-line copy, built for the baseline.)
+pub trait SimdLoop<A> {
+    type Output;
+    fn run(args: A) -> Self::Output;
+}
+
+/// Runs `L::run(args)` through [`simd`]: the same IEEE operations in the
+/// same order at every level, more of them per instruction.
+#[inline(always)]
+pub fn simd_loop<L: SimdLoop<A>, A>(args: A) -> L::Output {
+    struct Call<L, A>(std::marker::PhantomData<L>, A);
+    impl<L: SimdLoop<A>, A> pulp::WithSimd for Call<L, A> {
+        type Output = L::Output;
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) -> L::Output {
+            L::run(self.1)
+        }
+    }
+    simd(Call::<L, A>(std::marker::PhantomData, args))
+}
+
 thread_local! {
     static BASELINE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -175,6 +201,9 @@ pub trait Real: BlockElem + num_traits::Float + super::mathfn::SliceMath + Send 
     /// C `pow(self, y)`: graft's f32 `pow` (`mathfn::pow_f32`, which the C
     /// prelude reproduces), std's for f64.
     fn pow(self, y: Self) -> Self;
+    /// C `atan2(self, x)`: graft's f32 `atan2` (`mathfn::atan2_f32`, which
+    /// the C prelude reproduces), std's for f64.
+    fn atan2(self, x: Self) -> Self;
 }
 
 impl Real for f32 {
@@ -185,6 +214,10 @@ impl Real for f32 {
     fn pow(self, y: f32) -> f32 {
         super::mathfn::pow_f32(self, y)
     }
+    #[inline(always)]
+    fn atan2(self, x: f32) -> f32 {
+        super::mathfn::atan2_f32(self, x)
+    }
 }
 
 impl Real for f64 {
@@ -194,6 +227,10 @@ impl Real for f64 {
     #[inline(always)]
     fn pow(self, y: f64) -> f64 {
         self.powf(y)
+    }
+    #[inline(always)]
+    fn atan2(self, x: f64) -> f64 {
+        num_traits::Float::atan2(self, x)
     }
 }
 

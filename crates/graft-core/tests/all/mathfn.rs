@@ -540,3 +540,34 @@ fn pow_f32_within_1_ulp() {
     }
     assert!(worst.0 <= 1, "pow f32: {} ulp at pow({:e}, {:e})", worst.0, worst.1, worst.2);
 }
+
+/// f32 `atan2` against std's f64 `atan2` rounded to f32: within 1 ulp over
+/// a grid of ratios around the octant boundaries (`|y| = |x|`, `t =
+/// tan(pi/8)`), all four quadrants, tiny and huge operands; the slice form
+/// equals the scalar one.
+#[test]
+fn atan2_f32_within_1_ulp() {
+    let mut ys = points32(-4.0, 4.0, 3_000);
+    ys.extend(points32(0.40, 0.43, 500));
+    ys.extend([1e-40, -1e-40, 1e-30, 3e38, -3e38, 0.0, -0.0]);
+    let xs: Vec<f32> = [1.0f32, -1.0, 0.5, -2.0, 1e-3, -1e-3, 1e30, 0.414_213_57, -0.999_999_9, 7.0].to_vec();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for &y in &ys {
+        for &x in &xs {
+            a.extend([y, x * y.abs().max(1e-30), x]);
+            b.extend([x, y, y * x]);
+        }
+    }
+    let mut out = vec![0f32; a.len()];
+    atan2_f32_slice(&a, &b, &mut out);
+    let mut worst = (0u64, 0f32, 0f32);
+    for ((&y, &x), &got) in a.iter().zip(&b).zip(&out) {
+        assert_eq!(got.to_bits(), atan2_f32(y, x).to_bits(), "slice == scalar at atan2({y:e}, {x:e})");
+        let want = (y as f64).atan2(x as f64) as f32;
+        let d = ulps32(got, want);
+        if d > worst.0 {
+            worst = (d, y, x);
+        }
+    }
+    assert!(worst.0 <= 1, "atan2 f32: {} ulp at atan2({:e}, {:e})", worst.0, worst.1, worst.2);
+}

@@ -57,9 +57,9 @@ pub(crate) fn covered() -> Vec<String> {
 /// Primitives without a native kernel (they run in the interpreter; a
 /// group never holds them), and why they are not in [`covered`].
 pub(crate) const EXEMPT: &[(&str, &str)] = &[
-    ("Binary::atan2", "not lowered: the kernel uses std `atan2` (mathfn_c.rs PENDING_BIN)"),
-    // f64 `pow` is not lowered either (std `powf`); f32 `pow` is, and is
-    // covered by `Binary::*`: `pow_groups_run_natively_in_f32_only`.
+    // f64 `pow` and `atan2` are not lowered (std `powf`, `atan2`); their
+    // f32 versions are, and are covered by `Binary::*`:
+    // `pow_groups_run_natively_in_f32_only`.
     ("Cond", "no kernel: if-converted to `select` inside compiled loops (native_loops.rs)"),
     ("Call", "no kernel: interpreter only"),
     ("Checkpoint", "no kernel: interpreter only"),
@@ -134,6 +134,21 @@ fn chain_runs_natively_and_bitwise_equal() {
 /// interpreted (std `powf`), next to a compiled f32 one.
 #[test]
 fn pow_groups_run_natively_in_f32_only() {
+    f32_only(Binary::Pow);
+}
+
+/// The same for `atan2` (`mathfn::atan2_f32`, the prelude's `g_atan2_f32`):
+/// every pair of signed zeros, infinities, NaN and finite values, both
+/// operand orders, and data.
+#[test]
+fn atan2_groups_run_natively_in_f32_only() {
+    f32_only(Binary::Atan2);
+}
+
+/// `op(x, y)` and `op(|x|, y)` in one f32 group, over a grid of special
+/// operand pairs and data, against the interpreter; then an f64 group with
+/// `op` (interpreted: std) beside an f32 one (compiled).
+fn f32_only(op: Binary) {
     if skip() {
         return;
     }
@@ -146,7 +161,7 @@ fn pow_groups_run_natively_in_f32_only() {
     for i in 0..n {
         let k = specials.len();
         xs.push(if i < k * k { specials[i / k] } else { x0[i] * 4.0 });
-        // Exponents: the specials, then small integers and halves, then data.
+        // Second operands: the specials, then small integers and halves, then data.
         ys.push(match i {
             i if i < k * k => specials[i % k],
             i if i % 3 == 0 => ((i % 21) as f32 - 10.0) * 0.5,
@@ -154,22 +169,23 @@ fn pow_groups_run_natively_in_f32_only() {
         });
     }
     let (x, y) = (Tensor::from_vec(vec![n], xs).unwrap(), Tensor::from_vec(vec![n], ys).unwrap());
-    let mut b = Builder::new("pow32");
+    let mut b = Builder::new("f32_group");
     let (px, py) = (b.param(ty.clone()), b.param(ty.clone()));
     let ax = b.unary(Unary::Abs, px).unwrap();
-    let p = b.binary(Binary::Pow, px, py).unwrap();
-    let q = b.binary(Binary::Pow, ax, py).unwrap();
+    let p = b.binary(op, px, py).unwrap();
+    let q = b.binary(op, ax, py).unwrap();
+    let r = b.binary(op, py, px).unwrap();
     let out = b.add(p, q).unwrap();
-    check_native(&b.finish(&[out, p]).unwrap(), &[x, y]);
-    // f64: the group with `pow` stays interpreted; the f32 one beside it
+    check_native(&b.finish(&[out, p, r]).unwrap(), &[x, y]);
+    // f64: the group with `op` stays interpreted; the f32 one beside it
     // (of another length, so that the two cannot fuse into one) compiles.
     let t64 = TensorType::new(DType::F64, vec![n + 1]);
-    let mut b = Builder::new("pow64");
+    let mut b = Builder::new("f64_group");
     let (a, c) = (b.param(t64.clone()), b.param(ty.clone()));
     let a = b.unary(Unary::Abs, a).unwrap();
-    let pa = b.binary(Binary::Pow, a, a).unwrap();
+    let pa = b.binary(op, a, a).unwrap();
     let pa = b.add(pa, a).unwrap();
-    let pc = b.binary(Binary::Pow, c, c).unwrap();
+    let pc = b.binary(op, c, c).unwrap();
     let pc = b.mul(pc, c).unwrap();
     let f = b.finish(&[pa, pc]).unwrap();
     let exe = Executable::with_options(f, opts(CompileMode::Sync)).unwrap();

@@ -246,13 +246,44 @@ def g(x: tensor[n, f32]) -> tensor[n, f32] = grad(fn (a) -> sum(pow(abs(a) + 1.0
     }
 }
 
+/// f32 `atan2` (the WGSL `g_atan2`, C's special cases around a series)
+/// on the device: the grid of signed zeros, infinities, NaN and finite
+/// values in both operand orders, data, and a gradient through it.
+#[test]
+fn atan2_runs_on_the_device() {
+    let src = "
+def f(y: tensor[n, f32], x: tensor[n, f32]) -> tensor[n, f32] = atan2(y, x) + atan2(x, abs(y) + 0.5)
+def g(x: tensor[n, f32]) -> tensor[n, f32] = grad(fn (a) -> sum(atan2(a, abs(a) + 1.0) * a))(x)
+";
+    let specials = [0.0f32, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -3.0, 2.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    let k = specials.len();
+    let mut ys: Vec<f32> = (0..k * k).map(|i| specials[i / k]).collect();
+    let mut xs: Vec<f32> = (0..k * k).map(|i| specials[i % k]).collect();
+    let data = f32s(&[200], 63).to_vec::<f32>().expect("f32");
+    for (i, &v) in data.iter().enumerate() {
+        ys.push(v * 3.0);
+        xs.push(if i % 2 == 0 { (i % 9) as f32 - 4.0 } else { v });
+    }
+    let n = xs.len();
+    let y = Tensor::from_vec(vec![n], ys).expect("shape matches");
+    let x = Tensor::from_vec(vec![n], xs).expect("shape matches");
+    if let Some(exe) = both(src, "f", &[y, x]) {
+        assert!(exe.host_steps().is_empty(), "atan2 on the device: {:?}", exe.host_steps());
+    }
+    if let Some(exe) = both(src, "g", &[f32s(&[300], 64)]) {
+        assert!(exe.host_steps().is_empty(), "atan2's gradient on the device: {:?}", exe.host_steps());
+    }
+}
+
 #[test]
 fn host_fallback_is_listed_and_correct() {
-    // atan2 has no GPU kernel yet: it runs on the host between device steps.
-    let src = "def f(x: tensor[n, m, f32]) -> tensor[n, m, f32] = atan2(x, abs(x) + 1.0) * sum(x, 1, keepdims=true)";
+    // Decompositions have no GPU kernel: a Cholesky factor runs on the host
+    // between device steps.
+    let src = "def f(x: tensor[n, m, f32]) -> tensor[n, n, f32] =
+  cholesky(x @ transpose(x) + eye(size(x, 0))) * sum(x, 1, keepdims=true)";
     if let Some(exe) = both(src, "f", &[f32s(&[10, 20], 26)]) {
         let host = exe.host_steps();
-        assert!(host.iter().any(|(p, _)| p.contains("atan2")), "atan2 is listed as a host step: {host:?}");
+        assert!(host.iter().any(|(p, _)| p.contains("cholesky")), "cholesky is listed as a host step: {host:?}");
         let g = graft_gpu::global().expect("adapter");
         let x = f32s(&[10, 20], 26);
         let (_, stats) = exe.run_with_stats(&[&x]).expect("runs");
@@ -270,7 +301,7 @@ def net(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[2, 2, 8, 8,
   let h = max_pool2d(relu(conv2d(x, w, padding=1)), 2)
   let t = take(e, idx)
   let c = cumsum(t, axis=1)
-  sum(h * h) + sum(sort(c, axis=1) * t) + sum(atan2(t, abs(t) + 1.0) * t)
+  sum(h * h) + sum(sort(c, axis=1) * t) + sum(cholesky(t @ transpose(t) + eye(5)) * (t @ transpose(t)))
 }
 def gnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[2, 2, 8, 8, f32], idx: tensor[5, i32])
     -> (tensor[4, 2, 3, 3, f32], tensor[10, 6, f32]) =
@@ -282,9 +313,9 @@ def vnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[3, 2, 2, 8
 
 #[test]
 fn host_families_forward_grad_vmap() {
-    // atan2 has no GPU kernel yet: it runs on the host between device steps,
-    // and the results still agree (its value times `t`, so that the
-    // gradient needs it too). The convolution, the pooling window, the
+    // Cholesky has no GPU kernel: it runs on the host between device steps,
+    // and the results still agree (its factor times `t t^T`, so that the
+    // gradient needs it too, through host triangular solves). The convolution, the pooling window, the
     // gather (take), the cumsum, the sort and their gradients (a scatter-add
     // for the gather and the max pooling, a reverse cumsum) run on the
     // device.
@@ -292,7 +323,7 @@ fn host_families_forward_grad_vmap() {
     let (w, e) = (f32s(&[4, 2, 3, 3], 35), f32s(&[10, 6], 36));
     let on_host = |exe: &GpuExecutable| {
         let host = exe.host_steps();
-        assert!(host.iter().any(|(p, _)| p.contains("atan2")), "atan2 on the host: {host:?}");
+        assert!(host.iter().any(|(p, _)| p.contains("cholesky")), "cholesky on the host: {host:?}");
         assert!(!host.iter().any(|(p, _)| p.contains("cumsum")), "cumsum on the device: {host:?}");
         assert!(conv_pool_host_steps(exe).is_empty(), "{}", exe.describe());
         assert!(exe.step_counts().0 > 0, "{}", exe.describe());

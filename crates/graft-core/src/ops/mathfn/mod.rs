@@ -1,6 +1,6 @@
 //! Branch-free, auto-vectorisable math functions for f32 and f64: `exp`,
 //! `tanh` (here), `log`, `log1p`, `expm1`, `logistic` (`log.rs`), `sin`,
-//! `cos`, `tan` (`trig.rs`), `erf` (`erf.rs`), f32 `pow` (`pow.rs`), and `erf_inv` (`erf_inv.rs`,
+//! `cos`, `tan` (`trig.rs`), `erf` (`erf.rs`), f32 `pow` (`pow.rs`), f32 `atan2` (`atan.rs`), and `erf_inv` (`erf_inv.rs`,
 //! which reproduces XLA's rounding for JAX parity and, in f64, calls the
 //! platform `log`). No libm otherwise.
 //!
@@ -28,6 +28,7 @@
 //! | tan | 1 (0) | 3 (2) | for `\|x\| <= 2^28`; NaN beyond |
 //! | erf | 1 (0) | 20 (16) | f64: absolute error < 2e-15 where erf is near ±1 |
 //! | pow | 1 (1) | std | f32: `exp(y ln\|x\|)` in f64, rounded once (see `pow.rs`); f64 calls std |
+//! | atan2 | 1 | std | f32: a Taylor series in f64 after octant reduction, rounded once (see `atan.rs`); f64 calls std |
 //! | erf_inv | XLA's | XLA's | bitwise JAX on CPU, not a graft bound (see `erf_inv.rs`) |
 //!
 //! The f32 versions of log1p, expm1, sin, cos, tan and erf
@@ -248,12 +249,14 @@ pub fn tanh_f64(x: f64) -> f64 {
     }
 }
 
+mod atan;
 mod erf;
 mod erf_inv;
 mod log;
 mod pow;
 mod trig;
 
+pub use atan::{atan2_f32, atan2_f32_slice};
 pub use erf::{erf_f32, erf_f32_slice, erf_f64, erf_f64_slice};
 pub use erf_inv::{erf_inv_f32, erf_inv_f32_slice, erf_inv_f64, erf_inv_f64_slice};
 pub use log::{expm1_f64, log1p_f64, log_f32, log_f64, logistic_f32, logistic_f64};

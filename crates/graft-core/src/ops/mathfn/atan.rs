@@ -1,0 +1,95 @@
+//! f32 `atan2`: C `atan2f` evaluated in f64 and rounded once, so the native
+//! backend's C prelude (`g_atan2_f32`) computes the same bits and groups
+//! holding `atan2` compile. f64 `atan2` still calls std (a bound of 1 ulp
+//! in f64 would need a longer argument reduction and an error analysis
+//! this series has not had), so f64 groups holding it stay interpreted.
+//!
+//! Method: with `a = |y|`, `b = |x|` (exact in f64), `t = min / max` in
+//! `[0, 1]`; `atan t` is its Taylor series `u - u^3/3 + ... - u^23/23`
+//! on `u = t` when `t <= tan(pi/8)`, else `pi/4 + atan u` on
+//! `u = (t - 1) / (t + 1)`, so `|u| <= tan(pi/8)` and the first omitted
+//! term is below `tan(pi/8)^25 / 25 < 2^-36` relatively. Then the octant:
+//! `pi/2 - atan t` when `|y| > |x|`, `pi - that` when `x` has its sign bit
+//! set, and `y`'s sign. The f64 result is within about `2^-34` relatively
+//! of `atan2(y, x)`, so rounding it once to f32 is at most 1 ulp from the
+//! correctly rounded result (`mathfn::atan2_f32_within_1_ulp`).
+//!
+//! C's special cases fall out of the same arithmetic with two selects:
+//! `t = 0` when both are zero (so `atan2(±0, +0) = ±0` and
+//! `atan2(±0, -0) = ±pi`) and `t = 1` when both are infinite
+//! (`atan2(±inf, ±inf) = ±pi/4` or `±3pi/4`); `atan2(±y, ±0)` for
+//! `y != 0` is `±pi/2`, `atan2(±y, +inf) = ±0` and `atan2(±y, -inf) = ±pi`
+//! for finite `y`; a NaN operand gives NaN (through the division).
+
+use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, PI};
+
+/// `tan(pi/8)`: above it, `atan t = pi/4 + atan((t - 1) / (t + 1))`.
+const TAN_PI_8: f64 = 0.414_213_562_373_095_03;
+
+/// `atan t` for `t` in `[0, 1]` (NaN passes through).
+#[inline(always)]
+fn atan_unit(t: f64) -> f64 {
+    let big = t > TAN_PI_8;
+    let u = if big { (t - 1.0) / (t + 1.0) } else { t };
+    let z = u * u;
+    let p = -1.0 / 3.0
+        + z * (1.0 / 5.0
+            + z * (-1.0 / 7.0
+                + z * (1.0 / 9.0
+                    + z * (-1.0 / 11.0
+                        + z * (1.0 / 13.0
+                            + z * (-1.0 / 15.0
+                                + z * (1.0 / 17.0 + z * (-1.0 / 19.0 + z * (1.0 / 21.0 + z * (-1.0 / 23.0))))))))));
+    let a = u + u * z * p;
+    if big {
+        FRAC_PI_4 + a
+    } else {
+        a
+    }
+}
+
+/// C `atan2f(y, x)` (the element function of [`atan2_f32_slice`]).
+#[inline(always)]
+pub fn atan2_f32(y: f32, x: f32) -> f32 {
+    let (yd, xd) = (y as f64, x as f64);
+    let (ay, ax) = (yd.abs(), xd.abs());
+    let swap = ay > ax;
+    let (num, den) = if swap { (ax, ay) } else { (ay, ax) };
+    let t = num / den;
+    let t = if ay == 0.0 && ax == 0.0 { 0.0 } else { t };
+    let t = if ay == f64::INFINITY && ax == f64::INFINITY { 1.0 } else { t };
+    let a = atan_unit(t);
+    let a = if swap { FRAC_PI_2 - a } else { a };
+    let a = if xd.is_sign_negative() { PI - a } else { a };
+    a.copysign(yd) as f32
+}
+
+/// `o[i] = atan2(a[i], b[i])` over the common length (vectorised).
+#[inline(always)]
+pub fn atan2_f32_slice(a: &[f32], b: &[f32], o: &mut [f32]) {
+    for ((o, &y), &x) in o.iter_mut().zip(a).zip(b) {
+        *o = atan2_f32(y, x);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// C's special cases, against std's `atan2f` (glibc's, C99 Annex F).
+    #[test]
+    fn special_cases_are_c_atan2() {
+        let vals = [0.0f32, -0.0, 1.0, -1.0, 0.5, -3.0, 1e-45, -1e-45, 3e38, -3e38, f32::INFINITY, f32::NEG_INFINITY];
+        for &y in &vals {
+            for &x in &vals {
+                let (got, want) = (atan2_f32(y, x), y.atan2(x));
+                let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+                assert!(
+                    got.is_sign_negative() == want.is_sign_negative() && ulps <= 1,
+                    "atan2({y:e}, {x:e}) = {got:e}, C gives {want:e}"
+                );
+            }
+            assert!(atan2_f32(y, f32::NAN).is_nan() && atan2_f32(f32::NAN, y).is_nan(), "NaN with {y:e}");
+        }
+    }
+}
