@@ -52,10 +52,19 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
-/// Free device buffers by size in bytes.
+/// Free device buffers by the thread that released them and their size in
+/// bytes. Per thread, because a buffer goes back to the pool when its last
+/// handle drops, which may be before the commands that use it are
+/// submitted: a run records a whole step sequence in one encoder and
+/// submits it at the end. Handed to another thread, the buffer could be
+/// written by that thread's commands, submitted in between, and then be
+/// overwritten by the first encoder's, under results the other thread has
+/// not read back yet (the GPU tests share one device between test threads).
+/// One thread records and submits its runs one after another, and the
+/// queue runs submissions in order, so reuse on the same thread is ordered.
 #[derive(Default)]
 struct Pool {
-    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    free: HashMap<(std::thread::ThreadId, u64), Vec<wgpu::Buffer>>,
     /// Bytes held in `free`.
     held: u64,
 }
@@ -95,7 +104,7 @@ impl Drop for DevBuf {
                 let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
                 if p.held + self.size <= POOL_MAX_BYTES {
                     p.held += self.size;
-                    p.free.entry(self.size).or_default().push(b);
+                    p.free.entry((std::thread::current().id(), self.size)).or_default().push(b);
                     None
                 } else {
                     Some(b)
@@ -303,7 +312,7 @@ impl Gpu {
         }
         let reused = {
             let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-            let b = p.free.get_mut(&size).and_then(Vec::pop);
+            let b = p.free.get_mut(&(std::thread::current().id(), size)).and_then(Vec::pop);
             if b.is_some() {
                 p.held -= size;
             }
