@@ -216,6 +216,23 @@ fn matmul_grad_and_vmap() {
     both(MATMUL, "vmm", &[f32s(&[4, 30, 20], 24), f32s(&[4, 20], 25)]);
 }
 
+/// Two f32 operands for a binary op: every pair of signed zeros, ones,
+/// twos, a half, -3, 2.5, infinities and NaN, then data (the second
+/// operand small integers at every other place).
+fn special_pairs(seed: u64) -> [Tensor; 2] {
+    let specials = [0.0f32, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -3.0, 2.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    let k = specials.len();
+    let mut xs: Vec<f32> = (0..k * k).map(|i| specials[i / k]).collect();
+    let mut ys: Vec<f32> = (0..k * k).map(|i| specials[i % k]).collect();
+    let data = f32s(&[200], seed).to_vec::<f32>().expect("f32");
+    for (i, &v) in data.iter().enumerate() {
+        xs.push(v * 3.0);
+        ys.push(if i % 2 == 0 { (i % 9) as f32 - 4.0 } else { v });
+    }
+    let n = xs.len();
+    [Tensor::from_vec(vec![n], xs).expect("shape matches"), Tensor::from_vec(vec![n], ys).expect("shape matches")]
+}
+
 /// f32 `pow` runs on the device (`g_pow`: C's special cases around
 /// `exp2(y log2|x|)`): negative bases with integer and fractional
 /// exponents, zeros, ones, infinities and NaN against the CPU, and the
@@ -226,19 +243,7 @@ fn pow_runs_on_the_device() {
 def f(x: tensor[n, f32], y: tensor[n, f32]) -> tensor[n, f32] = pow(x, y) + pow(abs(x) + 0.5, 1.5)
 def g(x: tensor[n, f32]) -> tensor[n, f32] = grad(fn (a) -> sum(pow(abs(a) + 1.0, 2.5) + pow(2.0, a)))(x)
 ";
-    let specials = [0.0f32, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -3.0, 2.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
-    let k = specials.len();
-    let mut xs: Vec<f32> = (0..k * k).map(|i| specials[i / k]).collect();
-    let mut ys: Vec<f32> = (0..k * k).map(|i| specials[i % k]).collect();
-    let data = f32s(&[200], 61).to_vec::<f32>().expect("f32");
-    for (i, &v) in data.iter().enumerate() {
-        xs.push(v * 3.0);
-        ys.push(if i % 2 == 0 { (i % 9) as f32 - 4.0 } else { v });
-    }
-    let n = xs.len();
-    let x = Tensor::from_vec(vec![n], xs).expect("shape matches");
-    let y = Tensor::from_vec(vec![n], ys).expect("shape matches");
-    if let Some(exe) = both(src, "f", &[x, y]) {
+    if let Some(exe) = both(src, "f", &special_pairs(61)) {
         assert!(exe.host_steps().is_empty(), "pow on the device: {:?}", exe.host_steps());
     }
     if let Some(exe) = both(src, "g", &[f32s(&[300], 62)]) {
@@ -255,19 +260,7 @@ fn atan2_runs_on_the_device() {
 def f(y: tensor[n, f32], x: tensor[n, f32]) -> tensor[n, f32] = atan2(y, x) + atan2(x, abs(y) + 0.5)
 def g(x: tensor[n, f32]) -> tensor[n, f32] = grad(fn (a) -> sum(atan2(a, abs(a) + 1.0) * a))(x)
 ";
-    let specials = [0.0f32, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -3.0, 2.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
-    let k = specials.len();
-    let mut ys: Vec<f32> = (0..k * k).map(|i| specials[i / k]).collect();
-    let mut xs: Vec<f32> = (0..k * k).map(|i| specials[i % k]).collect();
-    let data = f32s(&[200], 63).to_vec::<f32>().expect("f32");
-    for (i, &v) in data.iter().enumerate() {
-        ys.push(v * 3.0);
-        xs.push(if i % 2 == 0 { (i % 9) as f32 - 4.0 } else { v });
-    }
-    let n = xs.len();
-    let y = Tensor::from_vec(vec![n], ys).expect("shape matches");
-    let x = Tensor::from_vec(vec![n], xs).expect("shape matches");
-    if let Some(exe) = both(src, "f", &[y, x]) {
+    if let Some(exe) = both(src, "f", &special_pairs(63)) {
         assert!(exe.host_steps().is_empty(), "atan2 on the device: {:?}", exe.host_steps());
     }
     if let Some(exe) = both(src, "g", &[f32s(&[300], 64)]) {

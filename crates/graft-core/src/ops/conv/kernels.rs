@@ -335,7 +335,9 @@ impl<T: Real> SimdLoop<(&Plan, &[T], usize, usize, &mut [T])> for WideRows {
 
     #[inline(always)]
     fn run((plan, xt, nb, first, cols): (&Plan, &[T], usize, usize, &mut [T])) {
-        let Some(gather) = &plan.gather else { unreachable!("wide_kernel checked that the plan has a gather table") };
+        let Some(gather) = &plan.gather else {
+            unreachable!("wide_kernel runs only plans with a gather table (Plan::wide)")
+        };
         let (kprod, p, isz) = (plan.kprod, plan.p, plan.in_size);
         for (k, row) in cols.chunks_mut(p * nb).enumerate() {
             let (c, tap) = ((first + k) / kprod, (first + k) % kprod);
