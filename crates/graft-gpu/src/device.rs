@@ -111,7 +111,11 @@ impl Drop for DevBuf {
                 }
             };
             if let Some(b) = spill {
-                b.destroy();
+                // Dropped, not `destroy`ed: an encoder not yet submitted may
+                // still use it (a run releases a temporary as soon as its
+                // last step is recorded), and a destroyed buffer fails that
+                // submission; wgpu frees a dropped one once no command uses it.
+                drop(b);
                 let mut m = self.memory.lock().unwrap_or_else(|e| e.into_inner());
                 m.live = m.live.saturating_sub(self.size);
             }
@@ -221,7 +225,9 @@ impl Gpu {
             for (_, bufs) in p.free.drain() {
                 for b in bufs {
                     m.live = m.live.saturating_sub(b.size());
-                    b.destroy();
+                    // Dropped, not `destroy`ed (see `DevBuf`'s drop): the
+                    // caller's own open encoder may still use it.
+                    drop(b);
                 }
             }
             p.held = 0;
