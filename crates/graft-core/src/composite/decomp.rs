@@ -228,8 +228,9 @@ fn permutation_sign(b: &mut Builder, piv: Value, dtype: DType) -> Result<Value, 
 
 /// `jnp.eye(n, dtype=dtype)`.
 pub fn eye(b: &mut Builder, n: usize, dtype: DType) -> Result<Value, IrError> {
-    let i = b.iota(DType::I64, &[n, n], 0)?;
-    let j = b.iota(DType::I64, &[n, n], 1)?;
+    let dt = crate::ops::create::index_dtype(n);
+    let i = b.iota(dt, &[n, n], 0)?;
+    let j = b.iota(dt, &[n, n], 1)?;
     let on = b.eq(i, j)?;
     b.convert(on, dtype)
 }

@@ -6,19 +6,11 @@
 //! cotangent of the sorted values is scattered back to where they came from.
 
 use super::shape::transpose_to;
-use crate::dtype::DType;
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
 use crate::ops::index::IndexMode;
 
-/// The index dtype for a permutation of an axis of `n`: i32 unless it does not fit.
-fn index_dtype(n: usize) -> DType {
-    if n > i32::MAX as usize {
-        DType::I64
-    } else {
-        DType::I32
-    }
-}
+use crate::ops::create::index_dtype;
 
 /// The stable ascending sorting permutation of `x` along `axis` (i32, or
 /// i64 for an axis longer than `i32::MAX`), like `np.argsort(x, axis, kind="stable")`.

@@ -168,8 +168,9 @@ pub(crate) fn row_strides(shape: &[usize]) -> Vec<isize> {
 /// The kernel form of one equation: elementwise primitives, layout
 /// operations with a strided map (broadcast, transpose, slice, reverse),
 /// concatenation and pads (crops too, unless with interior padding), the
-/// random family (`ops::random::eqn_kernel`) and gathers
-/// (`ops::index::gather_eqn_kernel`). `None` for anything else (the loop
+/// random family (`ops::random::eqn_kernel`), gathers and dynamic slices
+/// with i32 starts (`ops::index::gather_eqn_kernel`,
+/// `dynamic_slice_eqn_kernel`, `dynamic_update_eqn_kernel`). `None` for anything else (the loop
 /// holding it then runs on the interpreter). Kernel names are `name` with a
 /// suffix per kernel.
 pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Option<EqnLowering> {
@@ -214,6 +215,14 @@ pub(crate) fn eqn_kernels(func: &Func, eqn: &crate::ir::Eqn, name: &str) -> Opti
         Prim::Convert(c) => elementwise(Inst::Convert(c.dtype, 0)),
         Prim::Gather(_) => {
             let (k, binds) = crate::ops::index::gather_eqn_kernel(func, eqn, name)?;
+            Some(EqnLowering::Kernels(vec![(k, binds)]))
+        }
+        Prim::DynamicSlice(_) => {
+            let (k, binds) = crate::ops::index::dynamic_slice_eqn_kernel(func, eqn, name)?;
+            Some(EqnLowering::Kernels(vec![(k, binds)]))
+        }
+        Prim::DynamicUpdateSlice(_) => {
+            let (k, binds) = crate::ops::index::dynamic_update_eqn_kernel(func, eqn, name)?;
             Some(EqnLowering::Kernels(vec![(k, binds)]))
         }
         Prim::RandomBits(_) | Prim::RandomUniform(_) | Prim::RandomSplit(_) | Prim::RandomFoldIn(_) => {

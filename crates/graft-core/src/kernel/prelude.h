@@ -636,28 +636,30 @@ G_INL vf32 g_pow_f32(vf32 x, vf32 y) {
     return g__self32(y == 0.0f, g__f32(1.0f), r);
 }
 
-/* Mirrors ops/mathfn/atan.rs: atan t on [0, 1] by its Taylor series on
- * t or on (t - 1) / (t + 1) past tan(pi/8). */
-G_INL vf64 g__atan_unit64(vf64 t) {
-    vi64 big = t > 0.41421356237309503;
-    vf64 u = g__self64(big, (t - 1.0) / (t + 1.0), t);
+/* Mirrors ops/mathfn/atan.rs atan_series: atan u for |u| <= tan(pi/8). */
+G_INL vf64 g__atan_series64(vf64 u) {
     vf64 z = u * u;
     vf64 p = -1.0 / 3.0 + z * (1.0 / 5.0 + z * (-1.0 / 7.0 + z * (1.0 / 9.0 + z * (-1.0 / 11.0 + z * (1.0 / 13.0
              + z * (-1.0 / 15.0 + z * (1.0 / 17.0 + z * (-1.0 / 19.0 + z * (1.0 / 21.0 + z * (-1.0 / 23.0))))))))));
-    vf64 a = u + u * z * p;
-    return g__self64(big, 0.78539816339744828 + a, a);
+    return u + u * z * p;
 }
 
-/* Mirrors ops/mathfn/atan.rs atan2_f32: the octant's atan in f64, rounded
- * once to f32; C's special cases from two selects on t. */
+/* Mirrors ops/mathfn/atan.rs atan2_f32: the octant's atan in f64 with one
+ * division (its operands selected first: selecting its quotient instead
+ * made GCC compute the division twice), rounded once to f32; C's special
+ * cases by the same selects. */
 G_INL vf32 g_atan2_f32(vf32 y, vf32 x) {
     vf64 yd = __builtin_convertvector(y, vf64), xd = __builtin_convertvector(x, vf64);
     vf64 ay = g__abs64(yd), ax = g__abs64(xd);
     vi64 swap = ay > ax;
-    vf64 t = g__self64(swap, ax, ay) / g__self64(swap, ay, ax);
-    t = g__self64((ay == 0.0) & (ax == 0.0), g__f64(0.0), t);
-    t = g__self64((ay == __builtin_inf()) & (ax == __builtin_inf()), g__f64(1.0), t);
-    vf64 a = g__atan_unit64(t);
+    vf64 num = g__self64(swap, ax, ay), den = g__self64(swap, ay, ax);
+    vi64 both_inf = (ay == __builtin_inf()) & (ax == __builtin_inf());
+    vi64 special = ((ay == 0.0) & (ax == 0.0)) | both_inf;
+    vi64 big = (num > den * 0.41421356237309503) | both_inf;
+    vf64 n = g__self64(special, g__f64(0.0), g__self64(big, num - den, num));
+    vf64 d = g__self64(special, g__f64(1.0), g__self64(big, num + den, den));
+    vf64 a = g__atan_series64(n / d);
+    a = g__self64(big, 0.78539816339744828 + a, a);
     a = g__self64(swap, 1.5707963267948966 - a, a);
     a = g__self64((vi64)xd < 0, 3.141592653589793 - a, a);
     a = (vf64)(((vu64)a & 0x7fffffffffffffffull) | ((vu64)yd & 0x8000000000000000ull));

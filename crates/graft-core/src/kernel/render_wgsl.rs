@@ -188,17 +188,23 @@ fn g_pow(x: f32, y: f32) -> f32 {
 }
 fn g_atan2(y: f32, x: f32) -> f32 {
   // C atan2f (WGSL's atan2 leaves zeros and infinities to the
-  // implementation): the series of atan on the octant's ratio t in [0, 1]
-  // (past tan(pi/8) on (t - 1) / (t + 1)), then the octant and y's sign.
+  // implementation), as ops/mathfn/atan.rs computes it: the series of atan
+  // on num / den (the octant's ratio in [0, 1]) or, past tan(pi/8), on
+  // (num - den) / (num + den), one division; both zero or both infinite
+  // divide 0 by 1 (the latter on the pi/4 branch). Then the octant and y's
+  // sign.
   let inf = bitcast<f32>(0x7f800000u);
   let ay = abs(y);
   let ax = abs(x);
   let swap = ay > ax;
-  var t = select(ay, ax, swap) / select(ax, ay, swap);
-  if (ay == 0.0 && ax == 0.0) { t = 0.0; }
-  if (ay == inf && ax == inf) { t = 1.0; }
-  let big = t > 0.41421356;
-  let u = select(t, (t - 1.0) / (t + 1.0), big);
+  let num = select(ay, ax, swap);
+  let den = select(ax, ay, swap);
+  let both_inf = ay == inf && ax == inf;
+  let special = (ay == 0.0 && ax == 0.0) || both_inf;
+  let big = num > den * 0.41421356 || both_inf;
+  let n = select(select(num, num - den, big), 0.0, special);
+  let d = select(select(den, num + den, big), 1.0, special);
+  let u = n / d;
   let z = u * u;
   let p = -0.33333333 + z * (0.2 + z * (-0.14285714 + z * (0.11111111 + z * (-0.09090909
           + z * (0.07692308 + z * (-0.06666667 + z * (0.05882353 + z * -0.05263158)))))));

@@ -181,6 +181,16 @@ fn copy_constant<T: Element>(src: &Tensor, y: &mut Tensor) -> Result<(), ExecErr
     Ok(())
 }
 
+/// The dtype of an index ramp over an axis of `n`: i32 unless `n` does not
+/// fit one (i32 indices are what a GPU runs and half the bytes of i64).
+pub fn index_dtype(n: usize) -> DType {
+    if n > i32::MAX as usize {
+        DType::I64
+    } else {
+        DType::I32
+    }
+}
+
 impl Builder {
     /// `out[idx] = idx[axis]` of the given dtype and shape.
     pub fn iota(&mut self, dtype: DType, shape: &[usize], axis: usize) -> Result<Value, IrError> {

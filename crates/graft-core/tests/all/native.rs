@@ -23,8 +23,8 @@ use graft_core::{Builder, DType, ExecOptions, Executable, Func, Tensor, TensorTy
 /// operations as strided loads, `fusion.rs` random DAGs (with
 /// `stop_gradient`) natively, `native_rows.rs` row reductions and
 /// `native_loops.rs` compiled `scan`/`while` loops (with `concatenate`,
-/// `pad` and the random family: Threefry in kernel-IR word operations; f64
-/// uniforms keep the interpreter's kernel).
+/// `pad`, gathers, dynamic slices and the random family: Threefry in
+/// kernel-IR word operations; f64 uniforms keep the interpreter's kernel).
 pub(crate) fn covered() -> Vec<String> {
     [
         "Unary::*",
@@ -49,6 +49,11 @@ pub(crate) fn covered() -> Vec<String> {
         "RandomSplit",
         "RandomUniform",
         "RandomFoldIn",
+        // native_loops.rs: gathers_in_a_body_run_compiled_and_bitwise,
+        // dynamic_slices_in_a_body_run_compiled_and_bitwise
+        "Gather",
+        "DynamicSlice",
+        "DynamicUpdateSlice",
     ]
     .map(String::from)
     .to_vec()
@@ -66,10 +71,7 @@ pub(crate) const EXEMPT: &[(&str, &str)] = &[
     ("CustomJvp", "no kernel: interpreter only"),
     ("CustomVjp", "no kernel: interpreter only"),
     ("CustomVjpTangent", "no kernel: interpreter only"),
-    ("DynamicSlice", "no kernel: interpreter only"),
-    ("DynamicUpdateSlice", "no kernel: interpreter only"),
-    ("Gather", "no kernel: interpreter only"),
-    ("ScatterAdd", "no kernel: interpreter only"),
+    ("ScatterAdd", "no kernel on the CPU (its device form is the GPU's only)"),
     ("Argsort", "no kernel: interpreter only"),
     (
         "Collective",

@@ -1044,6 +1044,54 @@ fn gathers_in_a_body_run_compiled_and_bitwise() {
     assert_eq!(compare(&f, &ins), 1, "the loop ran compiled");
 }
 
+/// A scan reading a row of a table at a start carried from step to step
+/// and writing a row of its carry at another (`dynamic_slice` and
+/// `dynamic_update_slice` with i32 starts): the starts run off both ends
+/// (clamped into the operand, as the interpreter does), and the loop runs
+/// compiled.
+fn dynamic_rows_scan(length: usize) -> Func {
+    let (v, d) = (9, 5);
+    let f32t = |shape: &[usize]| TensorType::new(DType::F32, shape.to_vec());
+    let i32t = TensorType::new(DType::I32, vec![]);
+    let mut body = Builder::new("rows");
+    let table = body.param(f32t(&[v, d]));
+    let i = body.param(i32t.clone());
+    let h = body.param(f32t(&[d]));
+    let acc = body.param(f32t(&[v, d]));
+    let zero = body.scalar(0.0, DType::I32).unwrap();
+    let row = body.dynamic_slice(table, &[i, zero], &[1, d]).unwrap();
+    let row = body.reshape(row, &[d]).unwrap();
+    let s = body.add(h, row).unwrap();
+    let h2 = body.tanh(s).unwrap();
+    let two = body.scalar(2.0, DType::I32).unwrap();
+    let at = body.sub(two, i).unwrap();
+    let put = body.reshape(h2, &[1, d]).unwrap();
+    let acc2 = body.dynamic_update_slice(acc, put, &[at, zero]).unwrap();
+    let three = body.scalar(3.0, DType::I32).unwrap();
+    let i2 = body.add(i, three).unwrap();
+    let body = body.finish(&[i2, h2, acc2]).unwrap();
+
+    let mut b = Builder::new("rows_loop");
+    let table = b.param(f32t(&[v, d]));
+    let i = b.param(i32t);
+    let h = b.param(f32t(&[d]));
+    let acc = b.param(f32t(&[v, d]));
+    let out = b.scan(Arc::new(body), &[table], &[i, h, acc], &[], ScanOpts::new(length)).unwrap();
+    b.finish(&out).unwrap()
+}
+
+#[test]
+fn dynamic_slices_in_a_body_run_compiled_and_bitwise() {
+    if skip() {
+        return;
+    }
+    let f = dynamic_rows_scan(6);
+    let mut ins = inputs(&f, 9);
+    // Starts -4, -1, ..., 11 for the slice and 6 down to -9 for the update.
+    ins[1] = Tensor::from_vec(vec![], vec![-4i32]).unwrap();
+    assert_eq!(compare(&f, &ins), 1, "the loop ran compiled");
+}
+
 /// The RK4 step is one kernel whose windows are shifts of one point: its
 /// interior segment runs without tests (Note [Interior steps]) and each
 /// stage read at a shifted point is taken from the previous step's vector

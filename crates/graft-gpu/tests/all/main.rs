@@ -270,18 +270,19 @@ def g(x: tensor[n, f32]) -> tensor[n, f32] = grad(fn (a) -> sum(atan2(a, abs(a) 
 
 #[test]
 fn host_fallback_is_listed_and_correct() {
-    // A slice at a run-time start has no GPU kernel yet: it runs on the
-    // host between device steps.
-    let src = "def f(x: tensor[n, m, f32], i: i32) -> tensor[4, m, f32] =
-  dynamic_slice(x * sum(x, 1, keepdims=true), (i, 0), (4, 20))";
-    let start = Tensor::from_vec(vec![], vec![3i32]).expect("a scalar");
-    if let Some(exe) = both(src, "f", &[f32s(&[10, 20], 26), start.clone()]) {
+    // Decompositions have no GPU kernel: a Cholesky factor runs on the host
+    // between device steps (the identity it adds is built on the device
+    // from i32 ramps).
+    let src = "def f(x: tensor[n, m, f32]) -> tensor[n, n, f32] =
+  cholesky(x @ transpose(x) + eye(size(x, 0))) * sum(x, 1, keepdims=true)";
+    if let Some(exe) = both(src, "f", &[f32s(&[10, 20], 26)]) {
         let host = exe.host_steps();
-        assert!(host.iter().any(|(p, _)| p.contains("dynamic_slice")), "dynamic_slice is a host step: {host:?}");
+        assert!(host.iter().any(|(p, _)| p.contains("cholesky")), "cholesky is listed as a host step: {host:?}");
+        assert!(!host.iter().any(|(p, _)| p.contains("iota")), "eye's ramps on the device: {host:?}");
         let g = graft_gpu::global().expect("adapter");
         let x = f32s(&[10, 20], 26);
-        let (_, stats) = exe.run_with_stats(&[&x, &start]).expect("runs");
-        // x goes up for the device's product and comes down for the host's slice.
+        let (_, stats) = exe.run_with_stats(&[&x]).expect("runs");
+        // x goes up for the device's product and comes down for the host's factor.
         assert!(
             stats.uploads >= 1 && stats.downloads >= 1 && stats.host_eqns >= 1,
             "transfers counted: {stats:?} on {}",
@@ -290,12 +291,48 @@ fn host_fallback_is_listed_and_correct() {
     }
 }
 
+/// Slices and updates at run-time starts (clamped into the operand, as on
+/// the CPU) run on the device, forward, through their gradients (each the
+/// other) and under vmap (a gather and a scatter-add there), and inside a
+/// loop that indexes by its counter.
+#[test]
+fn dynamic_slices_run_on_the_device() {
+    let src = "
+def f(x: tensor[n, m, f32], i: i32, j: i32) -> tensor[n, m, f32] {
+  let s = dynamic_slice(x * sum(x, 1, keepdims=true), (i, j), (4, 3))
+  dynamic_update_slice(x, exp(s), (j, i))
+}
+def g(x: tensor[n, m, f32], i: i32) -> tensor[n, m, f32] =
+  grad(fn (a) -> sum(dynamic_slice(a * a, (i, 2), (3, 5)) * dynamic_slice(a, (i + 1, 0), (3, 5))))(x)
+def v(x: tensor[b, n, m, f32], i: i32) -> tensor[b, 2, 3, f32] =
+  vmap(fn (xi) -> dynamic_slice(xi, (i, i), (2, 3)) * 2.0)(x)
+def l(x: tensor[n, m, f32]) -> tensor[m, f32] =
+  fori(size(x, 0), fn (k, acc) -> acc + x[k] * cast(k, f32), zeros((size(x, 1),)))
+";
+    let scalar = |v: i32| Tensor::from_vec(vec![], vec![v]).expect("a scalar");
+    // Starts inside, past the end (clamped) and negative (clamped to 0).
+    for (i, j) in [(2, 1), (9, 30), (-4, 0)] {
+        if let Some(exe) = both(src, "f", &[f32s(&[10, 8], 70), scalar(i), scalar(j)]) {
+            assert!(exe.host_steps().is_empty(), "dynamic slices on the device: {:?}", exe.host_steps());
+        }
+        if let Some(exe) = both(src, "g", &[f32s(&[10, 8], 71), scalar(i)]) {
+            assert!(exe.host_steps().is_empty(), "their gradients on the device: {:?}", exe.host_steps());
+        }
+        if let Some(exe) = both(src, "v", &[f32s(&[3, 10, 8], 72), scalar(i)]) {
+            assert!(exe.host_steps().is_empty(), "under vmap on the device: {:?}", exe.host_steps());
+        }
+    }
+    if let Some(exe) = both(src, "l", &[f32s(&[6, 5], 73)]) {
+        assert!(exe.host_steps().is_empty(), "a loop indexing by its counter on the device: {:?}", exe.host_steps());
+    }
+}
+
 const FAMILIES: &str = "
 def net(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[2, 2, 8, 8, f32], idx: tensor[5, i32]) -> f32 {
   let h = max_pool2d(relu(conv2d(x, w, padding=1)), 2)
   let t = take(e, idx)
   let c = cumsum(t, axis=1)
-  sum(h * h) + sum(sort(c, axis=1) * t) + sum(dynamic_slice(t * t, (idx[0], 0), (2, 6)) * t[0:2])
+  sum(h * h) + sum(sort(c, axis=1) * t) + sum(cholesky(t @ transpose(t) + eye(5)) * (t @ transpose(t)))
 }
 def gnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[2, 2, 8, 8, f32], idx: tensor[5, i32])
     -> (tensor[4, 2, 3, 3, f32], tensor[10, 6, f32]) =
@@ -307,9 +344,10 @@ def vnet(w: tensor[4, 2, 3, 3, f32], e: tensor[10, 6, f32], x: tensor[3, 2, 2, 8
 
 #[test]
 fn host_families_forward_grad_vmap() {
-    // A slice at a run-time start has no GPU kernel yet: it runs on the
-    // host between device steps (its gradient, an update of zeros at the
-    // same start, too), and the results still agree. The convolution, the pooling window, the
+    // Cholesky has no GPU kernel: it runs on the host between device steps,
+    // and the results still agree (its factor times `t t^T`, so that the
+    // gradient needs it too, through host triangular solves). The
+    // convolution, the pooling window, the
     // gather (take), the cumsum, the sort and their gradients (a scatter-add
     // for the gather and the max pooling, a reverse cumsum) run on the
     // device.
@@ -317,7 +355,7 @@ fn host_families_forward_grad_vmap() {
     let (w, e) = (f32s(&[4, 2, 3, 3], 35), f32s(&[10, 6], 36));
     let on_host = |exe: &GpuExecutable| {
         let host = exe.host_steps();
-        assert!(host.iter().any(|(p, _)| p.contains("dynamic_slice")), "dynamic_slice on the host: {host:?}");
+        assert!(host.iter().any(|(p, _)| p.contains("cholesky")), "cholesky on the host: {host:?}");
         assert!(!host.iter().any(|(p, _)| p.contains("cumsum")), "cumsum on the device: {host:?}");
         assert!(conv_pool_host_steps(exe).is_empty(), "{}", exe.describe());
         assert!(exe.step_counts().0 > 0, "{}", exe.describe());

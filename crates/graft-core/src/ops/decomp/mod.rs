@@ -409,10 +409,14 @@ impl Builder {
 
 /// A bool `[n, m]` mask of the band `j - i <= k` (`lower`) or `j - i >= k`.
 pub fn band_mask(b: &mut Builder, n: usize, m: usize, k: i64, lower: bool) -> Result<Value, IrError> {
-    let i = b.iota(DType::I64, &[n, m], 0)?;
-    let j = b.iota(DType::I64, &[n, m], 1)?;
+    // i32 (what a GPU runs) when both sides fit; `j - i` then lies in
+    // `(-n, m)`, so clamping `k` into `[-n, m]` keeps the mask.
+    let dt = crate::ops::create::index_dtype(n.max(m));
+    let i = b.iota(dt, &[n, m], 0)?;
+    let j = b.iota(dt, &[n, m], 1)?;
     let d = b.sub(j, i)?;
-    let kk = b.full(k as f64, &TensorType::new(DType::I64, vec![n, m]))?;
+    let k = if dt == DType::I32 { k.clamp(-(n as i64), m as i64) } else { k };
+    let kk = b.full(k as f64, &TensorType::new(dt, vec![n, m]))?;
     if lower {
         b.le(d, kk)
     } else {

@@ -13,7 +13,6 @@ use crate::ad::helpers::sub_opt;
 use crate::ad::{Diff, JvpCx, TransposeCx};
 use crate::batch::helpers::{materialize, move_bdim};
 use crate::batch::{Batch, BatchCx, Batched};
-use crate::dtype::DType;
 use crate::error::IrError;
 use crate::ir::{Builder, Value};
 use crate::ops::Op;
@@ -24,8 +23,9 @@ fn eye_like(b: &mut Builder, like: Value) -> Result<Value, IrError> {
     let t = b.ty(like)?.clone();
     let r = t.rank();
     let n = t.shape[r - 1];
-    let i = b.iota(DType::I64, &[n, n], 0)?;
-    let j = b.iota(DType::I64, &[n, n], 1)?;
+    let dt = crate::ops::create::index_dtype(n);
+    let i = b.iota(dt, &[n, n], 0)?;
+    let j = b.iota(dt, &[n, n], 1)?;
     let on = b.eq(i, j)?;
     let e = b.convert(on, t.dtype)?;
     b.broadcast_in_dim(e, &t.shape, &[r - 2, r - 1])
@@ -38,8 +38,9 @@ fn phi(b: &mut Builder, x: Value) -> Result<Value, IrError> {
     let r = t.rank();
     let n = t.shape[r - 1];
     let sq = TensorType::new(t.dtype, vec![n, n]);
-    let i = b.iota(DType::I64, &[n, n], 0)?;
-    let j = b.iota(DType::I64, &[n, n], 1)?;
+    let dt = crate::ops::create::index_dtype(n);
+    let i = b.iota(dt, &[n, n], 0)?;
+    let j = b.iota(dt, &[n, n], 1)?;
     let below = b.lt(j, i)?;
     let on = b.eq(j, i)?;
     let one = b.full(1.0, &sq)?;

@@ -4,22 +4,30 @@
 //! in f64 would need a longer argument reduction and an error analysis
 //! this series has not had), so f64 groups holding it stay interpreted.
 //!
-//! Method: with `a = |y|`, `b = |x|` (exact in f64), `t = min / max` in
-//! `[0, 1]`; `atan t` is its Taylor series `u - u^3/3 + ... - u^23/23`
-//! on `u = t` when `t <= tan(pi/8)`, else `pi/4 + atan u` on
-//! `u = (t - 1) / (t + 1)`, so `|u| <= tan(pi/8)` and the first omitted
-//! term is below `tan(pi/8)^25 / 25 < 2^-36` relatively. Then the octant:
-//! `pi/2 - atan t` when `|y| > |x|`, `pi - that` when `x` has its sign bit
-//! set, and `y`'s sign. The f64 result is within about `2^-34` relatively
-//! of `atan2(y, x)`, so rounding it once to f32 is at most 1 ulp from the
-//! correctly rounded result (`mathfn::atan2_f32_within_1_ulp`).
+//! Method: with `a = |y|`, `b = |x|` (exact in f64), `num = min`,
+//! `den = max`, so `t = num / den` is in `[0, 1]`; `atan t` is its Taylor
+//! series `u - u^3/3 + ... - u^23/23` on `u = num / den` when
+//! `num <= den tan(pi/8)`, else `pi/4 + atan u` on
+//! `u = (num - den) / (num + den)` (that is, `(t - 1) / (t + 1)`), so
+//! `|u| <= tan(pi/8)` (up to the rounding of the threshold) and the first
+//! omitted term is below `tan(pi/8)^25 / 25 < 2^-36` relatively. The
+//! operands are chosen before the one division: `num - den` and
+//! `num + den` are exact (two f32 values within a factor of 2.5 of each
+//! other), so `u` is rounded once, and a vector of lanes pays one f64
+//! division, not two (the division's throughput bounds this function).
+//! Then the octant: `pi/2 - atan t` when `|y| > |x|`, `pi - that` when `x`
+//! has its sign bit set, and `y`'s sign. The f64 result is within about
+//! `2^-34` relatively of `atan2(y, x)`, so rounding it once to f32 is at
+//! most 1 ulp from the correctly rounded result
+//! (`mathfn::atan2_f32_within_1_ulp`).
 //!
-//! C's special cases fall out of the same arithmetic with two selects:
-//! `t = 0` when both are zero (so `atan2(±0, +0) = ±0` and
-//! `atan2(±0, -0) = ±pi`) and `t = 1` when both are infinite
-//! (`atan2(±inf, ±inf) = ±pi/4` or `±3pi/4`); `atan2(±y, ±0)` for
-//! `y != 0` is `±pi/2`, `atan2(±y, +inf) = ±0` and `atan2(±y, -inf) = ±pi`
-//! for finite `y`; a NaN operand gives NaN (through the division).
+//! C's special cases fall out of the same arithmetic with selects on the
+//! division's operands: `u = 0 / 1` when both are zero (so
+//! `atan2(±0, +0) = ±0` and `atan2(±0, -0) = ±pi`) and when both are
+//! infinite, with the `pi/4` branch taken (`atan2(±inf, ±inf) = ±pi/4`
+//! or `±3pi/4`); `atan2(±y, ±0)` for `y != 0` is `±pi/2`,
+//! `atan2(±y, +inf) = ±0` and `atan2(±y, -inf) = ±pi` for finite `y`; a
+//! NaN operand gives NaN (through the division).
 
 use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, PI};
 
@@ -43,11 +51,9 @@ const SERIES: [f64; 11] = [
     -1.0 / 23.0,
 ];
 
-/// `atan t` for `t` in `[0, 1]` (NaN passes through).
+/// `atan u` for `|u| <= tan(pi/8)` by the series (NaN passes through).
 #[inline(always)]
-fn atan_unit(t: f64) -> f64 {
-    let big = t > TAN_PI_8;
-    let u = if big { (t - 1.0) / (t + 1.0) } else { t };
+fn atan_series(u: f64) -> f64 {
     let z = u * u;
     // Horner's rule from the innermost coefficient: the same operations in
     // the same order as the prelude's nested expression.
@@ -55,12 +61,7 @@ fn atan_unit(t: f64) -> f64 {
     for &c in SERIES[..SERIES.len() - 1].iter().rev() {
         p = c + z * p;
     }
-    let a = u + u * z * p;
-    if big {
-        FRAC_PI_4 + a
-    } else {
-        a
-    }
+    u + u * z * p
 }
 
 /// C `atan2f(y, x)` (the element function of [`atan2_f32_slice`]).
@@ -70,10 +71,13 @@ pub fn atan2_f32(y: f32, x: f32) -> f32 {
     let (ay, ax) = (yd.abs(), xd.abs());
     let swap = ay > ax;
     let (num, den) = if swap { (ax, ay) } else { (ay, ax) };
-    let t = num / den;
-    let t = if ay == 0.0 && ax == 0.0 { 0.0 } else { t };
-    let t = if ay == f64::INFINITY && ax == f64::INFINITY { 1.0 } else { t };
-    let a = atan_unit(t);
+    let both_inf = ay == f64::INFINITY && ax == f64::INFINITY;
+    let special = (ay == 0.0 && ax == 0.0) || both_inf;
+    let big = num > den * TAN_PI_8 || both_inf;
+    let (n, d) = if big { (num - den, num + den) } else { (num, den) };
+    let (n, d) = if special { (0.0, 1.0) } else { (n, d) };
+    let a = atan_series(n / d);
+    let a = if big { FRAC_PI_4 + a } else { a };
     let a = if swap { FRAC_PI_2 - a } else { a };
     let a = if xd.is_sign_negative() { PI - a } else { a };
     a.copysign(yd) as f32
