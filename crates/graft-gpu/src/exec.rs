@@ -14,7 +14,8 @@
 //!   from their op families' device forms (`ops::reduce::device_kernel`,
 //!   `ops::cumulative::device_kernel`), rendered like any other;
 //!   **`argsort`** as ranks into a temporary, then their inverse
-//!   (`ops::sort::argsort_device_kernels`; see [`ArgsortStep`]);
+//!   (`ops::sort::argsort_device_kernels`), or for long lines as a bitonic
+//!   network (`ops::sort::argsort_bitonic_kernels`; see [`ArgsortStep`]);
 //! - **`conv_general`** on f32: an im2col kernel of the kernel IR
 //!   (`ops::conv::im2col_kernel`) and the GEMM over (image, group), whose
 //!   result is the output's layout (see [`prepare_conv`]); pooling windows
@@ -167,15 +168,43 @@ struct ConvPart {
     pipeline: Arc<wgpu::ComputePipeline>,
 }
 
-/// An `argsort` (see `ops::sort::argsort_device_kernels`): `rank` writes every element's
-/// rank within its line to a temporary, `invert` reads it and writes the
-/// permutation.
+/// An `argsort` in one of its two device forms.
 #[derive(Debug)]
 struct ArgsortStep {
-    rank: Launch,
-    invert: Launch,
+    form: ArgsortForm,
     x: Value,
     out: Value,
+}
+
+#[derive(Debug)]
+enum ArgsortForm {
+    /// `ops::sort::argsort_device_kernels`: `rank` writes every element's
+    /// rank within its line to a temporary, `invert` reads it and writes
+    /// the permutation (two launches; quadratic work).
+    Ranks { rank: Launch, invert: Launch },
+    /// `ops::sort::argsort_bitonic_kernels`: `init` writes keys and
+    /// positions into two temporaries, each pass reads one pair of
+    /// temporaries and writes the other (its block size and distance in
+    /// two one-element buffers, uploaded once), `finish` writes the
+    /// permutation from the last positions.
+    Bitonic { init: Launch, pass: Launch, finish: Launch, params: Vec<(Arc<DevBuf>, Arc<DevBuf>)>, padded: usize },
+}
+
+impl ArgsortStep {
+    fn launches(&self) -> Vec<&Launch> {
+        match &self.form {
+            ArgsortForm::Ranks { rank, invert } => vec![rank, invert],
+            ArgsortForm::Bitonic { init, pass, finish, .. } => vec![init, pass, finish],
+        }
+    }
+
+    /// Launches per run.
+    fn launch_count(&self) -> usize {
+        match &self.form {
+            ArgsortForm::Ranks { .. } => 2,
+            ArgsortForm::Bitonic { params, .. } => 2 + params.len(),
+        }
+    }
 }
 
 /// Largest im2col matrix of one part of a convolution's batch, in bytes
@@ -345,7 +374,7 @@ impl GpuExecutable {
                 Prepared::Device { launches, .. } => dev += launches.len(),
                 Prepared::Gemm(g) => dev += 1 + g.lhs_copy.is_some() as usize + g.rhs_copy.is_some() as usize,
                 Prepared::Conv(c) => dev += c.parts.iter().map(|p| 1 + p.im2col.is_some() as usize).sum::<usize>(),
-                Prepared::Argsort(_) => dev += 2,
+                Prepared::Argsort(a) => dev += a.launch_count(),
                 Prepared::Host { .. } => host += 1,
                 // Per step of the loop.
                 Prepared::Scan(s) => dev += s.body.step_counts().0,
@@ -393,11 +422,21 @@ impl GpuExecutable {
                     );
                 }
                 Prepared::Argsort(a) => {
-                    let _ = writeln!(
-                        s,
-                        "  step {i}: gpu  argsort as ranks, then their inverse: {}, {}",
-                        a.rank.name, a.invert.name
-                    );
+                    let _ = match &a.form {
+                        ArgsortForm::Ranks { rank, invert } => writeln!(
+                            s,
+                            "  step {i}: gpu  argsort as ranks, then their inverse: {}, {}",
+                            rank.name, invert.name
+                        ),
+                        ArgsortForm::Bitonic { init, pass, finish, params, .. } => writeln!(
+                            s,
+                            "  step {i}: gpu  argsort as a bitonic network: {}, {} passes of {}, {}",
+                            init.name,
+                            params.len(),
+                            pass.name,
+                            finish.name
+                        ),
+                    };
                 }
                 Prepared::Alias { .. } => {
                     let _ = writeln!(s, "  step {i}: --   alias (reshape/stop_gradient)");
@@ -459,7 +498,7 @@ impl GpuExecutable {
                     }
                 }
                 Prepared::Argsort(a) => {
-                    for l in [&a.rank, &a.invert] {
+                    for l in a.launches() {
                         out.push((l.name.clone(), l.rendered.source.clone()));
                     }
                 }
@@ -737,26 +776,53 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                 ),
                 Prim::Argsort(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
                     let (x, out) = (eqn.inputs[0], eqn.outputs[0]);
-                    let Some((rank, invert)) = graft_core::ops::sort::argsort_device_kernels(f, a, x, out, e) else {
+                    let xt = f.ty(x);
+                    let pairs = xt.shape.get(a.axis).map_or(0, |&len| xt.numel().saturating_mul(len));
+                    // Short lines rank in two launches; long ones (or past the
+                    // quadratic form's bound) sort by the network.
+                    let ranks = (pairs <= graft_core::ops::sort::QUADRATIC_PAIRS_MAX)
+                        .then(|| graft_core::ops::sort::argsort_device_kernels(f, a, x, out, e))
+                        .flatten();
+                    if let Some((rank, invert)) = ranks {
+                        // The rank kernel's result is a temporary (bound to a
+                        // placeholder, as layout copies are); `invert` reads it.
+                        let rank = match launch(gpu, &rank, vec![x, x], "argsort")? {
+                            Ok(l) => l,
+                            Err(why) => return host(vec![e], why),
+                        };
+                        let invert = match launch(gpu, &invert, vec![x, out], "argsort")? {
+                            Ok(l) => l,
+                            Err(why) => return host(vec![e], why),
+                        };
+                        let form = ArgsortForm::Ranks { rank, invert };
+                        return Ok(Prepared::Argsort(Box::new(ArgsortStep { form, x, out })));
+                    }
+                    let Some(b) = graft_core::ops::sort::argsort_bitonic_kernels(f, a, x, out, e) else {
                         return host(
                             vec![e],
-                            format!(
-                                "an argsort of f64 or bool data, i64 indices, over nothing, or of more than \
-                                 {LINE_WORK_MAX} element-position pairs (the device ranks each element in a row of its own)"
-                            ),
+                            "an argsort of f64 or bool data, i64 indices, over nothing, or whose lines padded to \
+                             a power of two pass i32 addresses"
+                                .to_string(),
                         );
                     };
-                    // The rank kernel's result is a temporary (bound to a
-                    // placeholder, as layout copies are); `invert` reads it.
-                    let rank = match launch(gpu, &rank, vec![x, x], "argsort")? {
-                        Ok(l) => l,
-                        Err(why) => return host(vec![e], why),
-                    };
-                    let invert = match launch(gpu, &invert, vec![x, out], "argsort")? {
-                        Ok(l) => l,
-                        Err(why) => return host(vec![e], why),
-                    };
-                    Ok(Prepared::Argsort(Box::new(ArgsortStep { rank, invert, x, out })))
+                    // Temporaries and parameters are bound at run time; the
+                    // binds are placeholders.
+                    let mut launches = Vec::with_capacity(3);
+                    for (k, binds) in [(&b.init, vec![x, x, x]), (&b.pass, vec![x; 6]), (&b.finish, vec![x, out])] {
+                        match launch(gpu, k, binds, "argsort")? {
+                            Ok(l) => launches.push(l),
+                            Err(why) => return host(vec![e], why),
+                        }
+                    }
+                    let mut params = Vec::with_capacity(b.passes.len());
+                    for &(block, dist) in &b.passes {
+                        let up = |v: i32| gpu.upload(&Tensor::scalar(v)).map_err(|err| err.during("argsort"));
+                        params.push((up(block)?, up(dist)?));
+                    }
+                    let [init, pass, finish]: [Launch; 3] =
+                        launches.try_into().map_err(|_| GpuError::Internal("argsort: three kernels".into()))?;
+                    let form = ArgsortForm::Bitonic { init, pass, finish, params, padded: b.padded };
+                    Ok(Prepared::Argsort(Box::new(ArgsortStep { form, x, out })))
                 }
                 // The plan had no device kernel for it (`ops::window::device_kernel`).
                 Prim::ReduceWindow(w) => {
@@ -1132,23 +1198,7 @@ impl Run<'_> {
                 self.gpu.check("conv_general (gemm)")?;
                 self.env[out.index()] = Slot { host: None, dev: Some(y) };
             }
-            Prepared::Argsort(a) => {
-                let ArgsortStep { rank, invert, x, out } = &**a;
-                let ranks = self.run_launch(rank, Some(*x), "argsort")?;
-                let y = self.gpu.alloc(device_bytes(self.func.ty(*out))).map_err(|e| e.during("argsort"))?;
-                let gpu = self.gpu;
-                if !invert.rendered.workgroups.contains(&0) {
-                    gpu.dispatch(
-                        self.encoder(),
-                        &invert.pipeline,
-                        &[ranks.buffer(), y.buffer()],
-                        invert.rendered.workgroups,
-                    );
-                    self.stats.launches += 1;
-                }
-                self.gpu.check(&format!("{} (argsort)", invert.name))?;
-                self.env[out.index()] = Slot { host: None, dev: Some(y) };
-            }
+            Prepared::Argsort(a) => self.argsort(a)?,
             Prepared::Scan(s) => self.scan(s)?,
             Prepared::While(w) => self.while_loop(w)?,
             Prepared::Host { eqns, .. } => {
@@ -1283,6 +1333,44 @@ impl Run<'_> {
 
     /// Records one launch. `copy_of`: a layout copy of that value, whose
     /// result is returned instead of being bound to a value.
+    /// Records an argsort step (see [`ArgsortForm`]).
+    fn argsort(&mut self, a: &ArgsortStep) -> Result<(), GpuError> {
+        let y = self.gpu.alloc(device_bytes(self.func.ty(a.out))).map_err(|e| e.during("argsort"))?;
+        match &a.form {
+            ArgsortForm::Ranks { rank, invert } => {
+                let ranks = self.run_launch(rank, Some(a.x), "argsort")?;
+                self.dispatch_raw(invert, &[&ranks, &y])?;
+            }
+            ArgsortForm::Bitonic { init, pass, finish, params, padded } => {
+                let x = self.dev(a.x)?;
+                let tmp = || self.gpu.alloc(*padded as u64 * 4).map_err(|e| e.during("argsort"));
+                let (mut keys, mut pos) = (tmp()?, tmp()?);
+                let (mut keys2, mut pos2) = (tmp()?, tmp()?);
+                self.dispatch_raw(init, &[&x, &keys, &pos])?;
+                for (block, dist) in params {
+                    self.dispatch_raw(pass, &[&keys, &pos, block, dist, &keys2, &pos2])?;
+                    std::mem::swap(&mut keys, &mut keys2);
+                    std::mem::swap(&mut pos, &mut pos2);
+                }
+                self.dispatch_raw(finish, &[&pos, &y])?;
+            }
+        }
+        self.env[a.out.index()] = Slot { host: None, dev: Some(y) };
+        Ok(())
+    }
+
+    /// Records one launch of `l` on the given buffers (its arguments, in
+    /// order), unless it has no points.
+    fn dispatch_raw(&mut self, l: &Launch, bufs: &[&Arc<DevBuf>]) -> Result<(), GpuError> {
+        let raw: Vec<&wgpu::Buffer> = bufs.iter().map(|b| b.buffer()).collect();
+        let gpu = self.gpu;
+        if !l.rendered.workgroups.contains(&0) {
+            gpu.dispatch(self.encoder(), &l.pipeline, &raw, l.rendered.workgroups);
+            self.stats.launches += 1;
+        }
+        gpu.check(&format!("{} (argsort)", l.name))
+    }
+
     fn run_launch(&mut self, l: &Launch, copy_of: Option<Value>, what: &str) -> Result<Arc<DevBuf>, GpuError> {
         self.record_launch(l, copy_of, what).map_err(|e| e.during(&format!("kernel {} ({what})", l.name)))
     }

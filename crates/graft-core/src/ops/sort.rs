@@ -287,6 +287,213 @@ pub fn argsort_device_kernels(
     Some((rank, invert))
 }
 
+/// The quadratic form's most element-position pairs
+/// (`argsort_device_kernels`) before a device prefers the bitonic form
+/// (`argsort_bitonic_kernels`): past it the quadratic work (a line of 4 096
+/// ranks 4 096 elements each) costs more than the bitonic form's
+/// `log2(len) (log2(len) + 1) / 2` passes, each one launch.
+pub const QUADRATIC_PAIRS_MAX: usize = 1 << 24;
+
+/// The bitonic form of a device `argsort` (Batcher's network: no
+/// quadratic work, so lines of any length; see [`argsort_bitonic_kernels`]).
+#[derive(Debug, Clone)]
+pub struct BitonicArgsort {
+    /// Writes every line, padded to a power of two, as sort keys and
+    /// positions (arguments: `x`, keys, positions).
+    pub init: crate::kernel::Kernel,
+    /// One compare-exchange pass at run-time block size and distance
+    /// (arguments: keys, positions, block size, distance (one i32 each),
+    /// then the keys and positions it writes).
+    pub pass: crate::kernel::Kernel,
+    /// The permutation: each sorted line's first `len` positions, placed
+    /// along the axis (arguments: positions, the result).
+    pub finish: crate::kernel::Kernel,
+    /// Each pass's block size and distance, in order.
+    pub passes: Vec<(i32, i32)>,
+    /// Elements of each temporary: the lines times their padded length.
+    pub padded: usize,
+}
+
+/// `argsort` along one axis as a bitonic sorting network over
+/// `(key, position)` pairs, for a device (it has no C form: the CPU's
+/// merge sort is faster there).
+///
+/// The key is an i32 in the sort's order: an i32 element itself; for f32,
+/// the bits with the magnitude flipped when the sign is set (so integer
+/// order is float order), `-0.0` as `0`, every NaN as `i32::MAX` (after
+/// `+inf`). Pairs compare by key, then position, a total order whose
+/// ascending sequence is exactly the stable sort's (NaNs last in position
+/// order, `-0.0` equal to `0.0`): the permutation is the host's, bitwise,
+/// whatever order the network compares in. Lines are padded to a power of
+/// two with key `i32::MAX` at positions past the line, which sort after
+/// everything real (a NaN's position is smaller). Each pass runs one point
+/// per padded element: it reads its partner at `point ^ distance` and
+/// keeps the smaller pair when its block (of the pass's size) ascends and
+/// it is the lower of the two, or descends and it is the upper, else the
+/// larger. `None` for f64, i64 or bool data, i64 indices, empty results
+/// or padded sizes past `i32` addresses.
+pub fn argsort_bitonic_kernels(
+    f: &crate::ir::Func,
+    a: &Argsort,
+    x: Value,
+    out: Value,
+    e: usize,
+) -> Option<BitonicArgsort> {
+    use crate::kernel::lines::row_major;
+    use crate::kernel::{Access, Arg, Index, Inst, Kernel, Lit, Reg, Window, WordOp};
+    use crate::ops::binary::{Binary, Compare};
+    let xt = f.ty(x);
+    if !matches!(xt.dtype, DType::F32 | DType::I32) || a.index_dtype != DType::I32 {
+        return None;
+    }
+    let (n, len) = (xt.numel(), *xt.shape.get(a.axis)?);
+    if n == 0 || len == 0 || f.ty(out).numel() != n {
+        return None;
+    }
+    let p2 = len.checked_next_power_of_two()?;
+    let padded = (n / len).checked_mul(p2)?;
+    if padded > i32::MAX as usize {
+        return None;
+    }
+    let lit = |v: i64| Inst::Lit(Lit { dtype: DType::I32, bits: v as u64 });
+    let read = |dtype: DType, len: usize| Arg { dtype, len, access: Access::Read };
+    let write = |len: usize| Arg { dtype: DType::I32, len, access: Access::Write };
+    let xs = row_major(&xt.shape);
+    // Padded lines: the dims other than the axis, then the padded axis.
+    let mut dims: Vec<usize> = (0..xt.rank()).filter(|&d| d != a.axis).map(|d| xt.shape[d]).collect();
+    let mut strides: Vec<isize> = (0..xt.rank()).filter(|&d| d != a.axis).map(|d| xs[d]).collect();
+    dims.push(p2);
+    strides.push(xs[a.axis]);
+    let mut size = dims.clone();
+    *size.last_mut()? = len;
+    let window = Window { dims: dims.clone(), lo: vec![0; dims.len()], size, strides, offset: 0 };
+    let mut along = vec![0isize; dims.len()];
+    *along.last_mut()? = 1;
+
+    // init: the key and the position of every padded point.
+    let fill = match xt.dtype {
+        DType::F32 => Inst::Lit(Lit { dtype: DType::F32, bits: u64::from(f32::NAN.to_bits()) }),
+        _ => lit(i64::from(i32::MAX)),
+    };
+    let mut body = vec![fill, Inst::Window { arg: 0, window, fill: 0 }];
+    let key: Reg = if xt.dtype == DType::F32 {
+        body.extend([
+            Inst::Bitcast(DType::I32, 1),       // 2: bits
+            lit(0x7fff_ffff),                   // 3
+            Inst::Binary(Binary::And, 2, 3),    // 4: magnitude
+            lit(0x7f80_0000),                   // 5
+            Inst::Compare(Compare::Gt, 4, 5),   // 6: NaN
+            lit(0),                             // 7
+            Inst::Compare(Compare::Eq, 4, 7),   // 8: a zero
+            Inst::Compare(Compare::Lt, 2, 7),   // 9: sign set
+            Inst::Word(WordOp::Xor, 2, 3),      // 10: magnitude flipped
+            Inst::Select(9, 10, 2),             // 11
+            Inst::Select(8, 7, 11),             // 12
+            lit(i64::from(i32::MAX)),           // 13
+            Inst::Select(6, 13, 12),            // 14: the key
+        ]);
+        14
+    } else {
+        1
+    };
+    let pos = body.len() as Reg;
+    body.push(Inst::Position(Index::Strided { dims: dims.clone(), strides: along, offset: 0 }));
+    body.push(Inst::Store { arg: 1, value: key, index: Index::Point });
+    body.push(Inst::Store { arg: 2, value: pos, index: Index::Point });
+    let init = Kernel {
+        name: format!("sb{e}"),
+        args: vec![read(xt.dtype, n), write(padded), write(padded)],
+        extent: padded,
+        body,
+    };
+
+    // pass: compare-exchange with the partner at `point ^ distance`.
+    let body = vec![
+        Inst::Position(Index::Point),              // 0: p
+        Inst::Load { arg: 2, index: Index::Scalar }, // 1: block size
+        Inst::Load { arg: 3, index: Index::Scalar }, // 2: distance
+        lit(p2 as i64 - 1),                        // 3
+        Inst::Binary(Binary::And, 0, 3),           // 4: position in the line
+        Inst::Word(WordOp::Xor, 0, 2),             // 5: the partner
+        Inst::Load { arg: 0, index: Index::Point }, // 6: own key
+        Inst::Load { arg: 1, index: Index::Point }, // 7: own position
+        Inst::LoadAt { arg: 0, addr: 5 },          // 8: partner's key
+        Inst::LoadAt { arg: 1, addr: 5 },          // 9: partner's position
+        Inst::Compare(Compare::Lt, 6, 8),          // 10
+        Inst::Compare(Compare::Eq, 6, 8),          // 11
+        Inst::Compare(Compare::Lt, 7, 9),          // 12
+        Inst::Binary(Binary::And, 11, 12),         // 13
+        Inst::Binary(Binary::Or, 10, 13),          // 14: own pair is the smaller
+        Inst::Binary(Binary::And, 0, 2),           // 15
+        lit(0),                                    // 16
+        Inst::Compare(Compare::Eq, 15, 16),        // 17: the lower of the two
+        Inst::Binary(Binary::And, 4, 1),           // 18
+        Inst::Compare(Compare::Eq, 18, 16),        // 19: the block ascends
+        lit(1),                                    // 20
+        Inst::Select(17, 20, 16),                  // 21
+        Inst::Select(19, 20, 16),                  // 22
+        Inst::Compare(Compare::Eq, 21, 22),        // 23: keeps the smaller
+        Inst::Select(14, 20, 16),                  // 24
+        Inst::Select(23, 20, 16),                  // 25
+        Inst::Compare(Compare::Eq, 24, 25),        // 26: keeps its own pair
+        Inst::Select(26, 6, 8),                    // 27
+        Inst::Select(26, 7, 9),                    // 28
+        Inst::Store { arg: 4, value: 27, index: Index::Point },
+        Inst::Store { arg: 5, value: 28, index: Index::Point },
+    ];
+    let pass = Kernel {
+        name: format!("sp{e}"),
+        args: vec![
+            read(DType::I32, padded),
+            read(DType::I32, padded),
+            read(DType::I32, 1),
+            read(DType::I32, 1),
+            write(padded),
+            write(padded),
+        ],
+        extent: padded,
+        body,
+    };
+
+    // finish: output element (.., j along the axis) reads its line's j-th position.
+    let outer: Vec<usize> = (0..xt.rank()).filter(|&d| d != a.axis).map(|d| xt.shape[d]).collect();
+    let os = row_major(&outer);
+    let mut k = 0;
+    let strides: Vec<isize> = (0..xt.rank())
+        .map(|d| {
+            if d == a.axis {
+                1
+            } else {
+                k += 1;
+                os[k - 1] * p2 as isize
+            }
+        })
+        .collect();
+    let finish = Kernel {
+        name: format!("sf{e}"),
+        args: vec![read(DType::I32, padded), write(n)],
+        extent: n,
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Strided { dims: xt.shape.clone(), strides, offset: 0 } },
+            Inst::Store { arg: 1, value: 0, index: Index::Point },
+        ],
+    };
+    let mut passes = Vec::new();
+    let mut block = 2;
+    while block <= p2 {
+        let mut dist = block / 2;
+        while dist >= 1 {
+            passes.push((block as i32, dist as i32));
+            dist /= 2;
+        }
+        block *= 2;
+    }
+    crate::kernel::verify(&init).ok()?;
+    crate::kernel::verify(&pass).ok()?;
+    crate::kernel::verify(&finish).ok()?;
+    Some(BitonicArgsort { init, pass, finish, passes, padded })
+}
+
 mod diff {
     use super::*;
     use crate::ad::{Diff, JvpCx, TransposeCx};

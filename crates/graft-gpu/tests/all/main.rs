@@ -958,6 +958,44 @@ fn argsort_runs_on_the_device_exactly() {
     assert_same_bits("argsort", &exe.run(&refs).expect("gpu runs"), &cpu);
 }
 
+/// Long lines sort by the bitonic network (past the quadratic form's
+/// bound): lines that are not a power of two long (padded), along the last
+/// axis and along the first, f32 with ties, signed zeros, infinities and
+/// NaNs, and i32 with ties and both extremes; the permutation is the
+/// host's stable one, bit for bit, and so is a `sort` through it.
+#[test]
+fn long_argsorts_run_as_a_bitonic_network_exactly() {
+    let Some(g) = gpu() else { return };
+    let mut b = graft_core::Builder::new("long_sorts");
+    let x = b.param(TensorType::new(DType::F32, vec![3, 6000]));
+    let xi = b.param(TensorType::new(DType::I32, vec![5000, 4]));
+    let outs = vec![
+        b.argsort(x, 1, DType::I32).expect("argsort"),
+        b.argsort(xi, 0, DType::I32).expect("argsort"),
+        graft_core::composite::sort::sort(&mut b, x, 1).expect("sort"),
+    ];
+    let f = Arc::new(b.finish(&outs).expect("builds"));
+    let xs = Tensor::from_fn(&TensorType::new(DType::F32, vec![3, 6000]), |i| match (i * 7919) % 37 {
+        0 => f64::NAN,
+        1 => -0.0,
+        2 => 0.0,
+        3 => f64::INFINITY,
+        4 => f64::NEG_INFINITY,
+        v => ((v * 31) % 23) as f64 - 11.0 + (i % 3) as f64 * 1e-3,
+    });
+    let xis = Tensor::from_fn(&TensorType::new(DType::I32, vec![5000, 4]), |i| match i % 101 {
+        0 => f64::from(i32::MAX),
+        1 => f64::from(i32::MIN),
+        _ => ((i * 104_729) % 13) as f64 - 6.0,
+    });
+    let refs = [&xs, &xis];
+    let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    assert!(exe.host_steps().is_empty(), "{:?}\n{}", exe.host_steps(), exe.describe());
+    assert!(exe.describe().contains("bitonic"), "{}", exe.describe());
+    assert_same_bits("long argsort", &exe.run(&refs).expect("gpu runs"), &cpu);
+}
+
 #[test]
 fn integer_scatter_adds_run_on_the_device_exactly() {
     // The device sums each element's updates in a row of its own; i32 sums
