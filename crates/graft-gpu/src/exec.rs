@@ -15,7 +15,10 @@
 //!   `ops::cumulative::device_kernel`), rendered like any other;
 //!   **`argsort`** as ranks into a temporary, then their inverse
 //!   (`ops::sort::argsort_device_kernels`), or for long lines as a bitonic
-//!   network (`ops::sort::argsort_bitonic_kernels`; see [`ArgsortStep`]);
+//!   network (`ops::sort::argsort_bitonic_kernels`), and cumulative ops
+//!   over long lines as Hillis-Steele passes
+//!   (`ops::cumulative::device_pass_kernels`): launches chained through
+//!   temporaries of their own (see [`ChainStep`]);
 //! - **`conv_general`** on f32: an im2col kernel of the kernel IR
 //!   (`ops::conv::im2col_kernel`) and the GEMM over (image, group), whose
 //!   result is the output's layout (see [`prepare_conv`]); pooling windows
@@ -79,7 +82,8 @@ enum Prepared {
     /// A convolution: im2col and a product per part of the batch.
     Conv(Box<ConvStep>),
     /// An `argsort`: each element's rank, then the permutation.
-    Argsort(Box<ArgsortStep>),
+    /// Launches chained through temporaries of their own.
+    Chain(Box<ChainStep>),
     Alias {
         src: Value,
         dst: Value,
@@ -168,43 +172,40 @@ struct ConvPart {
     pipeline: Arc<wgpu::ComputePipeline>,
 }
 
-/// An `argsort` in one of its two device forms.
+/// Where an argument of a [`ChainStep`] launch lives.
 #[derive(Debug)]
-struct ArgsortStep {
-    form: ArgsortForm,
+enum ChainBuf {
+    /// The equation's operand.
+    Input,
+    /// The equation's result.
+    Output,
+    /// The step's temporary of that index.
+    Temp(usize),
+    /// A constant uploaded once (a pass's parameters).
+    Param(Arc<DevBuf>),
+}
+
+/// One equation run as launches chained through temporaries of its own:
+/// an `argsort` as ranks then their inverse
+/// (`ops::sort::argsort_device_kernels`) or as a bitonic network
+/// (`ops::sort::argsort_bitonic_kernels`, one pass kernel called with
+/// each pass's parameters), a long cumulative op as Hillis-Steele passes
+/// (`ops::cumulative::device_pass_kernels`). The temporaries live for the
+/// step only (back to the pool once it is recorded).
+#[derive(Debug)]
+struct ChainStep {
+    /// The primitive, for messages.
+    what: &'static str,
+    /// The line `describe` prints for it.
+    summary: String,
+    /// The distinct kernels.
+    launches: Vec<Launch>,
+    /// The launches in order: which kernel, on which buffers.
+    calls: Vec<(usize, Vec<ChainBuf>)>,
+    /// Bytes of each temporary.
+    temps: Vec<u64>,
     x: Value,
     out: Value,
-}
-
-#[derive(Debug)]
-enum ArgsortForm {
-    /// `ops::sort::argsort_device_kernels`: `rank` writes every element's
-    /// rank within its line to a temporary, `invert` reads it and writes
-    /// the permutation (two launches; quadratic work).
-    Ranks { rank: Launch, invert: Launch },
-    /// `ops::sort::argsort_bitonic_kernels`: `init` writes keys and
-    /// positions into two temporaries, each pass reads one pair of
-    /// temporaries and writes the other (its block size and distance in
-    /// two one-element buffers, uploaded once), `finish` writes the
-    /// permutation from the last positions.
-    Bitonic { init: Launch, pass: Launch, finish: Launch, params: Vec<(Arc<DevBuf>, Arc<DevBuf>)>, padded: usize },
-}
-
-impl ArgsortStep {
-    fn launches(&self) -> Vec<&Launch> {
-        match &self.form {
-            ArgsortForm::Ranks { rank, invert } => vec![rank, invert],
-            ArgsortForm::Bitonic { init, pass, finish, .. } => vec![init, pass, finish],
-        }
-    }
-
-    /// Launches per run.
-    fn launch_count(&self) -> usize {
-        match &self.form {
-            ArgsortForm::Ranks { .. } => 2,
-            ArgsortForm::Bitonic { params, .. } => 2 + params.len(),
-        }
-    }
 }
 
 /// Largest im2col matrix of one part of a convolution's batch, in bytes
@@ -374,7 +375,7 @@ impl GpuExecutable {
                 Prepared::Device { launches, .. } => dev += launches.len(),
                 Prepared::Gemm(g) => dev += 1 + g.lhs_copy.is_some() as usize + g.rhs_copy.is_some() as usize,
                 Prepared::Conv(c) => dev += c.parts.iter().map(|p| 1 + p.im2col.is_some() as usize).sum::<usize>(),
-                Prepared::Argsort(a) => dev += a.launch_count(),
+                Prepared::Chain(c) => dev += c.calls.len(),
                 Prepared::Host { .. } => host += 1,
                 // Per step of the loop.
                 Prepared::Scan(s) => dev += s.body.step_counts().0,
@@ -421,22 +422,8 @@ impl GpuExecutable {
                         c.parts.len()
                     );
                 }
-                Prepared::Argsort(a) => {
-                    let _ = match &a.form {
-                        ArgsortForm::Ranks { rank, invert } => writeln!(
-                            s,
-                            "  step {i}: gpu  argsort as ranks, then their inverse: {}, {}",
-                            rank.name, invert.name
-                        ),
-                        ArgsortForm::Bitonic { init, pass, finish, params, .. } => writeln!(
-                            s,
-                            "  step {i}: gpu  argsort as a bitonic network: {}, {} passes of {}, {}",
-                            init.name,
-                            params.len(),
-                            pass.name,
-                            finish.name
-                        ),
-                    };
+                Prepared::Chain(c) => {
+                    let _ = writeln!(s, "  step {i}: gpu  {}", c.summary);
                 }
                 Prepared::Alias { .. } => {
                     let _ = writeln!(s, "  step {i}: --   alias (reshape/stop_gradient)");
@@ -497,8 +484,8 @@ impl GpuExecutable {
                         out.push(("conv gemm".into(), gemm_source(&self.gpu, &p.gemm)));
                     }
                 }
-                Prepared::Argsort(a) => {
-                    for l in a.launches() {
+                Prepared::Chain(c) => {
+                    for l in &c.launches {
                         out.push((l.name.clone(), l.rendered.source.clone()));
                     }
                 }
@@ -663,7 +650,7 @@ fn releases(f: &Func, steps: &[Prepared]) -> Vec<Vec<Value>> {
                 .collect(),
             Prepared::Gemm(g) => vec![g.lhs, g.rhs],
             Prepared::Conv(c) => vec![c.lhs, c.rhs],
-            Prepared::Argsort(a) => vec![a.x],
+            Prepared::Chain(c) => vec![c.x],
             Prepared::Alias { src, .. } => vec![*src],
             Prepared::Const { .. } => vec![],
             Prepared::Host { eqns, .. } => eqns.iter().flat_map(|&e| f.eqns[e].inputs.iter().copied()).collect(),
@@ -766,14 +753,38 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                 Prim::ArgReduce(_) => {
                     host(vec![e], "an index search over f64 or bool data, i64 indices or empty rows".into())
                 }
-                // The plan had no device kernel for it (`ops::cumulative::device_kernel`).
-                Prim::Cumulative(_) => host(
-                    vec![e],
-                    format!(
-                        "a scan of f64, i64 or bool sums, over nothing, or of more than {LINE_WORK_MAX} \
-                         element-position pairs (the device reduces each element's line in a row of its own)"
-                    ),
-                ),
+                // The plan had no row kernel for it (`ops::cumulative::device_kernel`):
+                // long lines scan by passes.
+                Prim::Cumulative(_) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
+                    let (x, out) = (eqn.inputs[0], eqn.outputs[0]);
+                    let name = format!("cp{e}");
+                    let Some(kernels) = graft_core::ops::cumulative::device_pass_kernels(f, eqn, &name) else {
+                        return host(
+                            vec![e],
+                            format!(
+                                "a scan of f64 or i64, of bool over more than {LINE_WORK_MAX} element-position \
+                                 pairs, or over nothing"
+                            ),
+                        );
+                    };
+                    let last = kernels.len() - 1;
+                    let mut launches = Vec::with_capacity(kernels.len());
+                    let mut calls = Vec::with_capacity(kernels.len());
+                    for (t, k) in kernels.iter().enumerate() {
+                        match launch(gpu, k, vec![x, out], eqn.prim.name())? {
+                            Ok(l) => launches.push(l),
+                            Err(why) => return host(vec![e], why),
+                        }
+                        let from = if t == 0 { ChainBuf::Input } else { ChainBuf::Temp((t - 1) % 2) };
+                        let to = if t == last { ChainBuf::Output } else { ChainBuf::Temp(t % 2) };
+                        calls.push((t, vec![from, to]));
+                    }
+                    let summary = format!("{} as {} Hillis-Steele passes", eqn.prim.name(), kernels.len());
+                    let temps = vec![device_bytes(f.ty(out)); last.min(2)];
+                    let what = "cumulative";
+                    Ok(Prepared::Chain(Box::new(ChainStep { what, summary, launches, calls, temps, x, out })))
+                }
+                Prim::Cumulative(_) => host(vec![e], "a scan with several operands or results".into()),
                 Prim::Argsort(a) if eqn.inputs.len() == 1 && eqn.outputs.len() == 1 => {
                     let (x, out) = (eqn.inputs[0], eqn.outputs[0]);
                     let xt = f.ty(x);
@@ -783,19 +794,21 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                     let ranks = (pairs <= graft_core::ops::sort::QUADRATIC_PAIRS_MAX)
                         .then(|| graft_core::ops::sort::argsort_device_kernels(f, a, x, out, e))
                         .flatten();
+                    use ChainBuf::{Input, Output, Param, Temp};
                     if let Some((rank, invert)) = ranks {
-                        // The rank kernel's result is a temporary (bound to a
-                        // placeholder, as layout copies are); `invert` reads it.
-                        let rank = match launch(gpu, &rank, vec![x, x], "argsort")? {
-                            Ok(l) => l,
-                            Err(why) => return host(vec![e], why),
-                        };
-                        let invert = match launch(gpu, &invert, vec![x, out], "argsort")? {
-                            Ok(l) => l,
-                            Err(why) => return host(vec![e], why),
-                        };
-                        let form = ArgsortForm::Ranks { rank, invert };
-                        return Ok(Prepared::Argsort(Box::new(ArgsortStep { form, x, out })));
+                        // Binds are placeholders: the chain binds the buffers.
+                        let mut launches = Vec::with_capacity(2);
+                        for k in [&rank, &invert] {
+                            match launch(gpu, k, vec![x, out], "argsort")? {
+                                Ok(l) => launches.push(l),
+                                Err(why) => return host(vec![e], why),
+                            }
+                        }
+                        let summary = format!("argsort as ranks, then their inverse: {}, {}", rank.name, invert.name);
+                        let calls = vec![(0, vec![Input, Temp(0)]), (1, vec![Temp(0), Output])];
+                        let temps = vec![device_bytes(f.ty(out))];
+                        let what = "argsort";
+                        return Ok(Prepared::Chain(Box::new(ChainStep { what, summary, launches, calls, temps, x, out })));
                     }
                     let Some(b) = graft_core::ops::sort::argsort_bitonic_kernels(f, a, x, out, e) else {
                         return host(
@@ -805,24 +818,34 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                                 .to_string(),
                         );
                     };
-                    // Temporaries and parameters are bound at run time; the
-                    // binds are placeholders.
                     let mut launches = Vec::with_capacity(3);
-                    for (k, binds) in [(&b.init, vec![x, x, x]), (&b.pass, vec![x; 6]), (&b.finish, vec![x, out])] {
-                        match launch(gpu, k, binds, "argsort")? {
+                    for k in [&b.init, &b.pass, &b.finish] {
+                        match launch(gpu, k, vec![x; k.args.len()], "argsort")? {
                             Ok(l) => launches.push(l),
                             Err(why) => return host(vec![e], why),
                         }
                     }
-                    let mut params = Vec::with_capacity(b.passes.len());
-                    for &(block, dist) in &b.passes {
+                    // Temporaries 0, 1 and 2, 3: keys and positions, read and
+                    // written in turn by the passes.
+                    let mut calls = vec![(0, vec![Input, Temp(0), Temp(1)])];
+                    for (t, &(block, dist)) in b.passes.iter().enumerate() {
                         let up = |v: i32| gpu.upload(&Tensor::scalar(v)).map_err(|err| err.during("argsort"));
-                        params.push((up(block)?, up(dist)?));
+                        let (r, w) = (2 * (t % 2), 2 - 2 * (t % 2));
+                        let params = [Param(up(block)?), Param(up(dist)?)];
+                        let [pb, pd] = params;
+                        calls.push((1, vec![Temp(r), Temp(r + 1), pb, pd, Temp(w), Temp(w + 1)]));
                     }
-                    let [init, pass, finish]: [Launch; 3] =
-                        launches.try_into().map_err(|_| GpuError::Internal("argsort: three kernels".into()))?;
-                    let form = ArgsortForm::Bitonic { init, pass, finish, params, padded: b.padded };
-                    Ok(Prepared::Argsort(Box::new(ArgsortStep { form, x, out })))
+                    calls.push((2, vec![Temp(2 * (b.passes.len() % 2) + 1), Output]));
+                    let summary = format!(
+                        "argsort as a bitonic network: {}, {} passes of {}, {}",
+                        b.init.name,
+                        b.passes.len(),
+                        b.pass.name,
+                        b.finish.name
+                    );
+                    let temps = vec![b.padded as u64 * 4; 4];
+                    let what = "argsort";
+                    Ok(Prepared::Chain(Box::new(ChainStep { what, summary, launches, calls, temps, x, out })))
                 }
                 // The plan had no device kernel for it (`ops::window::device_kernel`).
                 Prim::ReduceWindow(w) => {
@@ -1198,7 +1221,7 @@ impl Run<'_> {
                 self.gpu.check("conv_general (gemm)")?;
                 self.env[out.index()] = Slot { host: None, dev: Some(y) };
             }
-            Prepared::Argsort(a) => self.argsort(a)?,
+            Prepared::Chain(c) => self.chain(c)?,
             Prepared::Scan(s) => self.scan(s)?,
             Prepared::While(w) => self.while_loop(w)?,
             Prepared::Host { eqns, .. } => {
@@ -1333,42 +1356,41 @@ impl Run<'_> {
 
     /// Records one launch. `copy_of`: a layout copy of that value, whose
     /// result is returned instead of being bound to a value.
-    /// Records an argsort step (see [`ArgsortForm`]).
-    fn argsort(&mut self, a: &ArgsortStep) -> Result<(), GpuError> {
-        let y = self.gpu.alloc(device_bytes(self.func.ty(a.out))).map_err(|e| e.during("argsort"))?;
-        match &a.form {
-            ArgsortForm::Ranks { rank, invert } => {
-                let ranks = self.run_launch(rank, Some(a.x), "argsort")?;
-                self.dispatch_raw(invert, &[&ranks, &y])?;
+    /// Records a chain of launches (see [`ChainStep`]).
+    fn chain(&mut self, c: &ChainStep) -> Result<(), GpuError> {
+        let x = self.dev(c.x)?;
+        let y = self.gpu.alloc(device_bytes(self.func.ty(c.out))).map_err(|e| e.during(c.what))?;
+        let temps =
+            c.temps.iter().map(|&b| self.gpu.alloc(b).map_err(|e| e.during(c.what))).collect::<Result<Vec<_>, _>>()?;
+        for (k, args) in &c.calls {
+            let mut bufs: Vec<&Arc<DevBuf>> = Vec::with_capacity(args.len());
+            for a in args {
+                bufs.push(match a {
+                    ChainBuf::Input => &x,
+                    ChainBuf::Output => &y,
+                    ChainBuf::Param(p) => p,
+                    ChainBuf::Temp(i) => {
+                        temps.get(*i).ok_or_else(|| GpuError::Internal(format!("{}: temporary {i}", c.what)))?
+                    }
+                });
             }
-            ArgsortForm::Bitonic { init, pass, finish, params, padded } => {
-                let x = self.dev(a.x)?;
-                let tmp = || self.gpu.alloc(*padded as u64 * 4).map_err(|e| e.during("argsort"));
-                let (mut keys, mut pos) = (tmp()?, tmp()?);
-                let (mut keys2, mut pos2) = (tmp()?, tmp()?);
-                self.dispatch_raw(init, &[&x, &keys, &pos])?;
-                for (block, dist) in params {
-                    self.dispatch_raw(pass, &[&keys, &pos, block, dist, &keys2, &pos2])?;
-                    std::mem::swap(&mut keys, &mut keys2);
-                    std::mem::swap(&mut pos, &mut pos2);
-                }
-                self.dispatch_raw(finish, &[&pos, &y])?;
-            }
+            let l = c.launches.get(*k).ok_or_else(|| GpuError::Internal(format!("{}: kernel {k}", c.what)))?;
+            self.dispatch_raw(l, &bufs, c.what)?;
         }
-        self.env[a.out.index()] = Slot { host: None, dev: Some(y) };
+        self.env[c.out.index()] = Slot { host: None, dev: Some(y) };
         Ok(())
     }
 
     /// Records one launch of `l` on the given buffers (its arguments, in
     /// order), unless it has no points.
-    fn dispatch_raw(&mut self, l: &Launch, bufs: &[&Arc<DevBuf>]) -> Result<(), GpuError> {
+    fn dispatch_raw(&mut self, l: &Launch, bufs: &[&Arc<DevBuf>], what: &str) -> Result<(), GpuError> {
         let raw: Vec<&wgpu::Buffer> = bufs.iter().map(|b| b.buffer()).collect();
         let gpu = self.gpu;
         if !l.rendered.workgroups.contains(&0) {
             gpu.dispatch(self.encoder(), &l.pipeline, &raw, l.rendered.workgroups);
             self.stats.launches += 1;
         }
-        gpu.check(&format!("{} (argsort)", l.name))
+        gpu.check(&format!("{} ({what})", l.name))
     }
 
     fn run_launch(&mut self, l: &Launch, copy_of: Option<Value>, what: &str) -> Result<Arc<DevBuf>, GpuError> {

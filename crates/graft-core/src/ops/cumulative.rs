@@ -483,3 +483,77 @@ fn cumulative_kernel(
     crate::kernel::verify(&k).ok()?;
     Some(k)
 }
+
+/// A `cum*` equation over long lines as Hillis and Steele's scan: pass `t`
+/// (`d = 2^t < len`) combines every element with the one `d` before it
+/// along the axis (after it, in reverse; the combiner's identity where
+/// there is none), so after the passes each element holds its whole
+/// prefix. `log2(len)` launches of one point per element (`n log2(len)`
+/// work), against the row form's `n len` ([`device_kernel`], bounded by
+/// [`LINE_WORK_MAX`](crate::kernel::lines::LINE_WORK_MAX)). Each pass reads
+/// its operand and writes a buffer of the result's type: the device chains
+/// them through temporaries, the first reading the operand and the last
+/// writing the result. Max and min (NaN-propagating and commutative on
+/// signed zeros, as the host's `max`/`min`), i32 sums and products
+/// (wrapping) are the host's bits; f32 sums and products are summed in
+/// another order (within the stated tolerance). `None` for other dtypes
+/// (bool runs on the row form or the host), lines of one element, empty
+/// results, and operands past `i32` addresses.
+pub fn device_pass_kernels(f: &crate::ir::Func, eqn: &crate::ir::Eqn, name: &str) -> Option<Vec<crate::kernel::Kernel>> {
+    use crate::dtype::DType;
+    use crate::kernel::lines::row_major;
+    use crate::kernel::{Access, Arg, Index, Inst, Kernel, Lit, Window};
+    use crate::ops::binary::Binary;
+    let super::Prim::Cumulative(c) = &eqn.prim else { return None };
+    let (&x, &out) = (eqn.inputs.first()?, eqn.outputs.first()?);
+    let xt = f.ty(x);
+    let (n, len) = (xt.numel(), *xt.shape.get(c.axis)?);
+    if !matches!(xt.dtype, DType::F32 | DType::I32) || n == 0 || len < 2 || n > i32::MAX as usize {
+        return None;
+    }
+    if eqn.inputs.len() != 1 || f.ty(out) != xt {
+        return None;
+    }
+    let (op, identity) = match (c.kind, xt.dtype) {
+        (CumKind::Sum, DType::F32) => (Binary::Add, u64::from(0f32.to_bits())),
+        (CumKind::Prod, DType::F32) => (Binary::Mul, u64::from(1f32.to_bits())),
+        (CumKind::Max, DType::F32) => (Binary::Max, u64::from(f32::NEG_INFINITY.to_bits())),
+        (CumKind::Min, DType::F32) => (Binary::Min, u64::from(f32::INFINITY.to_bits())),
+        (CumKind::Sum, _) => (Binary::Add, 0),
+        (CumKind::Prod, _) => (Binary::Mul, 1),
+        (CumKind::Max, _) => (Binary::Max, i32::MIN as i64 as u64),
+        (CumKind::Min, _) => (Binary::Min, i32::MAX as u64),
+    };
+    let strides = row_major(&xt.shape);
+    let arg = |access| Arg { dtype: xt.dtype, len: n, access };
+    let mut kernels = Vec::new();
+    let mut d = 1;
+    while d < len {
+        // The element d before (after) each point along the axis, where
+        // there is one.
+        let mut lo = vec![0isize; xt.rank()];
+        let mut size = xt.shape.clone();
+        size[c.axis] = len - d;
+        let offset = if c.reverse { d as isize * strides[c.axis] } else { 0 };
+        if !c.reverse {
+            lo[c.axis] = d as isize;
+        }
+        let window = Window { dims: xt.shape.clone(), lo, size, strides: strides.clone(), offset };
+        let k = Kernel {
+            name: format!("{name}_{}", kernels.len()),
+            args: vec![arg(Access::Read), arg(Access::Write)],
+            extent: n,
+            body: vec![
+                Inst::Lit(Lit { dtype: xt.dtype, bits: identity }),
+                Inst::Window { arg: 0, window, fill: 0 },
+                Inst::Load { arg: 0, index: Index::Point },
+                Inst::Binary(op, 1, 2),
+                Inst::Store { arg: 1, value: 3, index: Index::Point },
+            ],
+        };
+        crate::kernel::verify(&k).ok()?;
+        kernels.push(k);
+        d *= 2;
+    }
+    Some(kernels)
+}

@@ -927,6 +927,55 @@ fn cumulative_ops_run_on_the_device() {
     assert_close("f32 sums and products", &out[n_exact..], &cpu[n_exact..]);
 }
 
+/// Cumulative ops over lines too long for the row form (past
+/// `LINE_WORK_MAX` element-position pairs) scan by Hillis-Steele passes on
+/// the device: every kind, forwards and in reverse, along both axes of a
+/// `[3, 12000]` operand (and a line of 2^13 + 1), for f32 and i32. Max and
+/// min (NaNs among the data) and i32 (wrapping) are the host's bits; f32
+/// sums run over small integers and products over signs, whose every
+/// partial result is exact, so they are the host's bits here too.
+#[test]
+fn long_cumulative_ops_scan_by_passes_on_the_device() {
+    let Some(g) = gpu() else { return };
+    use graft_core::ops::cumulative::CumKind;
+    let mut b = graft_core::Builder::new("long_scans");
+    let (x, xi, xs1) = (
+        b.param(TensorType::new(DType::F32, vec![3, 12000])),
+        b.param(TensorType::new(DType::I32, vec![3, 12000])),
+        b.param(TensorType::new(DType::F32, vec![8193, 2])),
+    );
+    let mut outs = Vec::new();
+    for kind in CumKind::ALL {
+        for reverse in [false, true] {
+            // Products of the zeros, twos and NaNs of `x` could overflow
+            // in one order and not another: those run on signs only.
+            if kind != CumKind::Prod {
+                outs.push(b.cumulative(kind, x, 1, reverse).expect("f32 scan"));
+            }
+            outs.push(b.cumulative(kind, xi, 1, reverse).expect("i32 scan"));
+            outs.push(b.cumulative(kind, xi, 0, reverse).expect("i32 scan along 0"));
+            outs.push(b.cumulative(kind, xs1, 0, reverse).expect("f32 scan along 0"));
+        }
+    }
+    let f = Arc::new(b.finish(&outs).expect("builds"));
+    let xs = Tensor::from_fn(&TensorType::new(DType::F32, vec![3, 12000]), |i| match (i * 7919) % 4001 {
+        0 => f64::NAN,
+        v if v % 2 == 0 => 1.0,
+        v if v % 3 == 0 => -1.0,
+        v => (v % 5) as f64 - 2.0,
+    });
+    let xis = Tensor::from_fn(&TensorType::new(DType::I32, vec![3, 12000]), |i| {
+        ((i as i64 * 2_654_435_761) % 200_001 - 100_000) as f64
+    });
+    let x1 = Tensor::from_fn(&TensorType::new(DType::F32, vec![8193, 2]), |i| if i % 7 == 0 { -1.0 } else { 1.0 });
+    let refs = [&xs, &xis, &x1];
+    let cpu = Executable::new(f.clone()).expect("plans").run(&refs).expect("cpu runs");
+    let exe = GpuExecutable::with_gpu(g, f).expect("plans for the GPU");
+    assert!(exe.host_steps().is_empty(), "{:?}\n{}", exe.host_steps(), exe.describe());
+    assert!(exe.describe().contains("Hillis-Steele"), "{}", exe.describe());
+    assert_same_bits("long scans", &exe.run(&refs).expect("gpu runs"), &cpu);
+}
+
 /// argsort on the device gives the host's stable permutation bitwise:
 /// ties in position order, `-0.0` equal to `0.0`, NaNs last in their order,
 /// along every axis of f32 data and for i32 data; the sorted values (a
