@@ -808,7 +808,15 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
                         let calls = vec![(0, vec![Input, Temp(0)]), (1, vec![Temp(0), Output])];
                         let temps = vec![device_bytes(f.ty(out))];
                         let what = "argsort";
-                        return Ok(Prepared::Chain(Box::new(ChainStep { what, summary, launches, calls, temps, x, out })));
+                        return Ok(Prepared::Chain(Box::new(ChainStep {
+                            what,
+                            summary,
+                            launches,
+                            calls,
+                            temps,
+                            x,
+                            out,
+                        })));
                     }
                     let Some(b) = graft_core::ops::sort::argsort_bitonic_kernels(f, a, x, out, e) else {
                         return host(

@@ -284,11 +284,19 @@ impl Executable {
         crate::kernel::loops::build(&e.func, &e.plan, n_consts, n_carry, reverse, "gl")
     }
 
-    /// This function with its `cond`s if-converted (`opt::if_convert`) and
-    /// planned again, when it has any: a compiled loop has no form for a
-    /// branch, so its body runs every branch and selects.
+    /// This function as a compiled loop's body needs it, planned again when
+    /// that changes it: its one-step scans inlined (`opt::flatten_all`;
+    /// planning keeps those that shift values, see `opt::flatten`) and its
+    /// `cond`s if-converted (`opt::if_convert`): a compiled loop has no
+    /// form for a nested scan or a branch, so its body runs every branch
+    /// and selects.
     fn if_converted(&self) -> Option<Executable> {
-        let g = crate::opt::if_convert(&self.func)?;
+        let flat = crate::opt::flatten_all(&self.func);
+        let f = flat.as_ref().unwrap_or(&self.func);
+        let g = match crate::opt::if_convert(f) {
+            Some(g) => g,
+            None => flat?,
+        };
         Executable::with_options(g, ExecOptions { compile: CompileMode::Off, ..self.options }).ok()
     }
 

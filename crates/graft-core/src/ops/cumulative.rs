@@ -499,7 +499,11 @@ fn cumulative_kernel(
 /// another order (within the stated tolerance). `None` for other dtypes
 /// (bool runs on the row form or the host), lines of one element, empty
 /// results, and operands past `i32` addresses.
-pub fn device_pass_kernels(f: &crate::ir::Func, eqn: &crate::ir::Eqn, name: &str) -> Option<Vec<crate::kernel::Kernel>> {
+pub fn device_pass_kernels(
+    f: &crate::ir::Func,
+    eqn: &crate::ir::Eqn,
+    name: &str,
+) -> Option<Vec<crate::kernel::Kernel>> {
     use crate::dtype::DType;
     use crate::kernel::lines::row_major;
     use crate::kernel::{Access, Arg, Index, Inst, Kernel, Lit, Window};

@@ -378,19 +378,19 @@ pub fn argsort_bitonic_kernels(
     let mut body = vec![fill, Inst::Window { arg: 0, window, fill: 0 }];
     let key: Reg = if xt.dtype == DType::F32 {
         body.extend([
-            Inst::Bitcast(DType::I32, 1),       // 2: bits
-            lit(0x7fff_ffff),                   // 3
-            Inst::Binary(Binary::And, 2, 3),    // 4: magnitude
-            lit(0x7f80_0000),                   // 5
-            Inst::Compare(Compare::Gt, 4, 5),   // 6: NaN
-            lit(0),                             // 7
-            Inst::Compare(Compare::Eq, 4, 7),   // 8: a zero
-            Inst::Compare(Compare::Lt, 2, 7),   // 9: sign set
-            Inst::Word(WordOp::Xor, 2, 3),      // 10: magnitude flipped
-            Inst::Select(9, 10, 2),             // 11
-            Inst::Select(8, 7, 11),             // 12
-            lit(i64::from(i32::MAX)),           // 13
-            Inst::Select(6, 13, 12),            // 14: the key
+            Inst::Bitcast(DType::I32, 1),     // 2: bits
+            lit(0x7fff_ffff),                 // 3
+            Inst::Binary(Binary::And, 2, 3),  // 4: magnitude
+            lit(0x7f80_0000),                 // 5
+            Inst::Compare(Compare::Gt, 4, 5), // 6: NaN
+            lit(0),                           // 7
+            Inst::Compare(Compare::Eq, 4, 7), // 8: a zero
+            Inst::Compare(Compare::Lt, 2, 7), // 9: sign set
+            Inst::Word(WordOp::Xor, 2, 3),    // 10: magnitude flipped
+            Inst::Select(9, 10, 2),           // 11
+            Inst::Select(8, 7, 11),           // 12
+            lit(i64::from(i32::MAX)),         // 13
+            Inst::Select(6, 13, 12),          // 14: the key
         ]);
         14
     } else {
@@ -409,35 +409,35 @@ pub fn argsort_bitonic_kernels(
 
     // pass: compare-exchange with the partner at `point ^ distance`.
     let body = vec![
-        Inst::Position(Index::Point),              // 0: p
+        Inst::Position(Index::Point),                // 0: p
         Inst::Load { arg: 2, index: Index::Scalar }, // 1: block size
         Inst::Load { arg: 3, index: Index::Scalar }, // 2: distance
-        lit(p2 as i64 - 1),                        // 3
-        Inst::Binary(Binary::And, 0, 3),           // 4: position in the line
-        Inst::Word(WordOp::Xor, 0, 2),             // 5: the partner
-        Inst::Load { arg: 0, index: Index::Point }, // 6: own key
-        Inst::Load { arg: 1, index: Index::Point }, // 7: own position
-        Inst::LoadAt { arg: 0, addr: 5 },          // 8: partner's key
-        Inst::LoadAt { arg: 1, addr: 5 },          // 9: partner's position
-        Inst::Compare(Compare::Lt, 6, 8),          // 10
-        Inst::Compare(Compare::Eq, 6, 8),          // 11
-        Inst::Compare(Compare::Lt, 7, 9),          // 12
-        Inst::Binary(Binary::And, 11, 12),         // 13
-        Inst::Binary(Binary::Or, 10, 13),          // 14: own pair is the smaller
-        Inst::Binary(Binary::And, 0, 2),           // 15
-        lit(0),                                    // 16
-        Inst::Compare(Compare::Eq, 15, 16),        // 17: the lower of the two
-        Inst::Binary(Binary::And, 4, 1),           // 18
-        Inst::Compare(Compare::Eq, 18, 16),        // 19: the block ascends
-        lit(1),                                    // 20
-        Inst::Select(17, 20, 16),                  // 21
-        Inst::Select(19, 20, 16),                  // 22
-        Inst::Compare(Compare::Eq, 21, 22),        // 23: keeps the smaller
-        Inst::Select(14, 20, 16),                  // 24
-        Inst::Select(23, 20, 16),                  // 25
-        Inst::Compare(Compare::Eq, 24, 25),        // 26: keeps its own pair
-        Inst::Select(26, 6, 8),                    // 27
-        Inst::Select(26, 7, 9),                    // 28
+        lit(p2 as i64 - 1),                          // 3
+        Inst::Binary(Binary::And, 0, 3),             // 4: position in the line
+        Inst::Word(WordOp::Xor, 0, 2),               // 5: the partner
+        Inst::Load { arg: 0, index: Index::Point },  // 6: own key
+        Inst::Load { arg: 1, index: Index::Point },  // 7: own position
+        Inst::LoadAt { arg: 0, addr: 5 },            // 8: partner's key
+        Inst::LoadAt { arg: 1, addr: 5 },            // 9: partner's position
+        Inst::Compare(Compare::Lt, 6, 8),            // 10
+        Inst::Compare(Compare::Eq, 6, 8),            // 11
+        Inst::Compare(Compare::Lt, 7, 9),            // 12
+        Inst::Binary(Binary::And, 11, 12),           // 13
+        Inst::Binary(Binary::Or, 10, 13),            // 14: own pair is the smaller
+        Inst::Binary(Binary::And, 0, 2),             // 15
+        lit(0),                                      // 16
+        Inst::Compare(Compare::Eq, 15, 16),          // 17: the lower of the two
+        Inst::Binary(Binary::And, 4, 1),             // 18
+        Inst::Compare(Compare::Eq, 18, 16),          // 19: the block ascends
+        lit(1),                                      // 20
+        Inst::Select(17, 20, 16),                    // 21
+        Inst::Select(19, 20, 16),                    // 22
+        Inst::Compare(Compare::Eq, 21, 22),          // 23: keeps the smaller
+        Inst::Select(14, 20, 16),                    // 24
+        Inst::Select(23, 20, 16),                    // 25
+        Inst::Compare(Compare::Eq, 24, 25),          // 26: keeps its own pair
+        Inst::Select(26, 6, 8),                      // 27
+        Inst::Select(26, 7, 9),                      // 28
         Inst::Store { arg: 4, value: 27, index: Index::Point },
         Inst::Store { arg: 5, value: 28, index: Index::Point },
     ];

@@ -17,7 +17,7 @@ mod schedule;
 pub use algebra::fold_identities;
 pub use cse::cse;
 pub use dce::dce;
-pub use flatten::flatten;
+pub use flatten::{flatten, flatten_all};
 pub use fold::{fold_constants, FOLD_MAX_BYTES, FOLD_MAX_ELEMS};
 pub use hoist::{hoist_accumulations, HOIST_MAX_BYTES};
 pub use ifconv::if_convert;

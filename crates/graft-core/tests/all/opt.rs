@@ -116,3 +116,43 @@ fn jvp_of_grad_with_ones_tangent_has_no_mul_by_one() {
     let got = run(&h, std::slice::from_ref(&xv))[0].to_f64_vec();
     assert_eq!(got, vec![2.0; 5], "d/dx (2x) . 1 = 2");
 }
+
+/// `flatten` inlines a one-step scan whose body is elementwise but keeps
+/// one whose body shifts its carry by a concatenation (a compiled loop
+/// reads that in place); `flatten_all`, for loop bodies compiled whole,
+/// inlines both. The results are the same every way.
+#[test]
+fn one_step_scans_that_shift_stay_loops_until_a_body_is_compiled() {
+    use graft_core::ops::scan::ScanOpts;
+    use graft_core::opt::{flatten, flatten_all};
+    use std::sync::Arc;
+    let t = TensorType::new(DType::F64, vec![6]);
+    let step = |shift: bool| {
+        let mut b = Builder::new("step");
+        let y = b.param(t.clone());
+        let z = if shift {
+            let one = b.scalar(1.0, DType::F64).unwrap();
+            let one = b.broadcast_in_dim(one, &[1], &[]).unwrap();
+            let head = b.slice(y, &[0], &[5], &[1]).unwrap();
+            b.concatenate(&[one, head], 0).unwrap()
+        } else {
+            y
+        };
+        let e = b.exp(z).unwrap();
+        let s = b.mul(e, y).unwrap();
+        Arc::new(b.finish(&[s]).unwrap())
+    };
+    let scans = |f: &graft_core::Func| f.eqns.iter().filter(|e| e.prim.name() == "scan").count();
+    for shift in [false, true] {
+        let mut b = Builder::new("f");
+        let y = b.param(t.clone());
+        let out = b.scan(step(shift), &[], &[y], &[], ScanOpts::new(1)).unwrap();
+        let f = b.finish(&out).unwrap();
+        let kept = flatten(&f).map_or(1, |g| scans(&g));
+        assert_eq!(kept, usize::from(shift), "shift {shift}: one-step scans left by flatten");
+        let all = flatten_all(&f).expect("something to inline");
+        assert_eq!(scans(&all), 0, "flatten_all inlines every one-step scan");
+        let x = Rng(3).tensor(&t, -1.0, 1.0);
+        assert_eq!(run(&f, std::slice::from_ref(&x)), run(&all, std::slice::from_ref(&x)));
+    }
+}

@@ -222,7 +222,8 @@ pub(crate) fn dynamic_update_eqn_kernel(
     for d in 0..xt.rank() {
         let mut unit = vec![0isize; xt.rank()];
         unit[d] = 1;
-        let coord = push(&mut body, Inst::Position(Index::Strided { dims: xt.shape.clone(), strides: unit, offset: 0 }));
+        let coord =
+            push(&mut body, Inst::Position(Index::Strided { dims: xt.shape.clone(), strides: unit, offset: 0 }));
         let start = clamped_start(&mut body, 2 + d as u32, xt.shape[d] - ut.shape[d]);
         let q = push(&mut body, Inst::Binary(Binary::Sub, coord, start));
         let size = push(&mut body, i32lit(ut.shape[d]));
