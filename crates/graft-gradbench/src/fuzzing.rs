@@ -11,8 +11,11 @@
 //! be reported as a hang: an `evaluate`'s `min_runs` and `min_seconds` are
 //! capped at 2 runs and 0 s, and the memory budget is [`BUDGET`] (so an
 //! `ode` with a billion steps is refused, as it is on a small machine,
-//! rather than run). Everything else (malformed JSON, wrong shapes, sizes
-//! over the budget) goes through as sent.
+//! rather than run), and `compile` does not wait for the C compiler
+//! ([`LangBackend::compiling_in_background`]: kernels still compile, on a
+//! background thread, as a program run once would). Everything else
+//! (malformed JSON, wrong shapes, sizes over the budget) goes through as
+//! sent.
 
 use crate::{LangBackend, Server};
 
@@ -22,7 +25,8 @@ pub const BUDGET: u64 = 256 << 20;
 /// Serves the lines of `data` (lossily decoded) in one session.
 pub fn protocol(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let mut server = Server::new(LangBackend::with_memory_limit(BUDGET).reusing_checked_modules());
+    let backend = LangBackend::with_memory_limit(BUDGET).reusing_checked_modules().compiling_in_background();
+    let mut server = Server::new(backend);
     for line in text.lines().take(64) {
         let line = match serde_json::from_str::<serde_json::Value>(line) {
             Ok(mut v) => {

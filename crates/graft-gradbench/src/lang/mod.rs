@@ -105,6 +105,9 @@ pub struct LangBackend {
     /// `define` takes a copy of the module this thread checked before, if
     /// any (see [`LangBackend::reusing_checked_modules`]).
     reuse_checked: bool,
+    /// `compile` finishes the native kernels before answering (see
+    /// `warm_up`); off for [`LangBackend::compiling_in_background`].
+    finish_native: bool,
 }
 
 thread_local! {
@@ -128,7 +131,13 @@ impl LangBackend {
 
     /// A backend refusing inputs that would need more than `bytes`.
     pub fn with_memory_limit(bytes: u64) -> LangBackend {
-        LangBackend { modules: HashMap::new(), cache: ProgramCache::new(), memory_limit: bytes, reuse_checked: false }
+        LangBackend {
+            modules: HashMap::new(),
+            cache: ProgramCache::new(),
+            memory_limit: bytes,
+            reuse_checked: false,
+            finish_native: true,
+        }
     }
 
     /// This backend with `define` copying the module a backend of this
@@ -140,6 +149,16 @@ impl LangBackend {
     #[doc(hidden)]
     pub fn reusing_checked_modules(mut self) -> LangBackend {
         self.reuse_checked = true;
+        self
+    }
+
+    /// This backend with `compile` answering at once, its native kernels
+    /// compiling in the background (`GRAFT_COMPILE`'s default) while the
+    /// first runs use the interpreter: for the `gradbench` fuzz target,
+    /// which would otherwise wait for the C compiler on every new shape.
+    #[doc(hidden)]
+    pub fn compiling_in_background(mut self) -> LangBackend {
+        self.finish_native = false;
         self
     }
 
@@ -202,7 +221,9 @@ impl Backend for LangBackend {
             let need = memory::estimated_peak_bytes(&c.func);
             memory::check(&format!("`{module}.{function}` at these sizes"), need, self.memory_limit)?;
             let exe = exec::plan_cached(&c.func).map_err(|e| GbError::Backend(e.to_string()))?;
-            warm_up(&exe, args)?;
+            if self.finish_native {
+                warm_up(&exe, args)?;
+            }
             Ok(LangProgram { exe })
         })
     }
