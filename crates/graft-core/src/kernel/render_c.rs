@@ -34,13 +34,20 @@ const ACCESS: &str = r#"
 /* A splat ORs the lane's bits into a zero vector (one vpbroadcast); a
  * lane-by-lane fill built the vector on the stack in halves and read it
  * back whole, a store-forwarding stall per run-time scalar per call. */
+/* One lane (a compiled loop's counter steps, one-element kernels) is moved
+ * as a scalar: a memcpy of a run-time length is a call into libc, several
+ * per one-element kernel. */
 #define GK_MEM(T, VT, NAME, UT, UV) \
 static inline VT gk_ld_##NAME(const T *p, int64_t m) { \
   VT v = {0}; \
-  if (m == GL) __builtin_memcpy(&v, p, sizeof v); else __builtin_memcpy(&v, p, (size_t)m * sizeof(T)); \
+  if (m == GL) __builtin_memcpy(&v, p, sizeof v); \
+  else if (m == 1) v[0] = p[0]; \
+  else __builtin_memcpy(&v, p, (size_t)m * sizeof(T)); \
   return v; } \
 static inline void gk_st_##NAME(T *p, VT v, int64_t m) { \
-  if (m == GL) __builtin_memcpy(p, &v, sizeof v); else __builtin_memcpy(p, &v, (size_t)m * sizeof(T)); } \
+  if (m == GL) __builtin_memcpy(p, &v, sizeof v); \
+  else if (m == 1) p[0] = v[0]; \
+  else __builtin_memcpy(p, &v, (size_t)m * sizeof(T)); } \
 static inline VT gk_splat_##NAME(T x) { UT b; __builtin_memcpy(&b, &x, sizeof b); return (VT)((UV){0} | b); }
 GK_MEM(float, vf32, f32, uint32_t, vu32)
 GK_MEM(double, vf64, f64, uint64_t, vu64)
@@ -48,14 +55,60 @@ GK_MEM(int32_t, vi32, i32, uint32_t, vu32)
 GK_MEM(int64_t, vi64, i64, uint64_t, vu64)
 static inline vbool gk_ld_bool(const uint8_t *p, int64_t m) {
   vu8 b = {0};
-  if (m == GL) __builtin_memcpy(&b, p, sizeof b); else __builtin_memcpy(&b, p, (size_t)m);
+  if (m == GL) __builtin_memcpy(&b, p, sizeof b); else if (m == 1) b[0] = p[0]; else __builtin_memcpy(&b, p, (size_t)m);
   return -__builtin_convertvector(b, vi32);
 }
 static inline void gk_st_bool(uint8_t *p, vbool v, int64_t m) {
   vu8 b = __builtin_convertvector(v & 1, vu8);
-  if (m == GL) __builtin_memcpy(p, &b, sizeof b); else __builtin_memcpy(p, &b, (size_t)m);
+  if (m == GL) __builtin_memcpy(p, &b, sizeof b); else if (m == 1) p[0] = b[0]; else __builtin_memcpy(p, &b, (size_t)m);
 }
 static inline vbool gk_splat_bool(uint8_t x) { return gk_splat_i32(x ? -1 : 0); }
+/* The lanes p[t[0]], ..., p[t[GL - 1]] (addresses from a table, all in
+ * bounds): hardware gathers where the target has them (AVX-512: 8 or 16
+ * lanes per instruction; AVX2: 4 or 8), else lane by lane through an array
+ * (a vector written lane by lane would live on the stack). */
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#define GK_GAT_LOOP(T, VT, NAME) \
+static inline VT gk_gat_##NAME(const T *p, const int32_t *t) { \
+  T b[GL]; for (int l = 0; l < GL; l++) b[l] = p[t[l]]; VT v; __builtin_memcpy(&v, b, sizeof v); return v; }
+#if defined(__AVX512F__) && GL % 8 == 0
+static inline vf64 gk_gat_f64(const double *p, const int32_t *t) {
+  vf64 v; for (int h = 0; h < GL; h += 8) { __m512d g = _mm512_i32gather_pd(_mm256_loadu_si256((const __m256i *)(t + h)), p, 8);
+    __builtin_memcpy((char *)&v + h * 8, &g, 64); } return v; }
+static inline vi64 gk_gat_i64(const int64_t *p, const int32_t *t) {
+  vi64 v; for (int h = 0; h < GL; h += 8) { __m512i g = _mm512_i32gather_epi64(_mm256_loadu_si256((const __m256i *)(t + h)), p, 8);
+    __builtin_memcpy((char *)&v + h * 8, &g, 64); } return v; }
+#elif defined(__AVX2__) && GL % 4 == 0
+static inline vf64 gk_gat_f64(const double *p, const int32_t *t) {
+  vf64 v; for (int h = 0; h < GL; h += 4) { __m256d g = _mm256_i32gather_pd(p, _mm_loadu_si128((const __m128i *)(t + h)), 8);
+    __builtin_memcpy((char *)&v + h * 8, &g, 32); } return v; }
+static inline vi64 gk_gat_i64(const int64_t *p, const int32_t *t) {
+  vi64 v; for (int h = 0; h < GL; h += 4) { __m256i g = _mm256_i32gather_epi64((const long long *)p, _mm_loadu_si128((const __m128i *)(t + h)), 8);
+    __builtin_memcpy((char *)&v + h * 8, &g, 32); } return v; }
+#else
+GK_GAT_LOOP(double, vf64, f64)
+GK_GAT_LOOP(int64_t, vi64, i64)
+#endif
+#if defined(__AVX512F__) && GL % 16 == 0
+static inline vf32 gk_gat_f32(const float *p, const int32_t *t) {
+  vf32 v; for (int h = 0; h < GL; h += 16) { __m512 g = _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(t + h)), p, 4);
+    __builtin_memcpy((char *)&v + h * 4, &g, 64); } return v; }
+static inline vi32 gk_gat_i32(const int32_t *p, const int32_t *t) {
+  vi32 v; for (int h = 0; h < GL; h += 16) { __m512i g = _mm512_i32gather_epi32(_mm512_loadu_si512((const void *)(t + h)), p, 4);
+    __builtin_memcpy((char *)&v + h * 4, &g, 64); } return v; }
+#elif defined(__AVX2__) && GL % 8 == 0
+static inline vf32 gk_gat_f32(const float *p, const int32_t *t) {
+  vf32 v; for (int h = 0; h < GL; h += 8) { __m256 g = _mm256_i32gather_ps(p, _mm256_loadu_si256((const __m256i *)(t + h)), 4);
+    __builtin_memcpy((char *)&v + h * 4, &g, 32); } return v; }
+static inline vi32 gk_gat_i32(const int32_t *p, const int32_t *t) {
+  vi32 v; for (int h = 0; h < GL; h += 8) { __m256i g = _mm256_i32gather_epi32(p, _mm256_loadu_si256((const __m256i *)(t + h)), 4);
+    __builtin_memcpy((char *)&v + h * 4, &g, 32); } return v; }
+#else
+GK_GAT_LOOP(float, vf32, f32)
+GK_GAT_LOOP(int32_t, vi32, i32)
+#endif
 /* Lane numbers, for testing whether a gather's addresses are one run. */
 static const int32_t gk_iota32[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 /* The lanes of (P, C) from the listed positions (kernel::interior, Note
@@ -76,8 +129,9 @@ static inline vi32 gk_rotl(vi32 a, vi32 b) {
   vu32 x = (vu32)a, r = (vu32)b & 31u; return (vi32)((x << r) | (x >> ((32u - r) & 31u))); }
 static inline float gk_f32_bits(uint32_t b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
 static inline double gk_f64_bits(uint64_t b) { double f; __builtin_memcpy(&f, &b, 8); return f; }
-/* Reduction combiners, as ops::reduce's Monoid::op (scalar, NaN-propagating
- * for max/min) and Monoid::op_plain (vector, no NaN handling). The scalar
+/* Reduction combiners, as ops::reduce's Monoid::op (scalar `gr_`, and lane
+ * by lane `grn_`: NaN-propagating for max/min) and Monoid::op_plain (vector
+ * `grv_`, no NaN handling). The scalar
  * max/min select through a bit mask: a branch on random data mispredicts
  * often enough to triple the time of a row max. */
 #define GK_RED(T, VT, U, NAME) \
@@ -91,7 +145,11 @@ static inline T gr_min_##NAME(T a, T b) { return gr_pick_##NAME((b < a) | (b != 
 static inline VT grv_sum_##NAME(VT a, VT b) { return a + b; } \
 static inline VT grv_prod_##NAME(VT a, VT b) { return a * b; } \
 static inline VT grv_max_##NAME(VT a, VT b) { __typeof__(a > b) k = b > a; return (VT)(((__typeof__(k))b & k) | ((__typeof__(k))a & ~k)); } \
-static inline VT grv_min_##NAME(VT a, VT b) { __typeof__(a > b) k = b < a; return (VT)(((__typeof__(k))b & k) | ((__typeof__(k))a & ~k)); }
+static inline VT grv_min_##NAME(VT a, VT b) { __typeof__(a > b) k = b < a; return (VT)(((__typeof__(k))b & k) | ((__typeof__(k))a & ~k)); } \
+static inline VT grn_sum_##NAME(VT a, VT b) { return a + b; } \
+static inline VT grn_prod_##NAME(VT a, VT b) { return a * b; } \
+static inline VT grn_max_##NAME(VT a, VT b) { __typeof__(a > b) k = (b > a) | (b != b); return (VT)(((__typeof__(k))b & k) | ((__typeof__(k))a & ~k)); } \
+static inline VT grn_min_##NAME(VT a, VT b) { __typeof__(a > b) k = (b < a) | (b != b); return (VT)(((__typeof__(k))b & k) | ((__typeof__(k))a & ~k)); }
 GK_RED(float, vf32, uint32_t, f32)
 GK_RED(double, vf64, uint64_t, f64)
 /* The last levels of a leaf's pairwise tree over its 16 accumulator lanes
@@ -896,7 +954,28 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
         let c = if a.access == super::ir::Access::Read { "const " } else { "" };
         let _ = writeln!(s, "  c->a{i} = ({c}{t} *)args[{i}];");
     }
-    let _ = writeln!(s, "  for (int64_t row = start; row < end; row++) {{");
+    // Short reductions that read only the kernel's arguments run `GL` rows
+    // at a time before the rows that use them (see `across_rows`).
+    let early: Vec<usize> = k
+        .body
+        .iter()
+        .enumerate()
+        .filter_map(|(r, inst)| match inst {
+            Inst::Reduce(red) if across_rows(red) => Some(r),
+            _ => None,
+        })
+        .collect();
+    if early.is_empty() {
+        let _ = writeln!(s, "  for (int64_t row = start; row < end; row++) {{");
+    } else {
+        let _ = writeln!(s, "  for (int64_t row0 = start; row0 < end; row0 += GL) {{");
+        let _ = writeln!(s, "  const int64_t rend = end - row0 < GL ? end : row0 + GL;");
+        for &r in &early {
+            let Inst::Reduce(red) = &k.body[r] else { continue };
+            across_rows_block(s, k, r, red, ty(r));
+        }
+        let _ = writeln!(s, "  for (int64_t row = row0; row < rend; row++) {{");
+    }
     let _ = writeln!(s, "    c->base = row * {};", n(len.unwrap_or(1)));
     for (r, inst) in k.body.iter().enumerate() {
         match inst {
@@ -906,6 +985,11 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
                 let _ = writeln!(s, "    c->a{arg}[row] = {v};");
             }
             Inst::Map(m) => render_map(s, k, m, &inner_types[r]),
+            Inst::Reduce(_) if early.contains(&r) => {
+                let (vt, _) = ctype(ty(r));
+                let _ = writeln!(s, "    const {vt} r{r} = gk_splat_{}(p{r}[row - row0]);", ty(r).name());
+                let _ = writeln!(s, "    c->o{r} = r{r};");
+            }
             Inst::Reduce(red) => {
                 let (vt, _) = ctype(ty(r));
                 let len = n(red.inner.len);
@@ -921,10 +1005,57 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
         }
     }
     let _ = writeln!(s, "  }}");
+    if !early.is_empty() {
+        let _ = writeln!(s, "  }}");
+    }
     if streams(k) {
         let _ = writeln!(s, "  gk_sfence();");
     }
     let _ = writeln!(s, "}}");
+}
+
+/// Whether a reduction of a row kernel runs across rows: rows shorter than
+/// `ops::reduce`'s 16 lanes, which the interpreter folds in order from the
+/// first element (`fold_run`), and an inner body that reads only the
+/// kernel's arguments (no outer value, no scratch slot), so it can run
+/// ahead of the outer body of its rows. Folding one row per lane turns a
+/// scalar chain of `len - 1` NaN-aware combines per row into one vector
+/// chain per `GL` rows (k-means' `min` over 10 centroids).
+fn across_rows(red: &Reduction) -> bool {
+    (1..16).contains(&red.inner.len)
+        && red
+            .inner
+            .body
+            .iter()
+            .all(|i| !matches!(i, Inst::Outer(_) | Inst::Save { .. } | Inst::Restore(_) | Inst::Store { .. }))
+}
+
+/// The values of reduction `r` (see [`across_rows`]) for rows `row0..rend`
+/// into `p<r>[row - row0]`: for a whole block of `GL` rows, the inner body
+/// at the block's `GL * len` consecutive points (`len` full vectors) into a
+/// buffer, then lane `l` folds row `row0 + l` in order, `a = x[0]`,
+/// `a = op(a, x[j])`, exactly as `fold_run` (the lane-wise `grn_`
+/// combiners are the scalar ones); a partial block reduces row by row.
+fn across_rows_block(s: &mut String, k: &Kernel, r: usize, red: &Reduction, d: DType) {
+    let name = &k.name;
+    let (vt, t) = ctype(d);
+    let dn = d.name();
+    let op = reduce_name(red.kind);
+    let len = n(red.inner.len);
+    let _ = writeln!(s, "  {t} p{r}[GL];");
+    let _ = writeln!(s, "  if (rend - row0 == GL && {len} < 16) {{");
+    let _ = writeln!(s, "    {t} b[16 * GL];");
+    let _ = writeln!(s, "    for (int64_t v = 0; v < {len}; v++) {{ {vt} x = {name}_e{r}(c, row0 * {len} + v * GL, GL); __builtin_memcpy(b + v * GL, &x, sizeof x); }}");
+    let _ = writeln!(s, "    {vt} a;");
+    let _ = writeln!(s, "    for (int l = 0; l < GL; l++) a[l] = b[l * {len}];");
+    let _ = writeln!(s, "    for (int64_t j = 1; j < {len}; j++) {{ {vt} x; for (int l = 0; l < GL; l++) x[l] = b[l * {len} + j]; a = grn_{op}_{dn}(a, x); }}");
+    let _ = writeln!(s, "    __builtin_memcpy(p{r}, &a, sizeof a);");
+    let _ = writeln!(s, "  }} else {{");
+    let _ = writeln!(
+        s,
+        "    for (int64_t row = row0; row < rend; row++) p{r}[row - row0] = {name}_t{r}(c, row * {len}, {len});"
+    );
+    let _ = writeln!(s, "  }}");
 }
 
 /// The inner body's instructions as C statements (registers `q<r>`), at
@@ -1357,11 +1488,15 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
         );
         let _ = write!(s, " int64_t w = i / {p}, j = i % {p}, e1 = {};", n(offset));
         address(&mut s, "w", "e1", &odims, &ostrides);
-        let _ = write!(
-            s,
-            " {lt} b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = {}; __builtin_memcpy(&v, b, sizeof v); }}",
-            get("e1 + t[j + l]")
-        );
+        if d == DType::Bool {
+            let _ = write!(
+                s,
+                " {lt} b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = {}; __builtin_memcpy(&v, b, sizeof v); }}",
+                get("e1 + t[j + l]")
+            );
+        } else {
+            let _ = write!(s, " v = gk_gat_{dn}({a_}{arg} + e1, t + j); }}");
+        }
     }
     let _ = write!(s, " else {{");
     let _ = write!(s, " {lt} b[GL] = {{0}}; for (int64_t l = 0; l < m; l++) {{ int64_t r = i + l, e = {};", n(offset));

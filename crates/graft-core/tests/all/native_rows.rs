@@ -313,3 +313,47 @@ proptest! {
         }
     }
 }
+
+/// `reduce(cc[None, :] - x, axis=1)` over `x: [r, c]` with `cc: [c]`:
+/// k-means' distances to the nearest centroid, a reduction whose inner body
+/// reads only arguments (a row broadcast and the matrix).
+fn short_rows(r: usize, c: usize, dtype: DType, kind: ReduceKind) -> Func {
+    let mut b = Builder::new("short_rows");
+    let x = b.param(TensorType::new(dtype, vec![r, c]));
+    let cc = b.param(TensorType::new(dtype, vec![c]));
+    let bc = b.broadcast_in_dim(cc, &[r, c], &[1]).unwrap();
+    let d = b.binary(Binary::Sub, bc, x).unwrap();
+    let m = b.reduce(kind, d, &[1]).unwrap();
+    let e = b.unary(Unary::Exp, m).unwrap();
+    b.finish(&[e]).unwrap()
+}
+
+/// Rows shorter than 16 whose reduction reads only arguments run several
+/// rows at a time, one per vector lane (`render_c`, `across_rows`): the
+/// same bits as the interpreter's in-order fold for every combiner, with
+/// NaNs, infinities and signed zeros in the data, for row counts that fill
+/// whole blocks of lanes, leave a partial block, or fill none; and the C
+/// source holds the across-rows form.
+#[test]
+fn short_rows_reduce_across_rows_bitwise() {
+    if skip() {
+        return;
+    }
+    for dtype in [DType::F32, DType::F64] {
+        for kind in [ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min, ReduceKind::Prod] {
+            for (r, c) in [(1000, 10), (37, 3), (16, 15), (9, 2), (5, 7)] {
+                let f = short_rows(r, c, dtype, kind);
+                let exe = check_native(&f, &inputs(&f, 17));
+                let ks = row_kernels(&exe);
+                assert_eq!(ks.len(), 1, "{dtype} {kind:?} [{r}, {c}]");
+                let src = kernel::render_c::render_unit(&ks, kernel::unit_lanes(&ks));
+                assert!(src.contains("row0 += GL"), "{dtype} {kind:?} [{r}, {c}]: no across-rows block");
+            }
+        }
+    }
+    // Rows of 16 and more keep the per-row tree.
+    let f = short_rows(40, 16, DType::F64, ReduceKind::Min);
+    let exe = check_native(&f, &inputs(&f, 3));
+    let ks = row_kernels(&exe);
+    assert!(!kernel::render_c::render_unit(&ks, 8).contains("row0 += GL"));
+}
