@@ -445,6 +445,52 @@ fn argmax_blocks_lanes_ties_and_nans_match_reference() {
     }
 }
 
+/// Rows shorter than 16 (`argmin` over k-means' 10 centroids) run eight
+/// rows at a time: the reference's first extreme, first NaN and ties
+/// (signed zeros compare equal, so the first zero wins) for row counts
+/// that fill whole blocks of eight or leave a remainder, with NaNs in
+/// some blocks only, for every float and integer dtype, serially and on
+/// the parallel path.
+#[test]
+fn arg_short_rows_match_reference() {
+    for (rows, r) in [(1000usize, 10usize), (8, 15), (13, 2), (3, 7), (40_000, 9), (17, 1)] {
+        let mut v: Vec<f64> = (0..rows * r).map(|i| (pseudo(i * 7 + r) * 3.0).round()).collect();
+        // Signed zeros, a NaN in row 1 and row 9, two NaNs in one row, an
+        // infinity: each only in some blocks of eight rows.
+        for (at, x) in [
+            (0, -0.0),
+            (1, 0.0),
+            (r + 1, f64::NAN),
+            (9 * r, f64::NAN),
+            (9 * r + r - 1, f64::NAN),
+            (4 * r, f64::INFINITY),
+        ] {
+            if at < v.len() {
+                v[at] = x;
+            }
+        }
+        for kind in [ArgKind::ArgMax, ArgKind::ArgMin] {
+            let (_, want) = ref_arg(kind, &[rows, r], &v, 1);
+            for dtype in [DType::F64, DType::F32] {
+                let x = Tensor::from_vec(vec![rows, r], v.clone()).unwrap().cast(dtype);
+                assert_eq!(
+                    arg(kind, &x, 1, DType::I64).to_vec::<i64>().unwrap(),
+                    want,
+                    "{kind:?} [{rows}, {r}] {dtype}"
+                );
+            }
+            let ints: Vec<f64> = v.iter().map(|&x| if x.is_finite() { x } else { 5.0 }).collect();
+            let (_, want) = ref_arg(kind, &[rows, r], &ints, 1);
+            for dtype in [DType::I32, DType::I64] {
+                let x = Tensor::from_vec(vec![rows, r], ints.clone()).unwrap().cast(dtype);
+                let got = arg(kind, &x, 1, DType::I32).to_f64_vec();
+                let want: Vec<f64> = want.iter().map(|&w| w as f64).collect();
+                assert_eq!(got, want, "{kind:?} [{rows}, {r}] {dtype}");
+            }
+        }
+    }
+}
+
 #[test]
 fn params_print() {
     let r = Reduce { kind: ReduceKind::Sum, axes: vec![0, 2] };

@@ -541,6 +541,25 @@ fn scatter_kernel<T: Accumulate, I: AsPrimitive<i64> + Sync>(
             }
             return;
         }
+        if let ([0], [(size, stride)], true) = (g.runs.as_slice(), g.idx.as_slice(), b1 - b0 == 1) {
+            // Rows of one batch through one indexed axis, each update one
+            // contiguous run (the gradient of `take(table, idx, axis=0)`):
+            // the slab's origin without the generic per-position division.
+            let (size, stride, inner) = (*size, *stride, g.inner);
+            let base0 = b0 * g.op_batch;
+            for p in b0 * g.ni..b1 * g.ni {
+                let Some(v) = resolve(indices[p].as_(), size, mode) else { continue };
+                let s = base0 + v * stride;
+                let (a, b) = (s.max(lo), (s + inner).min(hi));
+                if a < b {
+                    let u = &updates[p * inner + (a - s)..p * inner + (b - s)];
+                    for (o, &x) in chunk[a - lo..b - lo].iter_mut().zip(u) {
+                        *o = o.accumulate(x);
+                    }
+                }
+            }
+            return;
+        }
         for p in b0 * g.ni..b1 * g.ni {
             let Some(base) = g.origin(p, indices, mode) else { continue };
             let upd = &updates[p * g.slab..(p + 1) * g.slab];

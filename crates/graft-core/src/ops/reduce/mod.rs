@@ -482,7 +482,18 @@ fn arg_kernel<T: RedElem, I: IndexElem, const MAX: bool>(
         return Err(ExecError::kernel(if MAX { "argmax" } else { "argmin" }, "empty axis"));
     }
     let par = worth_parallel(xs.len());
-    if inner == 1 {
+    if inner == 1 && r < LANES {
+        // Short rows (k-means' nearest of 10 centroids): several rows at a
+        // time, one per lane, rather than a block search per row.
+        if par {
+            let per = (CHUNK / r).max(ARG_ROWS);
+            ys.par_chunks_mut(per)
+                .enumerate()
+                .for_each(|(c, oc)| arg_short_rows::<T, I, MAX>(&xs[c * per * r..], r, oc));
+        } else {
+            arg_short_rows::<T, I, MAX>(xs, r, ys);
+        }
+    } else if inner == 1 {
         let run = |i: usize, o: &mut I| *o = I::from_index(arg_run::<T, MAX>(&xs[i * r..(i + 1) * r], 0).1);
         if par {
             let per = (CHUNK / r).max(1);
@@ -532,6 +543,65 @@ fn arg_kernel<T: RedElem, I: IndexElem, const MAX: bool>(
         }
     }
     Ok(())
+}
+
+/// Rows per step of [`arg_short_rows`].
+const ARG_ROWS: usize = 8;
+
+/// The arg-extreme of each of `out.len()` rows of `r` (`1 <= r`) elements
+/// at the start of `x`: `ARG_ROWS` rows at a time, each row scanned in
+/// order with [`better`], whose strict comparison keeps the first of equal
+/// extremes and lets the first NaN win and stay, as [`arg_leaf`] does; the
+/// rows are independent chains the loop interleaves (and the compiler may
+/// vectorise across them).
+fn arg_short_rows<T: RedElem, I: IndexElem, const MAX: bool>(x: &[T], r: usize, out: &mut [I]) {
+    let scan = |row: &[T]| {
+        let (mut best, mut bi) = (row[0], 0);
+        for (k, &v) in row.iter().enumerate().skip(1) {
+            if better::<T, MAX>(v, best) {
+                (best, bi) = (v, k);
+            }
+        }
+        bi
+    };
+    let done = out.len() / ARG_ROWS * ARG_ROWS;
+    let mut blocks = out.chunks_exact_mut(ARG_ROWS);
+    let mut t = [[T::ZERO; ARG_ROWS]; LANES];
+    for (b, o) in (&mut blocks).enumerate() {
+        let x = &x[b * ARG_ROWS * r..(b + 1) * ARG_ROWS * r];
+        // Transposed, so the lanes' loop reads contiguous values; NaN-free
+        // comparisons (a block holding a NaN is rescanned row by row).
+        let mut nan = false;
+        for (l, row) in x.chunks_exact(r).enumerate() {
+            for (k, &v) in row.iter().enumerate() {
+                t[k][l] = v;
+                nan |= v.is_nan();
+            }
+        }
+        if nan {
+            for (l, o) in o.iter_mut().enumerate() {
+                *o = I::from_index(scan(&x[l * r..(l + 1) * r]));
+            }
+            continue;
+        }
+        let mut best = t[0];
+        let mut bi = [0u64; ARG_ROWS];
+        for (k, tk) in t.iter().enumerate().take(r).skip(1) {
+            for l in 0..ARG_ROWS {
+                let v = tk[l];
+                let take = if MAX { v > best[l] } else { v < best[l] };
+                best[l] = if take { v } else { best[l] };
+                bi[l] = if take { k as u64 } else { bi[l] };
+            }
+        }
+        for (o, &i) in o.iter_mut().zip(&bi) {
+            *o = I::from_index(i as usize);
+        }
+    }
+    for (j, o) in blocks.into_remainder().iter_mut().enumerate() {
+        let i = done + j;
+        *o = I::from_index(scan(&x[i * r..(i + 1) * r]));
+    }
 }
 
 /// (best value, its index + `base`) of a non-empty contiguous run; splits
