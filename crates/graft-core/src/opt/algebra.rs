@@ -22,6 +22,7 @@
 
 use crate::ir::{Func, Value};
 use crate::ops::binary::Binary;
+use crate::ops::index::IndexMode;
 use crate::ops::Prim;
 
 /// The repeated element of every splat value (`None` for other values).
@@ -92,4 +93,90 @@ pub fn fold_identities(f: &Func) -> Func {
         *v = subst[v.index()];
     }
     super::dce::renumber(&out, &keep)
+}
+
+/// Reads of a splat become splats: a `gather` (clipping mode) or a
+/// `dynamic_slice` of a value that repeats one element, a `broadcast_in_dim`
+/// or `reshape` chain over a one-element value (constant or not), reads
+/// that element at every position whatever the indices, so it is replaced
+/// by a broadcast of the element. Forward-over-reverse derivatives emit
+/// these: `jvp(grad(f), ones_like(c))` gathers the `ones` tangent where the
+/// primal gathers `c` (k-means' `dir`: a `[n, d]` gather of ones, then
+/// elementwise work on it). Exact: the result holds the very element the
+/// gather would have copied. A `fill`-mode gather is left alone (an index
+/// out of range reads 0 there), as is an operand with no elements.
+pub fn splat_reads(f: &Func) -> Func {
+    // For each value, the one-element value it repeats, if any.
+    let mut root: Vec<Option<Value>> = vec![None; f.n_values()];
+    for &p in &f.params {
+        if f.ty(p).numel() == 1 {
+            root[p.index()] = Some(p);
+        }
+    }
+    let mut any = false;
+    for eqn in &f.eqns {
+        for &o in &eqn.outputs {
+            if f.ty(o).numel() == 1 {
+                root[o.index()] = Some(o);
+            }
+        }
+        let Some(&x) = eqn.inputs.first() else { continue };
+        let Some(r) = root[x.index()] else { continue };
+        match &eqn.prim {
+            Prim::BroadcastInDim(_) | Prim::Reshape(_) => {
+                if let [o] = eqn.outputs.as_slice() {
+                    root[o.index()] = Some(r);
+                }
+            }
+            Prim::Gather(g) if g.mode == IndexMode::Clip => any = true,
+            Prim::DynamicSlice(_) => any = true,
+            _ => {}
+        }
+    }
+    if !any {
+        return f.clone();
+    }
+    // New values of the old function's equation results, as emitted.
+    let mut new: Vec<Option<Value>> = vec![None; f.n_values()];
+    let rebuilt = super::rebuild(f, |b, e, ins| {
+        let reads_splat = match (&e.prim, e.inputs.first()) {
+            (Prim::Gather(g), Some(&x)) if g.mode == IndexMode::Clip => root[x.index()].is_some(),
+            (Prim::DynamicSlice(_), Some(&x)) => root[x.index()].is_some(),
+            _ => false,
+        };
+        if let (true, Some(&x), [o]) = (reads_splat, ins.first(), e.outputs.as_slice()) {
+            if f.ty(e.inputs[0]).numel() >= 1 {
+                // The repeated element itself where it is an equation's
+                // result, else the first element of the operand.
+                let r = root[e.inputs[0].index()].and_then(|r| new[r.index()]);
+                let one = first_element(b, r.unwrap_or(x))?;
+                let out = b.broadcast_in_dim(one, &f.ty(*o).shape, &[])?;
+                new[o.index()] = Some(out);
+                return Ok(vec![out]);
+            }
+        }
+        let outs = b.emit(e.prim.clone(), ins)?;
+        for (&o, &n) in e.outputs.iter().zip(&outs) {
+            new[o.index()] = Some(n);
+        }
+        Ok(outs)
+    });
+    rebuilt.unwrap_or_else(|_| f.clone())
+}
+
+/// The first element of `x` as a rank-0 value: `x` reshaped when it has one
+/// element, else sliced to one element first (a splat's elements are all
+/// equal, so any one will do).
+fn first_element(b: &mut crate::ir::Builder, x: Value) -> Result<Value, crate::error::IrError> {
+    let ty = b.ty(x)?.clone();
+    if ty.rank() == 0 {
+        return Ok(x);
+    }
+    if ty.numel() == 1 {
+        return b.reshape(x, &[]);
+    }
+    let zeros = vec![0; ty.rank()];
+    let ones = vec![1; ty.rank()];
+    let one = b.slice(x, &zeros, &ones, &ones)?;
+    b.reshape(one, &[])
 }

@@ -14,7 +14,7 @@ mod merge_jvp;
 mod noop;
 mod schedule;
 
-pub use algebra::fold_identities;
+pub use algebra::{fold_identities, splat_reads};
 pub use cse::cse;
 pub use dce::dce;
 pub use flatten::{flatten, flatten_all};
@@ -28,10 +28,10 @@ pub use schedule::hoist_collectives;
 use crate::error::IrError;
 use crate::ir::{lookup, Builder, Eqn, Func, Value};
 
-/// The standard cleanup pipeline: no-op removal, algebraic identities, CSE,
-/// then DCE.
+/// The standard cleanup pipeline: no-op removal, reads of splats, algebraic
+/// identities, CSE, then DCE.
 pub fn simplify(f: &Func) -> Func {
-    dce(&cse(&fold_identities(&remove_noops(f))))
+    dce(&cse(&fold_identities(&splat_reads(&remove_noops(f)))))
 }
 
 /// `f` rebuilt equation by equation, `emit` giving each equation's new

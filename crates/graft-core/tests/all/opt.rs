@@ -156,3 +156,48 @@ fn one_step_scans_that_shift_stay_loops_until_a_body_is_compiled() {
         assert_eq!(run(&f, std::slice::from_ref(&x)), run(&all, std::slice::from_ref(&x)));
     }
 }
+
+/// A clipping `gather` or a `dynamic_slice` of a splat (a broadcast of a
+/// constant, of a rank-0 parameter, of a one-element parameter) becomes a
+/// broadcast of the element, with the same results whatever the indices
+/// (out of range ones included); a `fill`-mode gather, which reads 0 out of
+/// range, and a gather of a non-splat stay.
+#[test]
+fn reads_of_splats_become_broadcasts() {
+    use graft_core::ops::index::IndexMode;
+    let mut b = Builder::new("f");
+    let s = b.param(TensorType::new(DType::F64, vec![]));
+    let one = b.param(TensorType::new(DType::F32, vec![1, 1]));
+    let table = b.param(TensorType::new(DType::F64, vec![4, 3]));
+    let idx = b.param(TensorType::new(DType::I32, vec![6, 1]));
+    let start = b.param(TensorType::new(DType::I32, vec![]));
+    let c = b.scalar(-0.0, DType::F64).unwrap();
+    let splat_c = b.broadcast_in_dim(c, &[4, 3], &[]).unwrap();
+    let splat_s = b.broadcast_in_dim(s, &[4, 3], &[]).unwrap();
+    let splat_one = b.broadcast_in_dim(one, &[4, 3], &[0, 1]).unwrap();
+    let g1 = b.gather(splat_c, idx, 0, &[0], IndexMode::Clip).unwrap();
+    let g2 = b.gather(splat_s, idx, 0, &[0], IndexMode::Clip).unwrap();
+    let g3 = b.gather(splat_one, idx, 0, &[0], IndexMode::Clip).unwrap();
+    let d = b.dynamic_slice(splat_s, &[start, start], &[2, 2]).unwrap();
+    let kept_fill = b.gather(splat_s, idx, 0, &[0], IndexMode::Fill).unwrap();
+    let kept_table = b.gather(table, idx, 0, &[0], IndexMode::Clip).unwrap();
+    let f = b.finish(&[g1, g2, g3, d, kept_fill, kept_table]).unwrap();
+    let g = simplify(&f);
+    let gathers = g.eqns.iter().filter(|q| q.prim.name() == "gather").count();
+    assert_eq!(gathers, 2, "only the fill-mode gather and the table's stay:\n{g}");
+    assert!(g.eqns.iter().all(|q| q.prim.name() != "dynamic_slice"), "{g}");
+    let ins = [
+        graft_core::Tensor::scalar(2.5f64),
+        graft_core::Tensor::from_vec(vec![1, 1], vec![-3.0f32]).unwrap(),
+        Rng(5).tensor(&TensorType::new(DType::F64, vec![4, 3]), -1.0, 1.0),
+        graft_core::Tensor::from_vec(vec![6, 1], vec![0i32, 3, -2, 9, 1, 2]).unwrap(),
+        graft_core::Tensor::scalar(7i32),
+    ];
+    let (want, got) = (run(&f, &ins), run(&g, &ins));
+    for (w, o) in want.iter().zip(&got) {
+        assert_eq!(w.ty(), o.ty());
+        let bits = |t: &graft_core::Tensor| -> Vec<u64> { t.to_f64_vec().iter().map(|v| v.to_bits()).collect() };
+        assert_eq!(bits(w), bits(o));
+    }
+    assert!(got[0].to_f64_vec().iter().all(|v| v.to_bits() == (-0.0f64).to_bits()), "the constant's -0.0 itself");
+}
