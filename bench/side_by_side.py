@@ -377,6 +377,10 @@ GRADBENCH = [
         [("x", _uniform32((10000,))), ("steps", _zeros((100,), F32))], jax_f32=True, path=ODE_F32,
     ),
     _gradbench(
+        "kmeans_cost_10_1000_8", "GradBench kmeans cost, k = 10, n = 1000, d = 8", "cost",
+        [("points", _kmeans_points(1000, 8)), ("centroids", _kmeans_centroids(1000, 10, 8))],
+    ),
+    _gradbench(
         "kmeans_dir_10_1000_8", "GradBench kmeans dir, k = 10, n = 1000, d = 8", "dir",
         [("points", _kmeans_points(1000, 8)), ("centroids", _kmeans_centroids(1000, 10, 8))],
     ),
@@ -633,6 +637,7 @@ def jax_functions(jax, jnp):
             "llsq_gradient": jax.grad(llsq),
             "ode_primal": ode_primal,
             "ode_gradient": jax.grad(lambda x, steps: ode_primal(x, steps)[-1]),
+            "kmeans_cost": lambda points, centroids: kmeans_cost(centroids, points),
             "kmeans_dir": kmeans_dir,
             "gmm_jacobian": jax.grad(gmm_objective, argnums=(0, 1, 2, 3)),
             "det_gradient": lambda a: jax.grad(det_primal)(a).ravel(),
