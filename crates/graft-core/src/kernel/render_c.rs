@@ -35,13 +35,15 @@ const ACCESS: &str = r#"
  * lane-by-lane fill built the vector on the stack in halves and read it
  * back whole, a store-forwarding stall per run-time scalar per call. */
 /* One lane (a compiled loop's counter steps, one-element kernels) is moved
- * as a scalar: a memcpy of a run-time length is a call into libc, several
- * per one-element kernel. */
+ * as a scalar, into a register whose other lanes are zero: a memcpy of a
+ * run-time length is a call into libc, several per one-element kernel, and
+ * a lane stored into a vector on the stack is reloaded whole after a
+ * store-forwarding stall. */
 #define GK_MEM(T, VT, NAME, UT, UV) \
 static inline VT gk_ld_##NAME(const T *p, int64_t m) { \
+  if (m == 1) return (VT){p[0]}; \
   VT v = {0}; \
   if (m == GL) __builtin_memcpy(&v, p, sizeof v); \
-  else if (m == 1) v[0] = p[0]; \
   else __builtin_memcpy(&v, p, (size_t)m * sizeof(T)); \
   return v; } \
 static inline void gk_st_##NAME(T *p, VT v, int64_t m) { \
@@ -54,8 +56,9 @@ GK_MEM(double, vf64, f64, uint64_t, vu64)
 GK_MEM(int32_t, vi32, i32, uint32_t, vu32)
 GK_MEM(int64_t, vi64, i64, uint64_t, vu64)
 static inline vbool gk_ld_bool(const uint8_t *p, int64_t m) {
+  if (m == 1) return -__builtin_convertvector((vu8){p[0]}, vi32);
   vu8 b = {0};
-  if (m == GL) __builtin_memcpy(&b, p, sizeof b); else if (m == 1) b[0] = p[0]; else __builtin_memcpy(&b, p, (size_t)m);
+  if (m == GL) __builtin_memcpy(&b, p, sizeof b); else __builtin_memcpy(&b, p, (size_t)m);
   return -__builtin_convertvector(b, vi32);
 }
 static inline void gk_st_bool(uint8_t *p, vbool v, int64_t m) {
@@ -111,6 +114,20 @@ GK_GAT_LOOP(int32_t, vi32, i32)
 #endif
 /* Lane numbers, for testing whether a gather's addresses are one run. */
 static const int32_t gk_iota32[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+/* Whether every lane of a comparison's result is true: one mask test where
+ * the target has it (a loop over the lanes is a chain of shifts and ands). */
+#if defined(__AVX512F__) && GL == 16
+#include <immintrin.h>
+static inline int gk_all(vi32 t) { __m512i x; __builtin_memcpy(&x, &t, 64); return _mm512_cmpeq_epi32_mask(x, _mm512_setzero_si512()) == 0; }
+#elif defined(__AVX__) && GL == 8
+#include <immintrin.h>
+static inline int gk_all(vi32 t) { __m256 x; __builtin_memcpy(&x, &t, 32); return _mm256_movemask_ps(x) == 0xff; }
+#elif defined(__SSE2__) && GL == 4
+#include <emmintrin.h>
+static inline int gk_all(vi32 t) { __m128 x; __builtin_memcpy(&x, &t, 16); return _mm_movemask_ps(x) == 0xf; }
+#else
+static inline int gk_all(vi32 t) { int a = 1; for (int l = 0; l < GL; l++) a &= t[l] != 0; return a; }
+#endif
 /* The lanes of (P, C) from the listed positions (kernel::interior, Note
  * [Shifted reuse]); M is the integer vector type of the lanes' width. */
 #if defined(__clang__) || __GNUC__ >= 12
@@ -1334,12 +1351,11 @@ fn gather_load(a_: &str, arg: u32, d: DType, len: usize, addr: &str) -> String {
     let (dn, lt) = (d.name(), lane_type(d));
     let get = if d == DType::Bool { format!("({a_}{arg}[e] ? -1 : 0)") } else { format!("{a_}{arg}[e]") };
     format!(
-        "({{ int32_t ad[GL]; {vt} v; const int64_t hi = {}; __builtin_memcpy(ad, &{addr}, sizeof ad); \
+        "({{ {vt} v; const int64_t hi = {}; const int32_t g0 = {addr}[0]; \
          vi32 io; __builtin_memcpy(&io, gk_iota32, sizeof io); \
-         vi32 same = {addr} == gk_splat_i32(ad[0]) + io; int run = ad[0] >= 0 && (int64_t)ad[0] + GL - 1 <= hi; \
-         for (int l = 0; l < GL; l++) run &= same[l] != 0; \
-         if (run) v = gk_ld_{dn}({a_}{arg} + ad[0], GL); \
-         else {{ {lt} b[GL]; for (int64_t l = 0; l < GL; l++) {{ int64_t e = ad[l]; e = e < 0 ? 0 : e; e = e > hi ? hi : e; b[l] = {get}; }} \
+         if (g0 >= 0 && (int64_t)g0 + GL - 1 <= hi && gk_all({addr} == gk_splat_i32(g0) + io)) v = gk_ld_{dn}({a_}{arg} + g0, GL); \
+         else {{ int32_t ad[GL]; __builtin_memcpy(ad, &{addr}, sizeof ad); {lt} b[GL]; \
+         for (int64_t l = 0; l < GL; l++) {{ int64_t e = ad[l]; e = e < 0 ? 0 : e; e = e > hi ? hi : e; b[l] = {get}; }} \
          __builtin_memcpy(&v, b, sizeof v); }} v; }})",
         n(len as i64 - 1)
     )
