@@ -76,38 +76,28 @@ static inline vbool gk_splat_bool(uint8_t x) { return gk_splat_i32(x ? -1 : 0); 
 #define GK_GAT_LOOP(T, VT, NAME) \
 static inline VT gk_gat_##NAME(const T *p, const int32_t *t) { \
   T b[GL]; for (int l = 0; l < GL; l++) b[l] = p[t[l]]; VT v; __builtin_memcpy(&v, b, sizeof v); return v; }
+/* W lanes per instruction, each register G from GATHER (reading t + h). */
+#define GK_GAT_HW(T, VT, NAME, W, G, GATHER) \
+static inline VT gk_gat_##NAME(const T *p, const int32_t *t) { \
+  VT v; for (int h = 0; h < GL; h += W) { G g = GATHER; __builtin_memcpy((char *)&v + h * sizeof(T), &g, sizeof g); } return v; }
+#define GK_IDX8(t) _mm256_loadu_si256((const __m256i *)(t))
+#define GK_IDX4(t) _mm_loadu_si128((const __m128i *)(t))
 #if defined(__AVX512F__) && GL % 8 == 0
-static inline vf64 gk_gat_f64(const double *p, const int32_t *t) {
-  vf64 v; for (int h = 0; h < GL; h += 8) { __m512d g = _mm512_i32gather_pd(_mm256_loadu_si256((const __m256i *)(t + h)), p, 8);
-    __builtin_memcpy((char *)&v + h * 8, &g, 64); } return v; }
-static inline vi64 gk_gat_i64(const int64_t *p, const int32_t *t) {
-  vi64 v; for (int h = 0; h < GL; h += 8) { __m512i g = _mm512_i32gather_epi64(_mm256_loadu_si256((const __m256i *)(t + h)), p, 8);
-    __builtin_memcpy((char *)&v + h * 8, &g, 64); } return v; }
+GK_GAT_HW(double, vf64, f64, 8, __m512d, _mm512_i32gather_pd(GK_IDX8(t + h), p, 8))
+GK_GAT_HW(int64_t, vi64, i64, 8, __m512i, _mm512_i32gather_epi64(GK_IDX8(t + h), p, 8))
 #elif defined(__AVX2__) && GL % 4 == 0
-static inline vf64 gk_gat_f64(const double *p, const int32_t *t) {
-  vf64 v; for (int h = 0; h < GL; h += 4) { __m256d g = _mm256_i32gather_pd(p, _mm_loadu_si128((const __m128i *)(t + h)), 8);
-    __builtin_memcpy((char *)&v + h * 8, &g, 32); } return v; }
-static inline vi64 gk_gat_i64(const int64_t *p, const int32_t *t) {
-  vi64 v; for (int h = 0; h < GL; h += 4) { __m256i g = _mm256_i32gather_epi64((const long long *)p, _mm_loadu_si128((const __m128i *)(t + h)), 8);
-    __builtin_memcpy((char *)&v + h * 8, &g, 32); } return v; }
+GK_GAT_HW(double, vf64, f64, 4, __m256d, _mm256_i32gather_pd(p, GK_IDX4(t + h), 8))
+GK_GAT_HW(int64_t, vi64, i64, 4, __m256i, _mm256_i32gather_epi64((const long long *)p, GK_IDX4(t + h), 8))
 #else
 GK_GAT_LOOP(double, vf64, f64)
 GK_GAT_LOOP(int64_t, vi64, i64)
 #endif
 #if defined(__AVX512F__) && GL % 16 == 0
-static inline vf32 gk_gat_f32(const float *p, const int32_t *t) {
-  vf32 v; for (int h = 0; h < GL; h += 16) { __m512 g = _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(t + h)), p, 4);
-    __builtin_memcpy((char *)&v + h * 4, &g, 64); } return v; }
-static inline vi32 gk_gat_i32(const int32_t *p, const int32_t *t) {
-  vi32 v; for (int h = 0; h < GL; h += 16) { __m512i g = _mm512_i32gather_epi32(_mm512_loadu_si512((const void *)(t + h)), p, 4);
-    __builtin_memcpy((char *)&v + h * 4, &g, 64); } return v; }
+GK_GAT_HW(float, vf32, f32, 16, __m512, _mm512_i32gather_ps(_mm512_loadu_si512((const void *)(t + h)), p, 4))
+GK_GAT_HW(int32_t, vi32, i32, 16, __m512i, _mm512_i32gather_epi32(_mm512_loadu_si512((const void *)(t + h)), p, 4))
 #elif defined(__AVX2__) && GL % 8 == 0
-static inline vf32 gk_gat_f32(const float *p, const int32_t *t) {
-  vf32 v; for (int h = 0; h < GL; h += 8) { __m256 g = _mm256_i32gather_ps(p, _mm256_loadu_si256((const __m256i *)(t + h)), 4);
-    __builtin_memcpy((char *)&v + h * 4, &g, 32); } return v; }
-static inline vi32 gk_gat_i32(const int32_t *p, const int32_t *t) {
-  vi32 v; for (int h = 0; h < GL; h += 8) { __m256i g = _mm256_i32gather_epi32(p, _mm256_loadu_si256((const __m256i *)(t + h)), 4);
-    __builtin_memcpy((char *)&v + h * 4, &g, 32); } return v; }
+GK_GAT_HW(float, vf32, f32, 8, __m256, _mm256_i32gather_ps(p, GK_IDX8(t + h), 4))
+GK_GAT_HW(int32_t, vi32, i32, 8, __m256i, _mm256_i32gather_epi32(p, GK_IDX8(t + h), 4))
 #else
 GK_GAT_LOOP(float, vf32, f32)
 GK_GAT_LOOP(int32_t, vi32, i32)
