@@ -394,11 +394,26 @@ type KernelTables = Option<Vec<usize>>;
 /// and the loop function appends to it; each call passes its kernel
 /// `S + offset`. The offsets depend only on the kernels' text, so they are
 /// constants of the text (see Note [Size-generic kernels]).
+/// A loop unit's kernels as `static` functions: only the loop function is
+/// looked up in the library, and an exported kernel may be interposed by
+/// another object, so GCC called each through the PLT and inlined none;
+/// static, the loop calls them directly, and the one-element kernels of
+/// its counter steps inline with their extent known.
+fn internal(mut s: String, kernels: &[Kernel]) -> String {
+    for k in kernels {
+        let head = format!("\nvoid {}(int64_t start, int64_t end, void *const *args) {{", k.name);
+        let stat = format!("\nstatic void {}(int64_t start, int64_t end, void *const *args) {{", k.name);
+        s = s.replacen(&head, &stat, 1);
+    }
+    s
+}
+
 fn loop_unit(kernels: &[Kernel], lanes: usize, sized: bool) -> (String, KernelTables) {
     if !sized {
-        return (render_unit(kernels, lanes), None);
+        return (internal(render_unit(kernels, lanes), kernels), None);
     }
     let (s, tables) = render_unit_sized(kernels, lanes);
+    let s = internal(s, kernels);
     let mut all = Vec::new();
     let mut offsets = Vec::with_capacity(tables.len());
     for t in tables {
@@ -1028,8 +1043,14 @@ fn render_row_kernel(s: &mut String, k: &Kernel) {
 /// ahead of the outer body of its rows. Folding one row per lane turns a
 /// scalar chain of `len - 1` NaN-aware combines per row into one vector
 /// chain per `GL` rows (k-means' `min` over 10 centroids).
+///
+/// Size-generic (see Note [Size-generic kernels]) the row length is a
+/// table entry, so the choice cannot depend on it without changing the
+/// text per size: every reduction that reads only arguments takes the
+/// block form, whose run-time test `len < 16` picks the lanes or the
+/// per-row tree.
 fn across_rows(red: &Reduction) -> bool {
-    (1..16).contains(&red.inner.len)
+    (sized() || (1..16).contains(&red.inner.len))
         && red
             .inner
             .body

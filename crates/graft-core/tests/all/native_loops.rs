@@ -1121,6 +1121,12 @@ fn rk4_steps_reuse_shifted_stages() {
     }
     let text = graft_core::kernel::render_c::render_loop(&p, 16);
     assert!(text.contains("GK_LAG(") && text.contains("ihi = end >"), "{text}");
+    // The loop's kernels are internal to its unit (called directly, free to
+    // inline); only the loop function is exported.
+    for k in &p.kernels {
+        assert!(text.contains(&format!("\nstatic void {}(int64_t start", k.name)), "{} is exported:\n{text}", k.name);
+    }
+    assert!(text.contains(&format!("\nvoid {}(int64_t start", p.name)), "{text}");
     if skip() {
         return;
     }
