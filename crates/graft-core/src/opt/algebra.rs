@@ -113,7 +113,6 @@ pub fn splat_reads(f: &Func) -> Func {
             root[p.index()] = Some(p);
         }
     }
-    let mut any = false;
     for eqn in &f.eqns {
         for &o in &eqn.outputs {
             if f.ty(o).numel() == 1 {
@@ -128,23 +127,22 @@ pub fn splat_reads(f: &Func) -> Func {
                     root[o.index()] = Some(r);
                 }
             }
-            Prim::Gather(g) if g.mode == IndexMode::Clip => any = true,
-            Prim::DynamicSlice(_) => any = true,
             _ => {}
         }
     }
-    if !any {
+    // Whether an equation reads a splat at indices.
+    let reads_splat = |e: &crate::ir::Eqn| match (&e.prim, e.inputs.first()) {
+        (Prim::Gather(g), Some(&x)) if g.mode == IndexMode::Clip => root[x.index()].is_some(),
+        (Prim::DynamicSlice(_), Some(&x)) => root[x.index()].is_some(),
+        _ => false,
+    };
+    if !f.eqns.iter().any(reads_splat) {
         return f.clone();
     }
     // New values of the old function's equation results, as emitted.
     let mut new: Vec<Option<Value>> = vec![None; f.n_values()];
     let rebuilt = super::rebuild(f, |b, e, ins| {
-        let reads_splat = match (&e.prim, e.inputs.first()) {
-            (Prim::Gather(g), Some(&x)) if g.mode == IndexMode::Clip => root[x.index()].is_some(),
-            (Prim::DynamicSlice(_), Some(&x)) => root[x.index()].is_some(),
-            _ => false,
-        };
-        if let (true, Some(&x), [o]) = (reads_splat, ins.first(), e.outputs.as_slice()) {
+        if let (true, Some(&x), [o]) = (reads_splat(e), ins.first(), e.outputs.as_slice()) {
             if f.ty(e.inputs[0]).numel() >= 1 {
                 // The repeated element itself where it is an equation's
                 // result, else the first element of the operand.
