@@ -231,6 +231,19 @@ impl Executable {
             Some(f) => Arc::new(f),
             None => func,
         };
+        // Neighbouring one-step scans that would each compile whole run as
+        // one loop, and their unread results go (`opt::merge_steps`).
+        // Planned the same with compilation off, so the interpreter runs
+        // (and `graft ir --kernels` lists) the graph compiled code runs;
+        // not without fusion (op by op, the reference).
+        let func = match options
+            .fuse
+            .then(|| crate::opt::merge_steps(&func, &|s| Executable::compiles_whole(s, options)))
+            .flatten()
+        {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
         // A `while` and its JVP on the same operands run as one loop
         // (`opt::merge_while_jvp`).
         let func = match crate::opt::merge_while_jvp(&func) {
@@ -269,6 +282,16 @@ impl Executable {
             loops: Mutex::new(Vec::new()),
             whiles: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Whether scan `s`'s body has a compiled loop program (every step a
+    /// kernel form; see [`crate::kernel::loops`]), by planning it.
+    fn compiles_whole(s: &crate::ops::scan::Scan, options: ExecOptions) -> bool {
+        let opts = ExecOptions { compile: CompileMode::Off, ..options };
+        Executable::with_options(s.body.clone(), opts)
+            .ok()
+            .and_then(|e| e.loop_program(s.n_consts, s.n_carry, s.reverse))
+            .is_some()
     }
 
     /// This function's plan as a scan body's compiled loop program (see

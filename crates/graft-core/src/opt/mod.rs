@@ -13,6 +13,7 @@ mod ifconv;
 mod merge_jvp;
 mod noop;
 mod schedule;
+mod steps;
 
 pub use algebra::{fold_identities, splat_reads};
 pub use cse::cse;
@@ -24,6 +25,7 @@ pub use ifconv::if_convert;
 pub use merge_jvp::merge_while_jvp;
 pub use noop::remove_noops;
 pub use schedule::hoist_collectives;
+pub use steps::merge_steps;
 
 use crate::error::IrError;
 use crate::ir::{lookup, Builder, Eqn, Func, Value};

@@ -155,6 +155,31 @@ fn gradient_through_the_loop_runs_compiled_and_bitwise() {
     assert!(compare(&g, &ins) >= 2, "the forward and the reverse loop should both run compiled");
 }
 
+#[test]
+fn one_step_gradient_runs_as_one_compiled_loop() {
+    if skip() {
+        return;
+    }
+    // With one step, reverse mode makes two one-step scans (the forward
+    // step saving its stages, the reverse step reading them); the executor
+    // runs them as one loop (`opt::merge_steps`), so the stages never leave
+    // the step. Bitwise the interpreter's and the op-by-op reference's
+    // (which merges nothing), at a size of one block and of many.
+    for remat in [Remat::Off, Remat::Every(1)] {
+        for n in [64, 3000] {
+            let g = ode_gradient(n, 1, remat);
+            let ins: Vec<Tensor> =
+                g.params.iter().map(|&p| Tensor::from_fn(g.ty(p), |i| 0.01 * (i % 13) as f64 - 0.05)).collect();
+            assert_eq!(compare(&g, &ins), 1, "{remat:?}, n = {n}: one compiled loop runs");
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let reference = ExecOptions { fuse: false, ..opts(CompileMode::Off) };
+            let want = Executable::with_options(g.clone(), reference).unwrap().run(&refs).unwrap();
+            let got = Executable::with_options(g.clone(), opts(CompileMode::Sync)).unwrap().run(&refs).unwrap();
+            assert_same_bits(&got, &want, "merged and compiled against op by op");
+        }
+    }
+}
+
 /// The gradient in `x` of `sum(ode(x, y0))`.
 fn ode_gradient(n: usize, s: usize, remat: Remat) -> Func {
     let f = ode_remat(n, s, remat);

@@ -201,3 +201,80 @@ fn reads_of_splats_become_broadcasts() {
     }
     assert!(got[0].to_f64_vec().iter().all(|v| v.to_bits() == (-0.0f64).to_bits()), "the constant's -0.0 itself");
 }
+
+/// `merge_steps`: neighbouring one-step scans become one scan of length
+/// one (a `y` of the first read as the second's `xs`, a final carry of the
+/// first as the second's initial carry and as an operand of a later
+/// equation), an equation between them that does not read the first moves
+/// before the merged scan and one that does after it, a print ends a
+/// group, and a lone one-step scan with an unread result is rebuilt
+/// without it. Results are bitwise those of the op-by-op reference.
+#[test]
+fn neighbouring_one_step_scans_merge_into_one() {
+    use graft_core::kernel::CompileMode;
+    use graft_core::ops::scan::ScanOpts;
+    use graft_core::opt::merge_steps;
+    use graft_core::{ExecOptions, Executable, Func, Tensor};
+    use std::sync::Arc;
+    let t = TensorType::new(DType::F64, vec![5]);
+    let row = TensorType::new(DType::F64, vec![1, 5]);
+    // (c, y, x) -> (y * c + x, exp(y)) and (c, k, x) -> (k + x * c, sin(k)).
+    let body = |second: bool| {
+        let mut b = Builder::new(if second { "b" } else { "a" });
+        let c = b.param(t.clone());
+        let y = b.param(t.clone());
+        let x = b.param(t.clone());
+        let (next, out) = if second {
+            let m = b.mul(x, c).unwrap();
+            (b.add(y, m).unwrap(), b.sin(y).unwrap())
+        } else {
+            let m = b.mul(y, c).unwrap();
+            (b.add(m, x).unwrap(), b.exp(y).unwrap())
+        };
+        Arc::new(b.finish(&[next, out]).unwrap())
+    };
+    let mut b = Builder::new("f");
+    let p = b.param(t.clone());
+    let q = b.param(t.clone());
+    let xs = b.param(row.clone());
+    let a = b.scan(body(false), &[p], &[q], &[xs], ScanOpts::new(1)).unwrap();
+    let u = b.neg(p).unwrap(); // reads no result of `a`: moves before
+    let w = b.mul(a[0], a[0]).unwrap(); // reads one: moves after
+    let k = b.scan(body(true), &[u], &[a[0]], &[a[1]], ScanOpts::new(1)).unwrap();
+    b.debug_print("k {}", &[k[0]]).unwrap();
+    // Alone after the print, with its `y` unread.
+    let c = b.scan(body(true), &[p], &[k[0]], &[xs], ScanOpts::new(1)).unwrap();
+    let f = b.finish(&[w, k[0], k[1], c[0]]).unwrap();
+
+    let g = merge_steps(&f, &|_| true).expect("something to merge");
+    let scans: Vec<_> = g
+        .eqns
+        .iter()
+        .filter_map(|e| match &e.prim {
+            graft_core::Prim::Scan(s) => Some((s.length, s.n_consts, s.n_carry, s.body.outputs.len())),
+            _ => None,
+        })
+        .collect();
+    // The merged scan: consts p, xs (its one row read through a reshape
+    // in the body), u; carry q (its final value `a[0]` is read
+    // by `w`); results a[0], then `k[0]` (a carry whose initial value came
+    // from `a`: a stacked `y`) and `k[1]`. The lone one: const p and `xs`,
+    // carry k[0], no `y`.
+    assert_eq!(scans, vec![(1, 3, 1, 3), (1, 2, 1, 1)], "{g}");
+    let names: Vec<&str> = g.eqns.iter().map(|e| e.prim.name()).collect();
+    let at = |n: &str| names.iter().position(|m| *m == n).unwrap_or_else(|| panic!("no {n} in {g}"));
+    assert!(at("neg") < at("scan") && at("scan") < at("mul"), "{g}");
+    assert!(merge_steps(&f, &|_| false).is_none(), "nothing merges where no body compiles");
+
+    let mut rng = Rng(11);
+    let ins = [rng.tensor(&t, -1.0, 1.0), rng.tensor(&t, -1.0, 1.0), rng.tensor(&row, -1.0, 1.0)];
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let reference = ExecOptions { fuse: false, compile: CompileMode::Off, ..ExecOptions::default() };
+    let run_with = |h: &Func, o: ExecOptions| Executable::with_options(h.clone(), o).unwrap().run(&refs).unwrap();
+    let want = run_with(&f, reference);
+    let bits = |ts: &[Tensor]| {
+        ts.iter().map(|t| t.to_f64_vec().iter().map(|x| x.to_bits()).collect()).collect::<Vec<Vec<u64>>>()
+    };
+    assert_eq!(bits(&run_with(&g, reference)), bits(&want), "merged, op by op");
+    assert_eq!(bits(&run_with(&f, ExecOptions { compile: CompileMode::Off, ..ExecOptions::default() })), bits(&want));
+}

@@ -14,9 +14,11 @@
 //! function that runs all steps of the loop with no call back into Rust.
 //!
 //! Buffers (see [`Loc`]): consts and `xs` slices are read in place (an
-//! `x` is a pointer into the stacked operand, no copy); the carry lives in
-//! two sets of buffers swapped after each step, and a carry output computed
-//! by the body is written straight into the next set; a `y` computed by
+//! `x` is a pointer into the stacked operand, no copy); the first step
+//! reads the initial carry in place, later steps alternate between two
+//! sets of work buffers, the last writes the final carry into the result,
+//! and a carry output computed by the body is written straight into the
+//! set the step writes (no carry is copied in or out); a `y` computed by
 //! the body is written straight into its stacked result at the step's
 //! index; other values get scratch buffers, shared by values whose
 //! lifetimes (in call order, within one step) do not overlap. Values that
