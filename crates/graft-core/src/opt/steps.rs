@@ -87,7 +87,8 @@ pub fn merge_steps(f: &Func, compiles: &dyn Fn(&Scan) -> bool) -> Option<Func> {
     if groups.is_empty() {
         return None;
     }
-    rewrite(f, &groups, &read_outside).ok()
+    // The operands now computed in a body may have no other reader.
+    rewrite(f, &groups, &read_outside).ok().map(|g| dce(&g))
 }
 
 /// Groups of one-step scans that can run as one (see the module docs),
@@ -188,33 +189,41 @@ enum Role {
     Const,
     /// Carry `j` of the merged scan.
     Carry(usize),
-    /// A splat of a small constant, computed in the body.
-    Splat,
+    /// A value built from small constants by layout primitives, computed
+    /// in the body.
+    Constant,
 }
 
 /// Constants of at most this many elements are computed in a merged body
-/// rather than passed in (see [`constant_chain`]).
+/// rather than passed in (see [`constant_layout`]).
 const SPLAT_SOURCE_MAX: usize = 64;
 
-/// The equations computing `v` from a constant of at most
-/// [`SPLAT_SOURCE_MAX`] elements through broadcasts and reshapes (in
-/// order), if that is how `v` is defined.
-fn constant_chain(f: &Func, def: &[Option<usize>], v: Value) -> Option<Vec<usize>> {
-    let mut chain = Vec::new();
-    let mut cur = v;
-    loop {
-        let i = def[cur.index()]?;
+/// Most equations [`constant_layout`] copies into a body for one value.
+const CONSTANT_LAYOUT_MAX: usize = 16;
+
+/// The equations (in order) computing `v` from constants of at most
+/// [`SPLAT_SOURCE_MAX`] elements through layout primitives only
+/// (broadcasts, reshapes, pads, concatenations: a splat, a one-hot seed
+/// of reverse mode), if that is how `v` is defined.
+fn constant_layout(f: &Func, def: &[Option<usize>], v: Value) -> Option<Vec<usize>> {
+    let mut eqns = std::collections::BTreeSet::new();
+    let mut stack = vec![v];
+    while let Some(u) = stack.pop() {
+        let i = def[u.index()]?;
+        if !eqns.insert(i) {
+            continue;
+        }
+        if eqns.len() > CONSTANT_LAYOUT_MAX {
+            return None;
+        }
         let e = &f.eqns[i];
-        chain.push(i);
         match &e.prim {
-            Prim::Constant(c) if c.value.numel() <= SPLAT_SOURCE_MAX => {
-                chain.reverse();
-                return Some(chain);
-            }
-            Prim::BroadcastInDim(_) | Prim::Reshape(_) => cur = *e.inputs.first()?,
+            Prim::Constant(c) if c.value.numel() <= SPLAT_SOURCE_MAX => {}
+            Prim::BroadcastInDim(_) | Prim::Reshape(_) | Prim::Pad(_) | Prim::Concatenate(_) => stack.extend(&e.inputs),
             _ => return None,
         }
     }
+    Some(eqns.into_iter().collect())
 }
 
 /// Emits the merged scan of `g` into `b`, mapping every member result read
@@ -243,10 +252,11 @@ fn merged(
     }
     // The merged scan's consts (outer values, once each) and carries
     // (member carries read afterwards whose initial value is an outer one).
-    // Splats of small constants are computed in the body instead (a loop
-    // body's constant values are computed once, when its program is built,
-    // and a kernel reads a splat as a scalar), not read from a vector the
-    // caller filled.
+    // Values built from small constants by layout primitives (splats, a
+    // reverse sweep's one-hot seed) are computed in the body instead: a
+    // loop body's constant values are computed once, when its program is
+    // built (and a kernel reads a splat as a scalar), not every call by the
+    // caller.
     let mut consts: Vec<Value> = Vec::new();
     let mut carries: Vec<(usize, usize)> = Vec::new(); // (member, carry index)
     let mut roles: HashMap<(usize, usize), Role> = HashMap::new(); // (member, operand) -> role
@@ -260,8 +270,8 @@ fn merged(
             if is_carry && read_outside(e.outputs[k - s.n_consts]) {
                 roles.insert((mi, k), Role::Carry(carries.len()));
                 carries.push((mi, k - s.n_consts));
-            } else if constant_chain(f, &def, *v).is_some() {
-                roles.insert((mi, k), Role::Splat);
+            } else if constant_layout(f, &def, *v).is_some() {
+                roles.insert((mi, k), Role::Constant);
             } else {
                 if !consts.contains(v) {
                     consts.push(*v);
@@ -270,18 +280,18 @@ fn merged(
             }
         }
     }
-    // A kept carry whose initial value is a splat reads the splat computed
+    // A kept carry whose initial value is such a constant reads it computed
     // in the body; the carry's own initial value is then never read, so any
-    // outer value of its type already passed will do (no splat filled for
-    // nothing), and the splat only where there is none.
+    // outer value of its type already passed will do (no vector filled for
+    // nothing), and the constant only where there is none.
     let mut inits: Vec<Value> = Vec::with_capacity(carries.len());
-    let mut splat_carry: Vec<bool> = Vec::with_capacity(carries.len());
+    let mut constant_carry: Vec<bool> = Vec::with_capacity(carries.len());
     for &(mi, j) in &carries {
         let v = f.eqns[g.members[mi]].inputs[scans[mi].n_consts + j];
-        let splat = constant_chain(f, &def, v).is_some();
-        let stand_in = splat.then(|| consts.iter().find(|c| f.ty(**c) == f.ty(v)).copied()).flatten();
+        let constant = constant_layout(f, &def, v).is_some();
+        let stand_in = constant.then(|| consts.iter().find(|c| f.ty(**c) == f.ty(v)).copied()).flatten();
         inits.push(stand_in.unwrap_or(v));
-        splat_carry.push(splat);
+        constant_carry.push(constant);
     }
     // The body.
     let name = format!("{}_steps", scans[0].body.name);
@@ -294,18 +304,18 @@ fn merged(
             body.param_like(f, e.inputs[scans[mi].n_consts + j])
         })
         .collect();
-    // Splats computed in the body, by outer value.
-    let mut splats: HashMap<Value, Value> = HashMap::new();
-    let mut splat = |body: &mut Builder, v: Value| -> Result<Value, IrError> {
-        if let Some(&s) = splats.get(&v) {
+    // Constants computed in the body, by outer value.
+    let mut computed: HashMap<Value, Value> = HashMap::new();
+    let mut constant = |body: &mut Builder, v: Value| -> Result<Value, IrError> {
+        if let Some(&s) = computed.get(&v) {
             return Ok(s);
         }
-        let chain = constant_chain(f, &def, v)
-            .ok_or_else(|| IrError::invalid("merge_steps", "internal error: a splat operand is not one"))?;
+        let chain = constant_layout(f, &def, v)
+            .ok_or_else(|| IrError::invalid("merge_steps", "internal error: a constant operand is not one"))?;
         let mut cmap: Vec<Option<Value>> = vec![None; f.n_values()];
         crate::ir::copy_eqns(body, f, chain.iter().map(|&i| &f.eqns[i]), &mut cmap)?;
         let s = lookup(&cmap, v)?;
-        splats.insert(v, s);
+        computed.insert(v, s);
         Ok(s)
     };
     // Each member result inside the body: the body's value and whether it
@@ -331,9 +341,9 @@ fn merged(
                 }
                 None => {
                     let p = match roles.get(&(mi, k)) {
-                        Some(Role::Carry(j)) if splat_carry[*j] => splat(&mut body, *v)?,
+                        Some(Role::Carry(j)) if constant_carry[*j] => constant(&mut body, *v)?,
                         Some(Role::Carry(j)) => carry_params[*j],
-                        Some(Role::Splat) => splat(&mut body, *v)?,
+                        Some(Role::Constant) => constant(&mut body, *v)?,
                         _ => {
                             let c = consts.iter().position(|c| c == v).ok_or_else(|| {
                                 IrError::invalid("merge_steps", "internal error: an outer operand has no const")

@@ -174,8 +174,16 @@ fn one_step_gradient_runs_as_one_compiled_loop() {
             let refs: Vec<&Tensor> = ins.iter().collect();
             let reference = ExecOptions { fuse: false, ..opts(CompileMode::Off) };
             let want = Executable::with_options(g.clone(), reference).unwrap().run(&refs).unwrap();
-            let got = Executable::with_options(g.clone(), opts(CompileMode::Sync)).unwrap().run(&refs).unwrap();
-            assert_same_bits(&got, &want, "merged and compiled against op by op");
+            let exe = Executable::with_options(g.clone(), opts(CompileMode::Sync)).unwrap();
+            assert_same_bits(&exe.run(&refs).unwrap(), &want, "merged and compiled against op by op");
+            // One scan, whose operands are the inputs: the zero initial
+            // state and the one-hot seed of the reverse sweep are computed
+            // in its body (once, as the loop's static values), not filled
+            // by every call.
+            let planned = exe.func();
+            let scans: Vec<_> = planned.eqns.iter().filter(|e| e.prim.name() == "scan").collect();
+            assert_eq!(scans.len(), 1, "{planned}");
+            assert!(scans[0].inputs.iter().all(|v| planned.params.contains(v)), "{planned}");
         }
     }
 }
