@@ -173,10 +173,11 @@ enum Work {
 /// A fused group of elementwise equations over `n` elements.
 #[derive(Debug)]
 pub(crate) struct Group {
-    n: usize,
+    /// Elements of each member's result.
+    pub(crate) n: usize,
     block: usize,
-    /// Member equations, in schedule order (for diagnostics).
-    eqns: Vec<usize>,
+    /// Member equations, in schedule order.
+    pub(crate) eqns: Vec<usize>,
     work: Vec<Work>,
     /// Operands defined outside the group: full-size ones read in step,
     /// and the whole operands of layout members (any size).
@@ -212,7 +213,7 @@ struct TaskBufs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     /// An elementwise primitive over `n` elements.
     Elementwise(usize),
     /// A one-element operand broadcast to `n` elements.
@@ -225,7 +226,7 @@ enum Kind {
     Other,
 }
 
-fn classify(func: &Func, eqn: &Eqn) -> Kind {
+pub(crate) fn classify(func: &Func, eqn: &Eqn) -> Kind {
     if eqn.outputs.len() != 1 {
         return Kind::Other;
     }

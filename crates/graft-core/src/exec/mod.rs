@@ -21,6 +21,7 @@
 
 pub mod device;
 pub mod fuse;
+mod recompute;
 
 use crate::error::ExecError;
 use crate::ir::{verify, Func, Value};
@@ -261,11 +262,20 @@ impl Executable {
             Some(f) => Arc::new(f),
             None => func,
         };
-        let func = match options.fuse.then(|| fuse::unshare_splats(&func)).flatten() {
+        let mut func = match options.fuse.then(|| fuse::unshare_splats(&func)).flatten() {
             Some(f) => Arc::new(f),
             None => func,
         };
         let mut plan = fuse::plan(&func, &options);
+        // Values a group reads from another are computed again where that
+        // moves fewer bytes (`recompute`), and the result planned again.
+        if let Some(f) = options.fuse.then(|| recompute::recompute(&func, &plan)).flatten() {
+            if verify(&f).is_ok() {
+                let f = Arc::new(f);
+                plan = fuse::plan(&f, &options);
+                func = f;
+            }
+        }
         crate::kernel::prepare(&func, &mut plan, options.compile, options.shapeless);
         let release_after = plan_releases(&func, &plan);
         let mut kinds = KindMap::default();

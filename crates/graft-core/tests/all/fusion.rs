@@ -485,3 +485,51 @@ fn the_parallel_split_follows_estimated_work() {
     assert_eq!(two.install(|| parallel_tasks(usize::MAX)), 8);
     assert_eq!(one.install(|| parallel_tasks(usize::MAX)), 1);
 }
+
+/// A group that reads several values another group computes from fewer
+/// inputs, across a matrix product, computes them again from those inputs
+/// (`exec::recompute`): `u = 2 x + 1` and `a = u * u` are read after
+/// `dot(tanh(u), w)` (by `d * a + 3 u`); the later group reads `x` instead
+/// of `u` and `a` (computing `u` once for both), so the first group stores
+/// only `tanh(u)`, which the product needs. With one value to recompute
+/// from one input (`d * a` alone) nothing changes: the bytes are equal.
+/// Bitwise the unfused results.
+#[test]
+fn values_cheaper_to_recompute_than_to_load_are_recomputed() {
+    let ty = TensorType::new(DType::F32, vec![64, 64]);
+    let build = |both: bool| {
+        let mut b = Builder::new("f");
+        let x = b.param(ty.clone());
+        let w = b.param(ty.clone());
+        let two = b.full(2.0, &ty).unwrap();
+        let one = b.full(1.0, &ty).unwrap();
+        let three = b.full(3.0, &ty).unwrap();
+        let u = b.mul(x, two).unwrap();
+        let u = b.add(u, one).unwrap();
+        let a = b.mul(u, u).unwrap();
+        let t = b.tanh(u).unwrap();
+        let d = b.matmul2d(t, w).unwrap();
+        let e = b.mul(d, a).unwrap();
+        let out = if both {
+            let c = b.mul(u, three).unwrap();
+            b.add(e, c).unwrap()
+        } else {
+            e
+        };
+        b.finish(&[out]).unwrap()
+    };
+    let ins = [data(&ty, 5), data(&ty, 6)];
+    for (both, stores, muls) in [(true, 1, 4), (false, 2, 3)] {
+        let f = build(both);
+        let exe = Executable::with_options(f.clone(), fused(None)).unwrap();
+        assert_bitwise_eq(&exe.run(&[&ins[0], &ins[1]]).unwrap(), &run(&f, unfused(), &ins));
+        let planned = exe.func().to_string();
+        let kernels = exe.plan_kernels();
+        let first = kernels.iter().find(|k| k.to_string().contains("tanh")).expect("a kernel computes tanh");
+        let n_stores = first.to_string().matches("store ").count();
+        assert_eq!(n_stores, stores, "both = {both}: stores of the first group\n{first}\n{planned}");
+        // `u`'s multiplication once per group that needs it, `u * u` and
+        // `3 u` once each, and the product's consumer.
+        assert_eq!(planned.matches(" = mul ").count(), muls + usize::from(both), "both = {both}\n{planned}");
+    }
+}
