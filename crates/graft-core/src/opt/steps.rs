@@ -226,6 +226,15 @@ fn constant_layout(f: &Func, def: &[Option<usize>], v: Value) -> Option<Vec<usiz
     Some(eqns.into_iter().collect())
 }
 
+/// A member result's value inside the merged body (every member result is
+/// mapped when its member is inlined).
+fn inner_of(inside: &HashMap<Value, (Value, bool)>, o: Value) -> Result<(Value, bool), IrError> {
+    inside
+        .get(&o)
+        .copied()
+        .ok_or_else(|| IrError::invalid("merge_steps", "internal error: a member result is unmapped"))
+}
+
 /// Emits the merged scan of `g` into `b`, mapping every member result read
 /// outside the group.
 fn merged(
@@ -371,7 +380,7 @@ fn merged(
     let mut body_outs: Vec<Value> = Vec::new();
     for &(mi, j) in &carries {
         let o = f.eqns[g.members[mi]].outputs[j];
-        body_outs.push(inside[&o].0);
+        body_outs.push(inner_of(&inside, o)?.0);
     }
     let carried: Vec<Value> = carries.iter().map(|&(mi, j)| f.eqns[g.members[mi]].outputs[j]).collect();
     let mut ys: Vec<(Value, bool)> = Vec::new(); // (outer value, reshape back)
@@ -380,7 +389,7 @@ fn merged(
             if carried.contains(&o) || !read_outside(o) {
                 continue;
             }
-            let (iv, row) = inside[&o];
+            let (iv, row) = inner_of(&inside, o)?;
             body_outs.push(iv);
             ys.push((o, !row));
         }
