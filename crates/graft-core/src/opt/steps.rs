@@ -34,7 +34,7 @@
 
 use super::{cse, dce};
 use crate::error::IrError;
-use crate::ir::{lookup, Builder, Eqn, Func, Value};
+use crate::ir::{copy_eqns, lookup, Builder, Eqn, Func, Value};
 use crate::ops::scan::{Scan, ScanOpts};
 use crate::ops::Prim;
 use std::collections::HashMap;
@@ -149,17 +149,7 @@ fn rewrite(f: &Func, groups: &[Group], read_outside: &dyn Fn(Value, &Group) -> b
     for &p in &f.params {
         map[p.index()] = Some(b.param_like(f, p));
     }
-    let copy = |b: &mut Builder, map: &mut Vec<Option<Value>>, e: &Eqn| -> Result<(), IrError> {
-        let ins: Vec<Value> = e.inputs.iter().map(|&v| lookup(map, v)).collect::<Result<_, _>>()?;
-        b.set_loc(e.loc.clone());
-        for (&o, n) in e.outputs.iter().zip(b.emit(e.prim.clone(), &ins)?) {
-            map[o.index()] = Some(n);
-            if let Some(name) = f.names.get(o) {
-                b.name_if_unnamed(n, name.clone());
-            }
-        }
-        Ok(())
-    };
+    let copy = |b: &mut Builder, map: &mut Vec<Option<Value>>, e: &Eqn| copy_eqns(b, f, std::iter::once(e), map);
     for (i, e) in f.eqns.iter().enumerate() {
         match owner[i] {
             None => copy(&mut b, &mut map, e)?,
@@ -322,7 +312,7 @@ fn merged(
         let chain = constant_layout(f, &def, v)
             .ok_or_else(|| IrError::invalid("merge_steps", "internal error: a constant operand is not one"))?;
         let mut cmap: Vec<Option<Value>> = vec![None; f.n_values()];
-        crate::ir::copy_eqns(body, f, chain.iter().map(|&i| &f.eqns[i]), &mut cmap)?;
+        copy_eqns(body, f, chain.iter().map(|&i| &f.eqns[i]), &mut cmap)?;
         let s = lookup(&cmap, v)?;
         computed.insert(v, s);
         Ok(s)
