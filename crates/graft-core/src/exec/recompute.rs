@@ -120,8 +120,7 @@ pub(crate) fn recompute(func: &Func, plan: &Plan) -> Option<Func> {
         }
     }
     let bytes = |v: Value| func.ty(v).size_bytes();
-    // (reader group, value) -> the copy's cone; per reader group, where the
-    // copies go (its first equation reading one).
+    // (reader group, value) -> the cone its copy is made of.
     let mut copies: HashMap<(usize, Value), Vec<usize>> = HashMap::new();
     for (g1, grp) in plan.groups.iter().enumerate() {
         let members: BTreeSet<usize> = grp.eqns.iter().copied().collect();

@@ -37,7 +37,7 @@ use crate::error::IrError;
 use crate::ir::{copy_eqns, lookup, Builder, Eqn, Func, Value};
 use crate::ops::scan::{Scan, ScanOpts};
 use crate::ops::Prim;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// A run of equations to rewrite: one-step scans (`members`) and the
@@ -49,12 +49,9 @@ struct Group {
     after: Vec<usize>,
 }
 
-/// The one-step scan of equation `e`, if it may join a group.
-fn step<'a>(e: &'a Eqn, compiles: &dyn Fn(&Scan) -> bool) -> Option<&'a Scan> {
-    match &e.prim {
-        Prim::Scan(s) if s.length == 1 && !e.prim.has_effect() && compiles(s) => Some(s),
-        _ => None,
-    }
+/// Whether equation `e` is a one-step scan that may join a group.
+fn step(e: &Eqn, compiles: &dyn Fn(&Scan) -> bool) -> bool {
+    matches!(&e.prim, Prim::Scan(s) if s.length == 1 && !e.prim.has_effect() && compiles(s))
 }
 
 /// `f` with neighbouring one-step scans merged and the unread results of
@@ -96,36 +93,37 @@ pub fn merge_steps(f: &Func, compiles: &dyn Fn(&Scan) -> bool) -> Option<Func> {
 fn find_groups(f: &Func, compiles: &dyn Fn(&Scan) -> bool) -> Vec<Group> {
     let mut groups = Vec::new();
     let mut cur: Option<Group> = None;
-    // Values produced by the open group's members or by equations placed
+    // Asked once per equation: `compiles` plans the body.
+    let steps: Vec<bool> = f.eqns.iter().map(|e| step(e, compiles)).collect();
+    // Values produced by the open group's members, and by equations placed
     // after it.
-    let mut tainted = vec![false; f.n_values()];
+    let mut of_member = vec![false; f.n_values()];
+    let mut of_after = vec![false; f.n_values()];
     let mut i = 0;
     while i < f.eqns.len() {
         let e = &f.eqns[i];
-        let is_step = step(e, compiles).is_some();
         let Some(g) = cur.as_mut() else {
-            if is_step {
+            if steps[i] {
                 cur = Some(Group { members: vec![i], ..Group::default() });
-                e.outputs.iter().for_each(|o| tainted[o.index()] = true);
+                e.outputs.iter().for_each(|o| of_member[o.index()] = true);
             }
             i += 1;
             continue;
         };
-        // Reads an "after" equation's result (not a member's).
-        let reads_after =
-            e.inputs.iter().any(|v| tainted[v.index()] && !g.members.iter().any(|&m| f.eqns[m].outputs.contains(v)));
-        let reads_group = e.inputs.iter().any(|v| tainted[v.index()]);
-        if is_step && !reads_after {
+        let reads_after = e.inputs.iter().any(|v| of_after[v.index()]);
+        let reads_group = reads_after || e.inputs.iter().any(|v| of_member[v.index()]);
+        if steps[i] && !reads_after {
             g.members.push(i);
-            e.outputs.iter().for_each(|o| tainted[o.index()] = true);
-        } else if e.prim.has_effect() || (is_step && reads_after) {
+            e.outputs.iter().for_each(|o| of_member[o.index()] = true);
+        } else if e.prim.has_effect() || steps[i] {
             // Close the group; this equation is looked at again on its own.
             groups.push(cur.take().expect("internal error: the group is open in this branch"));
-            tainted.iter_mut().for_each(|t| *t = false);
+            of_member.iter_mut().for_each(|t| *t = false);
+            of_after.iter_mut().for_each(|t| *t = false);
             continue;
         } else if reads_group {
             g.after.push(i);
-            e.outputs.iter().for_each(|o| tainted[o.index()] = true);
+            e.outputs.iter().for_each(|o| of_after[o.index()] = true);
         } else {
             g.before.push(i);
         }
@@ -242,9 +240,8 @@ fn merged(
             _ => Err(IrError::invalid("merge_steps", "internal error: a group member is not a scan")),
         })
         .collect::<Result<_, _>>()?;
-    let produced: HashMap<Value, ()> =
-        g.members.iter().flat_map(|&m| f.eqns[m].outputs.iter().map(|&o| (o, ()))).collect();
-    let inner = |v: &Value| produced.contains_key(v);
+    let produced: HashSet<Value> = g.members.iter().flat_map(|&m| f.eqns[m].outputs.iter().copied()).collect();
+    let inner = |v: &Value| produced.contains(v);
     let mut def: Vec<Option<usize>> = vec![None; f.n_values()];
     for (i, e) in f.eqns.iter().enumerate() {
         e.outputs.iter().for_each(|o| def[o.index()] = Some(i));
