@@ -447,18 +447,28 @@ pub(crate) fn gemm_acc_into<T: Real>(
 /// (below it the transpose's fixed costs are not repaid).
 const TRANSPOSED_DST_MIN: usize = 1 << 20;
 
+/// Shortest contraction for which [`gemm_f`] takes the transposed route:
+/// the transpose costs `m * n` moves, the slow form about `m * n * k / 3`
+/// multiply-adds' worth.
+const TRANSPOSED_DST_MIN_K: usize = 128;
+
 /// `dst = a @ b` (or `dst += a @ b`), choosing how `gemm` sees the product.
 ///
 /// `gemm` computes a row-major destination as the transposed product
-/// `dst^T = b^T a^T`, and when both operands run contiguously along `k`
-/// (`a.cs == 1`, `b.rs == 1`: `x @ w^T`, what reverse mode emits for a
-/// layer's input gradient) that form runs 1.4x slower than a column-major
-/// destination (measured with `gemm` 0.19, AVX-512, one thread, `[128, 512]
-/// x [512, 512]^T`: 710 us row-major against 480 us column-major plus 40 us
-/// to transpose the result). There the product goes to a column-major
-/// scratch and is transposed into `dst`. The route depends only on the
-/// operands' layouts and sizes, never on the thread count, so a product's
-/// bits are the same on every run and in every plan.
+/// `dst^T = b^T a^T`, and that form is slow when `b` is column-major
+/// (`b.rs == 1`: `x @ w^T`, what reverse mode emits for a layer's input
+/// gradient, or `x^T @ w^T`). There the product goes to a column-major
+/// scratch and is transposed into `dst`. Measured with `gemm` 0.19 on
+/// AVX-512, one thread, row-major against column-major destination: f32
+/// `[128, 512] x [512, 512]^T` 498-506 against 359 us (plus about 40 us to
+/// transpose the result; `graft bench` of `einsum("mk,nk->mn")` at these
+/// sizes: 477 -> 375 us, the MLP value_and_grad of `bench/` 2.50 -> 2.35-2.41
+/// ms), the same with a column-major `a` 502-556 against 315-323 us, f64
+/// `[64, 256] x [256, 256]^T` 105 against 85 us; with a
+/// short contraction (f64, `k = 64`) the two are level and the transpose
+/// would not pay, hence [`TRANSPOSED_DST_MIN_K`]. The route depends only on
+/// the operands' layouts and sizes, never on the thread count, so a
+/// product's bits are the same on every run and in every plan.
 #[allow(clippy::too_many_arguments)]
 fn gemm_f<T: Real>(
     m: usize,
@@ -472,7 +482,7 @@ fn gemm_f<T: Real>(
 ) {
     assert!(dst.len() == m * n, "internal error: gemm destination must be m*n");
     let transposed =
-        !accumulate && a.cs == 1 && b.rs == 1 && m > 1 && n > 1 && k > 1 && m * n * k >= TRANSPOSED_DST_MIN;
+        !accumulate && b.rs == 1 && m > 1 && n > 1 && k >= TRANSPOSED_DST_MIN_K && m * n * k >= TRANSPOSED_DST_MIN;
     if transposed {
         // Column-major `[m, n]`: element (i, j) at `j * m + i`.
         let mut col = vec![T::zero(); m * n];

@@ -144,18 +144,21 @@ fn large_matmul_takes_parallel_path() {
 
 #[test]
 fn operands_contiguous_along_k_at_sizes_that_transpose_the_destination() {
-    // `x @ w^T` with at least 2^20 multiply-adds goes to a column-major
-    // scratch and is transposed into the result (`linalg::gemm_f`): row
-    // and column counts that are not multiples of the transpose's strips
-    // of 8 or tiles of 64, a batched product, both float dtypes.
+    // A column-major rhs (`x @ w^T`, `x^T @ w^T`) with at least 2^20
+    // multiply-adds over at least 128 goes to a column-major scratch and is
+    // transposed into the result (`linalg::gemm_f`): row and column counts
+    // that are not multiples of the transpose's strips of 8 or tiles of 64,
+    // a batched product, both float dtypes.
     let xwt = dg(&[1], &[1], &[], &[]);
     for dt in [DType::F32, DType::F64] {
-        check(&xwt, &[130, 96], &[100, 96], dt);
+        check(&xwt, &[130, 160], &[100, 160], dt);
         check(&xwt, &[9, 1100], &[131, 1100], dt);
-        check(&dg(&[2], &[2], &[0], &[0]), &[2, 70, 96], &[2, 160, 96], dt);
+        check(&dg(&[0], &[1], &[], &[]), &[160, 130], &[100, 160], dt);
+        check(&dg(&[2], &[2], &[0], &[0]), &[2, 70, 128], &[2, 160, 128], dt);
     }
-    // Below the threshold the usual route: same values.
+    // Below the thresholds the usual route: same values.
     check(&xwt, &[30, 16], &[20, 16], DType::F32);
+    check(&xwt, &[300, 64], &[200, 64], DType::F32);
 }
 
 #[test]
