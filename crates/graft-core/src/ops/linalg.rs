@@ -423,7 +423,7 @@ pub(crate) fn gemm_into<T: Real>(
     if k == 0 {
         dst.fill(T::zero());
     } else if m > 0 && n > 0 {
-        gemm_f(m, n, k, dst, a, b, parallel, false);
+        gemm_f((m, n, k), dst, a, b, parallel, false);
     }
 }
 
@@ -439,7 +439,7 @@ pub(crate) fn gemm_acc_into<T: Real>(
 ) {
     assert_eq!(dst.len(), m * n, "internal error: gemm destination must be m*n");
     if k > 0 && m > 0 && n > 0 {
-        gemm_f(m, n, k, dst, a, b, parallel, true);
+        gemm_f((m, n, k), dst, a, b, parallel, true);
     }
 }
 
@@ -469,11 +469,8 @@ const TRANSPOSED_DST_MIN_K: usize = 128;
 /// would not pay, hence [`TRANSPOSED_DST_MIN_K`]. The route depends only on
 /// the operands' layouts and sizes, never on the thread count, so a
 /// product's bits are the same on every run and in every plan.
-#[allow(clippy::too_many_arguments)]
 fn gemm_f<T: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
+    (m, n, k): (usize, usize, usize),
     dst: &mut [T],
     a: MatRef<T>,
     b: MatRef<T>,
