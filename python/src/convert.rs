@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 /// NumPy's name for a graft dtype.
 pub(crate) fn dtype_name(d: DType) -> &'static str {
     match d {
+        DType::F16 => "float16",
         DType::F32 => "float32",
         DType::F64 => "float64",
         DType::I32 => "int32",
@@ -20,6 +21,7 @@ pub(crate) fn dtype_name(d: DType) -> &'static str {
 /// A graft dtype from NumPy's name (or graft's: `f32`, ...).
 pub(crate) fn parse_dtype(name: &str) -> PyResult<DType> {
     Ok(match name {
+        "float16" | "f16" => DType::F16,
         "float32" | "f32" => DType::F32,
         "float64" | "f64" => DType::F64,
         "int32" | "i32" => DType::I32,
@@ -27,7 +29,7 @@ pub(crate) fn parse_dtype(name: &str) -> PyResult<DType> {
         "bool" => DType::Bool,
         other => {
             return Err(PyTypeError::new_err(format!(
-                "graft has no dtype `{other}` (it has float32, float64, int32, int64 and bool)"
+                "graft has no dtype `{other}` (it has float16, float32, float64, int32, int64 and bool)"
             )))
         }
     })
@@ -61,6 +63,7 @@ pub(crate) fn to_tensor(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> 
     let dt = a.dtype();
     let name: String = dt.str()?.to_string();
     let storage = match name.as_str() {
+        "float16" => Storage::F16(collect::<graft_core::half::f16>(a)?),
         "float32" => Storage::F32(collect::<f32>(a)?),
         "float64" => Storage::F64(collect::<f64>(a)?),
         "int32" => Storage::I32(collect::<i32>(a)?),
@@ -68,7 +71,7 @@ pub(crate) fn to_tensor(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> 
         "bool" => Storage::Bool(collect::<bool>(a)?),
         other => {
             return Err(PyTypeError::new_err(format!(
-                "{what}: graft has no dtype {other} (it has float32, float64, int32, int64 and bool)"
+                "{what}: graft has no dtype {other} (it has float16, float32, float64, int32, int64 and bool)"
             )))
         }
     };
@@ -82,6 +85,7 @@ pub(crate) fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<PyObject> {
         Ok(PyArray1::from_vec(py, v).reshape(shape)?.into_any().unbind())
     }
     match t.into_storage() {
+        Storage::F16(v) => shaped(py, v, shape),
         Storage::F32(v) => shaped(py, v, shape),
         Storage::F64(v) => shaped(py, v, shape),
         Storage::I32(v) => shaped(py, v, shape),

@@ -353,6 +353,42 @@ impl<'a> Entry<'a> {
                 }
                 graft_core::tensor::Storage::F32(out)
             }
+            DType::F16 => {
+                use graft_core::half::f16;
+                let mut out = Vec::with_capacity(data.len());
+                for x in &data {
+                    out.push(match *x {
+                        Num::Bool(_) => unreachable!("internal error: bool literals were rejected above"),
+                        Num::Float(f) => {
+                            // Rounded once, to nearest even (not through f32).
+                            let y = f16::from_f64(f);
+                            if !y.is_finite() && f.is_finite() {
+                                return Err(bad(format!("{} overflows f16", show_float(f)), &[
+                                    format!("note: the largest f16 is {}", f16::MAX),
+                                    "help: declare the parameter f32".into(),
+                                ]));
+                            }
+                            if y.to_f64() == 0.0 && f != 0.0 {
+                                return Err(bad(format!("{} underflows to 0 in f16", show_float(f)), &[format!(
+                                    "note: the smallest positive f16 is {:e}",
+                                    f16::from_bits(1).to_f64()
+                                )]));
+                            }
+                            y
+                        }
+                        Num::Int(i) => {
+                            let y = f16::from_f64(i as f64);
+                            if y.to_f64() as i128 != i as i128 || !y.is_finite() {
+                                return Err(bad(format!("{i} is not exactly representable as f16"), &[
+                                    "note: f16 holds every integer up to 2^11 = 2048 exactly; inputs are never rounded".into(),
+                                ]));
+                            }
+                            y
+                        }
+                    });
+                }
+                graft_core::tensor::Storage::F16(out)
+            }
         };
         Tensor::from_storage(shape, storage).map_err(|e| bad(e.to_string(), &[]))
     }

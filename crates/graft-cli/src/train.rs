@@ -177,6 +177,7 @@ fn take_rows(t: &Tensor, idx: &[usize]) -> Result<Tensor, Fail> {
         }};
     }
     match t.dtype() {
+        graft::DType::F16 => gather!(graft_core::half::f16),
         graft::DType::F32 => gather!(f32),
         graft::DType::F64 => gather!(f64),
         graft::DType::I32 => gather!(i32),

@@ -114,8 +114,10 @@ fn element_formatter<'a>(t: &'a Tensor, shown: &[usize]) -> Box<dyn Fn(usize) ->
             Storage::I32(v) => v[i].to_string(),
             other => format!("{}", other.get_f64(i) as i64),
         }),
-        DType::F32 | DType::F64 => {
-            let single = t.dtype() == DType::F32;
+        // f16 prints like f32: the shortest decimal that reads back as the
+        // same f32, which an f16 value (exact in f32) also is.
+        DType::F16 | DType::F32 | DType::F64 => {
+            let single = matches!(t.dtype(), DType::F16 | DType::F32);
             let vals: Vec<f64> = shown.iter().map(|&i| t.storage().get_f64(i)).filter(|v| v.is_finite()).collect();
             let max = vals.iter().fold(0.0f64, |m, v| m.max(v.abs()));
             let min_nz = vals.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));

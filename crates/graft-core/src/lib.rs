@@ -29,6 +29,8 @@ pub mod transform;
 pub mod types;
 
 pub use dtype::DType;
+/// The `half` crate, whose `f16` is the element type of [`DType::F16`] tensors.
+pub use half;
 pub use error::{ExecError, IrError, TypeError};
 pub use exec::{compile_enabled, disable_compile, enable_compile, ExecOptions, Executable, Input, RunStats};
 pub use ir::{Builder, Func, Value};

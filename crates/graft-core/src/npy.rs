@@ -14,7 +14,7 @@
 //!   stream or an archive member grows its buffer fallibly, chunk by chunk,
 //!   so a short stream is an error after allocating no more than it held.
 //!
-//! Supported element types: `<f4 <f8 <i4 <i8 |b1` (and big-endian variants
+//! Supported element types: `<f2 <f4 <f8 <i4 <i8 |b1` (and big-endian variants
 //! on read). Fortran-ordered arrays are read and re-laid out row-major.
 //! Any other dtype is an error naming it; nothing is silently cast.
 
@@ -262,12 +262,13 @@ fn layout(header: &[u8]) -> Result<Layout, TensorError> {
         _ => return Err(npy_err("unsupported npy dtype: structured arrays are not tensors")),
     };
     let dtype = match (ts.type_char(), ts.size_field()) {
+        (npyz::TypeChar::Float, 2) => DType::F16,
         (npyz::TypeChar::Float, 4) => DType::F32,
         (npyz::TypeChar::Float, 8) => DType::F64,
         (npyz::TypeChar::Int, 4) => DType::I32,
         (npyz::TypeChar::Int, 8) => DType::I64,
         (npyz::TypeChar::Bool, 1) => DType::Bool,
-        _ => return Err(npy_err(format!("unsupported npy dtype `{ts}` (graft reads f32, f64, i32, i64, bool)"))),
+        _ => return Err(npy_err(format!("unsupported npy dtype `{ts}` (graft reads f16, f32, f64, i32, i64, bool)"))),
     };
     let fortran = match get("fortran_order")? {
         Py::Bool(b) => *b,
@@ -329,6 +330,7 @@ fn read_npy_checked(mut reader: impl Read, total_len: Option<u64>) -> Result<Ten
         None => false,
     };
     let storage = match l.dtype {
+        DType::F16 => Storage::F16(read_data(&mut reader, &l, known)?),
         DType::F32 => Storage::F32(read_data(&mut reader, &l, known)?),
         DType::F64 => Storage::F64(read_data(&mut reader, &l, known)?),
         DType::I32 => Storage::I32(read_data(&mut reader, &l, known)?),
@@ -368,7 +370,7 @@ macro_rules! raw_num {
         }
     )*};
 }
-raw_num!(f32, f64, i32, i64);
+raw_num!(half::f16, f32, f64, i32, i64);
 
 impl Raw for bool {
     const SIZE: usize = 1;
@@ -452,6 +454,7 @@ fn fortran_to_c(t: &Tensor) -> Tensor {
     }
     let n = t.numel();
     let data = match t.storage() {
+        Storage::F16(v) => Storage::F16(permute(v, n, src_index)),
         Storage::F32(v) => Storage::F32(permute(v, n, src_index)),
         Storage::F64(v) => Storage::F64(permute(v, n, src_index)),
         Storage::I32(v) => Storage::I32(permute(v, n, src_index)),
@@ -470,6 +473,7 @@ pub fn write_npy(writer: impl Write, t: &Tensor) -> Result<(), TensorError> {
         out.finish().map_err(io_err)
     }
     match t.storage() {
+        Storage::F16(v) => go(writer, &shape, v),
         Storage::F32(v) => go(writer, &shape, v),
         Storage::F64(v) => go(writer, &shape, v),
         Storage::I32(v) => go(writer, &shape, v),
@@ -514,6 +518,7 @@ pub fn write_npz<W: Write + Seek>(writer: W, arrays: &[(String, Tensor)]) -> Res
             }};
         }
         match t.storage() {
+            Storage::F16(v) => put!(half::f16, v),
             Storage::F32(v) => put!(f32, v),
             Storage::F64(v) => put!(f64, v),
             Storage::I32(v) => put!(i32, v),

@@ -11,6 +11,8 @@ use thiserror::Error;
 /// Typed contiguous element storage.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Storage {
+    /// f16 elements (IEEE binary16).
+    F16(Vec<half::f16>),
     /// f32 elements.
     F32(Vec<f32>),
     /// f64 elements.
@@ -27,6 +29,7 @@ impl Storage {
     /// Element type of this storage.
     pub fn dtype(&self) -> DType {
         match self {
+            Storage::F16(_) => DType::F16,
             Storage::F32(_) => DType::F32,
             Storage::F64(_) => DType::F64,
             Storage::I32(_) => DType::I32,
@@ -38,6 +41,7 @@ impl Storage {
     /// Number of elements.
     pub fn len(&self) -> usize {
         match self {
+            Storage::F16(v) => v.len(),
             Storage::F32(v) => v.len(),
             Storage::F64(v) => v.len(),
             Storage::I32(v) => v.len(),
@@ -54,6 +58,7 @@ impl Storage {
     /// Zero-filled storage (`false` for bool).
     pub fn zeros(dtype: DType, n: usize) -> Storage {
         match dtype {
+            DType::F16 => Storage::F16(vec![half::f16::ZERO; n]),
             DType::F32 => Storage::F32(vec![0.0; n]),
             DType::F64 => Storage::F64(vec![0.0; n]),
             DType::I32 => Storage::I32(vec![0; n]),
@@ -83,6 +88,7 @@ impl Storage {
     /// Element `i` converted to f64 (bool as 0/1). For tests and printing, not hot paths.
     pub fn get_f64(&self, i: usize) -> f64 {
         match self {
+            Storage::F16(v) => v[i].to_f64(),
             Storage::F32(v) => v[i] as f64,
             Storage::F64(v) => v[i],
             Storage::I32(v) => v[i] as f64,
@@ -95,6 +101,7 @@ impl Storage {
     /// recycles a buffer for a value of another shape with the same byte size.
     pub fn resize(&mut self, n: usize) {
         match self {
+            Storage::F16(v) => v.resize(n, half::f16::ZERO),
             Storage::F32(v) => v.resize(n, 0.0),
             Storage::F64(v) => v.resize(n, 0.0),
             Storage::I32(v) => v.resize(n, 0),
@@ -150,6 +157,8 @@ macro_rules! impl_element {
         }
     };
 }
+// f64 -> f16 rounds once, to nearest even (not through f32: no double rounding).
+impl_element!(half::f16, F16, half::f16::from_f64, half::f16::to_f64);
 impl_element!(f32, F32, |x| x as f32, |x| x as f64);
 impl_element!(f64, F64, |x| x, |x| x);
 impl_element!(i32, I32, |x| x as i32, |x| x as f64);
@@ -261,6 +270,7 @@ impl Tensor {
     pub fn full(ty: &TensorType, value: f64) -> Tensor {
         let n = ty.numel();
         let data = match ty.dtype {
+            DType::F16 => Storage::F16(vec![half::f16::from_f64(value); n]),
             DType::F32 => Storage::F32(vec![value as f32; n]),
             DType::F64 => Storage::F64(vec![value; n]),
             DType::I32 => Storage::I32(vec![value as i32; n]),
@@ -274,6 +284,7 @@ impl Tensor {
     pub fn from_fn(ty: &TensorType, f: impl Fn(usize) -> f64) -> Tensor {
         let n = ty.numel();
         let data = match ty.dtype {
+            DType::F16 => Storage::F16((0..n).map(|i| half::f16::from_f64(f(i))).collect()),
             DType::F32 => Storage::F32((0..n).map(|i| f(i) as f32).collect()),
             DType::F64 => Storage::F64((0..n).map(&f).collect()),
             DType::I32 => Storage::I32((0..n).map(|i| f(i) as i32).collect()),

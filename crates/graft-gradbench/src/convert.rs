@@ -133,6 +133,7 @@ fn float_json(x: f64) -> Result<Value, GbError> {
 
 fn element_json(s: &Storage, i: usize) -> Result<Value, GbError> {
     Ok(match s {
+        Storage::F16(v) => float_json(v[i].to_f64())?,
         Storage::F32(v) => float_json(v[i] as f64)?,
         Storage::F64(v) => float_json(v[i])?,
         Storage::I32(v) => Value::from(v[i]),

@@ -121,6 +121,7 @@ pub struct Param {
 /// Element types written in source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScalarType {
+    F16,
     F32,
     F64,
     I32,
@@ -132,6 +133,7 @@ impl ScalarType {
     /// The keyword as written in source (`f32`, `bool`, ...).
     pub fn keyword(self) -> &'static str {
         match self {
+            ScalarType::F16 => "f16",
             ScalarType::F32 => "f32",
             ScalarType::F64 => "f64",
             ScalarType::I32 => "i32",

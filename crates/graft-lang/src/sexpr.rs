@@ -141,6 +141,7 @@ fn def_node(d: &Def) -> Node {
 
 fn prim_name(s: ScalarType) -> &'static str {
     match s {
+        ScalarType::F16 => "float16",
         ScalarType::F32 => "float32",
         ScalarType::F64 => "float64",
         ScalarType::I32 => "int32",

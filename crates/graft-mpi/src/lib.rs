@@ -202,6 +202,7 @@ pub fn checksum(values: &[&Storage]) -> u64 {
     };
     for v in values {
         match v {
+            Storage::F16(x) => x.iter().for_each(|e| eat(&e.to_bits().to_le_bytes())),
             Storage::F32(x) => x.iter().for_each(|e| eat(&e.to_bits().to_le_bytes())),
             Storage::F64(x) => x.iter().for_each(|e| eat(&e.to_bits().to_le_bytes())),
             Storage::I32(x) => x.iter().for_each(|e| eat(&e.to_le_bytes())),

@@ -102,6 +102,7 @@ fn describe(h: &[i64]) -> (String, String) {
     let rank = h[2].clamp(0, 64) as usize;
     let dims: Vec<String> = (0..rank.min(8)).map(|k| h[3 + k].to_string()).collect();
     let dtype = [
+        graft_core::DType::F16,
         graft_core::DType::F32,
         graft_core::DType::F64,
         graft_core::DType::I32,

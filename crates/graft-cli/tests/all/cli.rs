@@ -1015,3 +1015,50 @@ fn shapeless_kernels_print_the_interpreters_results() {
     assert_eq!(run(&[("GRAFT_COMPILE", "sync"), ("GRAFT_SHAPELESS", "1")]), want);
     assert_eq!(want.lines().count(), 2, "{want}");
 }
+
+#[test]
+fn f16_npy_input_and_f16_output() {
+    use graft_core::half::f16;
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("half.graft");
+    std::fs::write(
+        &prog,
+        "def main(x: tensor[n, f16], s: f16) -> (tensor[n, f16], f16) = (x * x * s, sum(x, 0))\n",
+    )
+    .unwrap();
+    let xs = [f16::from_f64(0.5), f16::from_f64(3.0), f16::from_f64(0.1)];
+    let x = dir.path().join("x.npy");
+    npy::save_npy(&x, &Tensor::vec1(&xs)).unwrap();
+    let out = dir.path().join("out.npz");
+    let s = stdout(
+        graft()
+            .arg("run")
+            .arg(&prog)
+            .arg(format!("--input=x={}", x.display()))
+            .args(["--input", "s=2.0"])
+            .arg("--out")
+            .arg(&out),
+    );
+    // Each op computed in f32 and rounded to f16.
+    let sq: Vec<f16> = xs
+        .iter()
+        .map(|v| {
+            let x2 = f16::from_f32(v.to_f32() * v.to_f32());
+            f16::from_f32(x2.to_f32() * 2.0)
+        })
+        .collect();
+    let sum = f16::from_f32(xs.iter().map(|v| v.to_f32()).sum());
+    let arrays = npy::load_npz(&out).unwrap();
+    assert_eq!(arrays.len(), 2);
+    assert_eq!(arrays[0].1.to_vec::<f16>().unwrap(), sq);
+    assert_eq!(arrays[1].1.to_vec::<f16>().unwrap(), vec![sum]);
+    // Printed like f32 values (the shortest decimals that read back as the same f32).
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines.len(), 2, "{s}");
+    assert!(lines[0].starts_with("0: f16[3] = [0.5"), "{s}");
+    assert_eq!(lines[1], format!("1: f16[] = {}", Tensor::scalar(sum)), "{s}");
+    // An f16 literal that overflows is refused, not rounded to inf.
+    let o = graft().arg("run").arg(&prog).arg(format!("--input=x={}", x.display())).args(["--input", "s=1e6"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("overflows f16"), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -1019,6 +1019,7 @@ fn gather_block(src: BlockRef<'_>, map: &StridedMap, a: usize, out: BlockMut<'_>
         Ok(())
     }
     match (src, out) {
+        (BlockRef::F16(s), BlockMut::F16(o)) => go(s, map, a, o),
         (BlockRef::F32(s), BlockMut::F32(o)) => go(s, map, a, o),
         (BlockRef::F64(s), BlockMut::F64(o)) => go(s, map, a, o),
         (BlockRef::I32(s), BlockMut::I32(o)) => go(s, map, a, o),

@@ -226,10 +226,18 @@ impl Executable {
 
     /// Plans a verified function as it is (no constant folding).
     fn plan_verified(func: Arc<Func>, options: ExecOptions) -> Result<Executable, ExecError> {
+        // f16 is a storage type: what computes on it computes in f32 and
+        // rounds each result (`opt::widen_f16`). First, so every function
+        // planned (every front end, every body, fused or not) is widened.
+        let func = match crate::opt::widen_f16(&func)? {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
         // Calls, checkpoints and one-step scans run as their bodies
         // (`opt::flatten`); splats go next to their readers.
         let func = match crate::opt::flatten(&func) {
-            Some(f) => Arc::new(f),
+            // Inlined bodies computed on f16 inside: widened here.
+            Some(f) => Arc::new(crate::opt::widen_f16(&f)?.unwrap_or(f)),
             None => func,
         };
         // Neighbouring one-step scans that would each compile whole run as
@@ -262,7 +270,13 @@ impl Executable {
             Some(f) => Arc::new(f),
             None => func,
         };
-        let mut func = match options.fuse.then(|| fuse::unshare_splats(&func)).flatten() {
+        let func = match options.fuse.then(|| fuse::unshare_splats(&func)).flatten() {
+            Some(f) => Arc::new(f),
+            None => func,
+        };
+        // What the passes above moved out of loop bodies (a hoisted sum of
+        // f16 products) is widened too; nothing to do otherwise.
+        let mut func = match crate::opt::widen_f16(&func)? {
             Some(f) => Arc::new(f),
             None => func,
         };

@@ -568,6 +568,7 @@ unsafe impl Sync for Ptrs {}
 fn ptr_of(t: &crate::tensor::Tensor) -> *mut u8 {
     use crate::tensor::Storage;
     match t.storage() {
+        Storage::F16(v) => v.as_ptr() as *mut u8,
         Storage::F32(v) => v.as_ptr() as *mut u8,
         Storage::F64(v) => v.as_ptr() as *mut u8,
         Storage::I32(v) => v.as_ptr() as *mut u8,
@@ -579,6 +580,7 @@ fn ptr_of(t: &crate::tensor::Tensor) -> *mut u8 {
 fn ptr_of_mut(t: &mut crate::tensor::Tensor) -> *mut u8 {
     use crate::tensor::Storage;
     match t.storage_mut() {
+        Storage::F16(v) => v.as_mut_ptr() as *mut u8,
         Storage::F32(v) => v.as_mut_ptr() as *mut u8,
         Storage::F64(v) => v.as_mut_ptr() as *mut u8,
         Storage::I32(v) => v.as_mut_ptr() as *mut u8,

@@ -216,6 +216,10 @@ GK_STNT(int64_t, vi64, i64)
 /// The C name of a dtype's vector type and element type in memory.
 fn ctype(d: DType) -> (&'static str, &'static str) {
     match d {
+        // Refused by `ir::verify` before any kernel is rendered; a name C
+        // does not know, so a kernel that got here fails to compile (and
+        // runs on the interpreter) rather than computing wrong bits.
+        DType::F16 => (F16_UNSUPPORTED, F16_UNSUPPORTED),
         DType::F32 => ("vf32", "float"),
         DType::F64 => ("vf64", "double"),
         DType::I32 => ("vi32", "int32_t"),
@@ -224,11 +228,15 @@ fn ctype(d: DType) -> (&'static str, &'static str) {
     }
 }
 
+/// The C spelling of f16 (which has no kernel form, see `ir::verify`).
+const F16_UNSUPPORTED: &str = "gk_f16_has_no_kernel_form";
+
 /// A literal as a C vector expression (its bits from the size table when
 /// rendering size-generic, see [`render_unit_sized`]).
 fn lit(l: &Lit) -> String {
     if let Some(k) = table_slot(l.bits as i64) {
         return match l.dtype {
+            DType::F16 => F16_UNSUPPORTED.to_string(),
             DType::F32 => format!("gk_splat_f32(gk_f32_bits((uint32_t){k}))"),
             DType::F64 => format!("gk_splat_f64(gk_f64_bits((uint64_t){k}))"),
             DType::I32 => format!("gk_splat_i32((int32_t){k})"),
@@ -237,6 +245,7 @@ fn lit(l: &Lit) -> String {
         };
     }
     match l.dtype {
+        DType::F16 => F16_UNSUPPORTED.to_string(),
         DType::F32 => format!("gk_splat_f32(gk_f32_bits(0x{:08x}u))", l.bits as u32),
         DType::F64 => format!("gk_splat_f64(gk_f64_bits(0x{:016x}ull))", l.bits),
         DType::I32 => format!("gk_splat_i32((int32_t){})", l.bits as i64 as i32),
@@ -1628,6 +1637,7 @@ fn address(s: &mut String, var: &str, acc: &str, dims: &[usize], strides: &[isiz
 /// The C type of one lane of a dtype's vector (bool lanes are `int32_t`).
 fn lane_type(d: DType) -> &'static str {
     match d {
+        DType::F16 => F16_UNSUPPORTED,
         DType::F32 => "float",
         DType::F64 => "double",
         DType::I32 | DType::Bool => "int32_t",

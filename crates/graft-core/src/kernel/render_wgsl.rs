@@ -668,7 +668,7 @@ fn lit(l: &Lit) -> String {
         DType::I32 => format!("bitcast<i32>(0x{:08x}u)", l.bits as u32),
         DType::Bool => (l.bits & 1 == 1).to_string(),
         // Rejected before rendering (see `render_wgsl`).
-        DType::F64 | DType::I64 => "0".to_string(),
+        DType::F16 | DType::F64 | DType::I64 => "0".to_string(),
     }
 }
 

@@ -9,6 +9,12 @@
 //!   NumPy's `astype` and XLA's `convert`); widening sign-extends.
 //! - int -> float and `f64 -> f32` round to nearest even; `f64 -> f32` overflows
 //!   to `±inf`, NaN stays NaN.
+//! - `f16` (a storage type, see `opt::widen_f16`) converts like the other
+//!   floats: `f64 -> f16`, `f32 -> f16` and int -> f16 round once to nearest
+//!   even (directly, not through f32: no double rounding; i64 goes through
+//!   f64, exact below 2^53, and everything above 65 519 overflows anyway),
+//!   overflow to `±inf`, NaN stays NaN; `f16 -> f32`/`f64` is exact;
+//!   `f16 -> int` is `f16 -> f32 -> int` (exact, then saturating, NaN -> 0).
 //! - bool -> number gives 0 or 1; number -> bool is `x != 0`, so NaN -> true
 //!   and `-0.0 -> false` (NumPy's `bool(x)`).
 //! - Converting to the operand's own dtype is a copy.
@@ -66,6 +72,83 @@ macro_rules! cast_from_number {
 
 cast_from_number!(f32, f64, i32, i64);
 
+use half::f16;
+
+// To f16: one rounding to nearest even (f32 and i32 are exact in f64; i64
+// rounds to f64 only above 2^53, where f16 has overflowed to inf anyway).
+impl CastTo<f16> for f32 {
+    #[inline(always)]
+    fn cast_to(self) -> f16 {
+        f16::from_f32(self)
+    }
+}
+impl CastTo<f16> for f64 {
+    #[inline(always)]
+    fn cast_to(self) -> f16 {
+        f16::from_f64(self)
+    }
+}
+impl CastTo<f16> for i32 {
+    #[inline(always)]
+    fn cast_to(self) -> f16 {
+        f16::from_f64(self as f64)
+    }
+}
+impl CastTo<f16> for i64 {
+    #[inline(always)]
+    fn cast_to(self) -> f16 {
+        f16::from_f64(self as f64)
+    }
+}
+impl CastTo<f16> for bool {
+    #[inline(always)]
+    fn cast_to(self) -> f16 {
+        if self {
+            f16::ONE
+        } else {
+            f16::ZERO
+        }
+    }
+}
+
+// From f16: exact to f32, then as from f32.
+impl CastTo<f16> for f16 {
+    #[inline(always)]
+    fn cast_to(self) -> f16 {
+        self
+    }
+}
+impl CastTo<f32> for f16 {
+    #[inline(always)]
+    fn cast_to(self) -> f32 {
+        self.to_f32()
+    }
+}
+impl CastTo<f64> for f16 {
+    #[inline(always)]
+    fn cast_to(self) -> f64 {
+        self.to_f64()
+    }
+}
+impl CastTo<i32> for f16 {
+    #[inline(always)]
+    fn cast_to(self) -> i32 {
+        self.to_f32() as i32
+    }
+}
+impl CastTo<i64> for f16 {
+    #[inline(always)]
+    fn cast_to(self) -> i64 {
+        self.to_f32() as i64
+    }
+}
+impl CastTo<bool> for f16 {
+    #[inline(always)]
+    fn cast_to(self) -> bool {
+        self.to_f32() != 0.0
+    }
+}
+
 impl CastTo<f32> for bool {
     #[inline(always)]
     fn cast_to(self) -> f32 {
@@ -98,14 +181,21 @@ impl CastTo<bool> for bool {
 }
 
 /// An element type convertible to every element type.
-trait CastAll: BlockElem + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool> {}
-impl<T: BlockElem + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll for T {}
+trait CastAll:
+    BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>
+{
+}
+impl<T: BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll
+    for T
+{
+}
 
 /// Converts a block whose source type is known, dispatching on the target
 /// type once per block.
 fn convert_from<S: CastAll>(x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
     let a = x.typed::<S>("convert")?;
     match y {
+        BlockMut::F16(o) => zip1(a, o, |v| v.cast_to()),
         BlockMut::F32(o) => zip1(a, o, |v| v.cast_to()),
         BlockMut::F64(o) => zip1(a, o, |v| v.cast_to()),
         BlockMut::I32(o) => zip1(a, o, |v| v.cast_to()),

@@ -122,6 +122,7 @@ impl Constant {
             return format!("<{}>", v.ty());
         }
         let elems: Vec<String> = match v.storage() {
+            Storage::F16(d) => d.iter().map(|x| x.to_string()).collect(),
             Storage::F32(d) => d.iter().map(|x| x.to_string()).collect(),
             Storage::F64(d) => d.iter().map(|x| x.to_string()).collect(),
             Storage::I32(d) => d.iter().map(|x| x.to_string()).collect(),

@@ -170,6 +170,7 @@ fn emit_line(line: String) {
 fn block(t: &Tensor, e: usize, per: usize, shape: &[usize]) -> Result<Tensor, ExecError> {
     let r = e * per..(e + 1) * per;
     let s = match t.storage() {
+        Storage::F16(v) => Storage::F16(v[r].to_vec()),
         Storage::F32(v) => Storage::F32(v[r].to_vec()),
         Storage::F64(v) => Storage::F64(v[r].to_vec()),
         Storage::I32(v) => Storage::I32(v[r].to_vec()),

@@ -245,6 +245,8 @@ impl Num for i64 {}
 /// operand, either a whole tensor or a block of one.
 #[derive(Debug, Clone, Copy)]
 pub enum BlockRef<'a> {
+    /// f16 elements (only `convert` and copies compute on them; see `opt::widen_f16`).
+    F16(&'a [half::f16]),
     /// f32 elements.
     F32(&'a [f32]),
     /// f64 elements.
@@ -261,6 +263,8 @@ pub enum BlockRef<'a> {
 /// elementwise op writes its result (every element must be written).
 #[derive(Debug)]
 pub enum BlockMut<'a> {
+    /// f16 elements (only `convert` and copies compute on them; see `opt::widen_f16`).
+    F16(&'a mut [half::f16]),
     /// f32 elements.
     F32(&'a mut [f32]),
     /// f64 elements.
@@ -278,6 +282,7 @@ pub enum BlockMut<'a> {
 macro_rules! each_block {
     ($ty:ident, $b:expr, $s:ident => wrap $body:expr) => {
         match $b {
+            $ty::F16($s) => $ty::F16($body),
             $ty::F32($s) => $ty::F32($body),
             $ty::F64($s) => $ty::F64($body),
             $ty::I32($s) => $ty::I32($body),
@@ -287,6 +292,7 @@ macro_rules! each_block {
     };
     ($ty:ident, $b:expr, $s:ident => $body:expr) => {
         match $b {
+            $ty::F16($s) => $body,
             $ty::F32($s) => $body,
             $ty::F64($s) => $body,
             $ty::I32($s) => $body,
@@ -300,6 +306,7 @@ impl<'a> BlockRef<'a> {
     /// The whole of a storage.
     pub fn of_storage(s: &'a Storage) -> BlockRef<'a> {
         match s {
+            Storage::F16(v) => BlockRef::F16(v),
             Storage::F32(v) => BlockRef::F32(v),
             Storage::F64(v) => BlockRef::F64(v),
             Storage::I32(v) => BlockRef::I32(v),
@@ -319,6 +326,7 @@ impl<'a> BlockRef<'a> {
     /// Element type.
     pub fn dtype(&self) -> DType {
         match self {
+            BlockRef::F16(_) => DType::F16,
             BlockRef::F32(_) => DType::F32,
             BlockRef::F64(_) => DType::F64,
             BlockRef::I32(_) => DType::I32,
@@ -354,6 +362,7 @@ impl<'a> BlockMut<'a> {
     /// The whole of a storage.
     pub fn of_storage(s: &'a mut Storage) -> BlockMut<'a> {
         match s {
+            Storage::F16(v) => BlockMut::F16(v),
             Storage::F32(v) => BlockMut::F32(v),
             Storage::F64(v) => BlockMut::F64(v),
             Storage::I32(v) => BlockMut::I32(v),
@@ -375,6 +384,7 @@ impl<'a> BlockMut<'a> {
     /// Element type.
     pub fn dtype(&self) -> DType {
         match self {
+            BlockMut::F16(_) => DType::F16,
             BlockMut::F32(_) => DType::F32,
             BlockMut::F64(_) => DType::F64,
             BlockMut::I32(_) => DType::I32,
@@ -401,6 +411,7 @@ impl<'a> BlockMut<'a> {
     /// A shared view of the same elements.
     pub fn as_ref(&self) -> BlockRef<'_> {
         match self {
+            BlockMut::F16(s) => BlockRef::F16(s),
             BlockMut::F32(s) => BlockRef::F32(s),
             BlockMut::F64(s) => BlockRef::F64(s),
             BlockMut::I32(s) => BlockRef::I32(s),
@@ -418,6 +429,7 @@ impl<'a> BlockMut<'a> {
     /// Consecutive disjoint sub-blocks of `size` elements (the last may be shorter).
     pub fn chunks(self, size: usize) -> Vec<BlockMut<'a>> {
         match self {
+            BlockMut::F16(s) => s.chunks_mut(size).map(BlockMut::F16).collect(),
             BlockMut::F32(s) => s.chunks_mut(size).map(BlockMut::F32).collect(),
             BlockMut::F64(s) => s.chunks_mut(size).map(BlockMut::F64).collect(),
             BlockMut::I32(s) => s.chunks_mut(size).map(BlockMut::I32).collect(),
@@ -439,6 +451,7 @@ impl<'a> BlockMut<'a> {
             return Err(ExecError::kernel(prim, "internal error: splat of an empty operand"));
         }
         match (self, x) {
+            (BlockMut::F16(o), BlockRef::F16(x)) => o.fill(x[0]),
             (BlockMut::F32(o), BlockRef::F32(x)) => o.fill(x[0]),
             (BlockMut::F64(o), BlockRef::F64(x)) => o.fill(x[0]),
             (BlockMut::I32(o), BlockRef::I32(x)) => o.fill(x[0]),
@@ -482,6 +495,7 @@ macro_rules! impl_block_elem {
         }
     };
 }
+impl_block_elem!(half::f16, F16);
 impl_block_elem!(f32, F32);
 impl_block_elem!(f64, F64);
 impl_block_elem!(i32, I32);
@@ -597,6 +611,7 @@ macro_rules! dispatch_any {
             $crate::dtype::DType::I32 => $f::<i32>($($arg),*),
             $crate::dtype::DType::I64 => $f::<i64>($($arg),*),
             $crate::dtype::DType::Bool => $f::<bool>($($arg),*),
+            $crate::dtype::DType::F16 => $f::<$crate::half::f16>($($arg),*),
         }
     };
 }

@@ -14,6 +14,7 @@ mod merge_jvp;
 mod noop;
 mod schedule;
 mod steps;
+mod widen;
 
 pub use algebra::{fold_identities, splat_reads};
 pub use cse::cse;
@@ -26,6 +27,7 @@ pub use merge_jvp::merge_while_jvp;
 pub use noop::remove_noops;
 pub use schedule::hoist_collectives;
 pub use steps::merge_steps;
+pub use widen::widen_f16;
 
 use crate::error::IrError;
 use crate::ir::{lookup, Builder, Eqn, Func, Value};

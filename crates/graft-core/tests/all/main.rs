@@ -33,6 +33,7 @@ mod debug_print;
 mod eager;
 mod erf_inv;
 mod exec;
+mod f16;
 mod fma;
 mod fold;
 mod format_npy;

@@ -832,6 +832,7 @@ pub fn order_args(
 
 pub fn dtype_of(s: ast::ScalarType) -> DType {
     match s {
+        ast::ScalarType::F16 => DType::F16,
         ast::ScalarType::F32 => DType::F32,
         ast::ScalarType::F64 => DType::F64,
         ast::ScalarType::I32 => DType::I32,

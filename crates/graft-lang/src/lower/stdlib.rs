@@ -513,7 +513,7 @@ impl A {
                 other => Err(l.err(
                     Stage::Type,
                     &a.span,
-                    format!("expected a dtype (f32, f64, i32, i64, bool), found {}", other.describe()),
+                    format!("expected a dtype (f16, f32, f64, i32, i64, bool), found {}", other.describe()),
                 )),
             },
         }
@@ -887,6 +887,7 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
     }
     for &x in &data {
         let bad = match dt {
+            DType::F16 => x.is_finite() && !graft_core::half::f16::from_f64(x).is_finite(),
             DType::F32 => x.is_finite() && !(x as f32).is_finite(),
             DType::I32 => !x.is_nan() && (x.trunc() < i32::MIN as f64 || x.trunc() > i32::MAX as f64),
             // i64::MAX as f64 is 2^63, itself out of range.
@@ -895,6 +896,7 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
         };
         if bad {
             let range = match dt {
+                DType::F16 => format!("the largest f16 is {:e}", graft_core::half::f16::MAX.to_f64()),
                 DType::F32 => format!("the largest f32 is {:e}", f32::MAX),
                 DType::I32 => format!("i32 holds {} to {}", i32::MIN, i32::MAX),
                 _ => format!("i64 holds {} to {}", i64::MIN, i64::MAX),
@@ -910,7 +912,7 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
     let data: Vec<f64> = match dt {
         DType::I32 | DType::I64 => data.iter().map(|x| if x.is_nan() { 0.0 } else { x.trunc() }).collect(),
         DType::Bool => data.iter().map(|&x| f64::from(u8::from(x != 0.0))).collect(),
-        DType::F32 | DType::F64 => data,
+        DType::F16 | DType::F32 | DType::F64 => data,
     };
     l.const_tensor(&shape, &data, dt, span)
 }

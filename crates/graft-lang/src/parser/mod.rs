@@ -621,6 +621,7 @@ impl<'t> Parser<'t> {
 
 fn scalar_type(name: &str) -> Option<ScalarType> {
     Some(match name {
+        "f16" => ScalarType::F16,
         "f32" => ScalarType::F32,
         "f64" => ScalarType::F64,
         "i32" => ScalarType::I32,

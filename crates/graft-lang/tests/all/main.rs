@@ -9,6 +9,7 @@ mod collectives;
 mod debug_print;
 mod diagnostics;
 mod examples_dir;
+mod f16;
 mod limits;
 mod linalg;
 mod linalg_spectral;

@@ -24,6 +24,7 @@ pub fn tensor_bytes(t: &Tensor) -> (Dtype, Vec<u8>) {
         t.as_slice::<T>().map(|s| s.iter().flat_map(|&x| f(x)).collect()).unwrap_or_default()
     }
     match t.dtype() {
+        DType::F16 => (Dtype::F16, le::<graft_core::half::f16, 2>(t, graft_core::half::f16::to_le_bytes)),
         DType::F32 => (Dtype::F32, le::<f32, 4>(t, f32::to_le_bytes)),
         DType::F64 => (Dtype::F64, le::<f64, 8>(t, f64::to_le_bytes)),
         DType::I32 => (Dtype::I32, le::<i32, 4>(t, i32::to_le_bytes)),
@@ -42,6 +43,7 @@ pub fn tensor_from_view(v: &TensorView<'_>) -> Option<Tensor> {
         Tensor::from_vec(shape, vals?).ok()
     }
     match v.dtype() {
+        Dtype::F16 => words(d, shape, graft_core::half::f16::from_le_bytes),
         Dtype::F32 => words(d, shape, f32::from_le_bytes),
         Dtype::F64 => words(d, shape, f64::from_le_bytes),
         Dtype::I32 => words(d, shape, i32::from_le_bytes),

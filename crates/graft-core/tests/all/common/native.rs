@@ -20,6 +20,7 @@ pub fn opts(compile: CompileMode) -> ExecOptions {
 
 pub fn bits(t: &Tensor) -> Vec<u64> {
     match t.storage() {
+        Storage::F16(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect(),
         Storage::F32(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect(),
         Storage::F64(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect(),
         Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
