@@ -361,7 +361,7 @@ impl<'a> Entry<'a> {
                         Num::Bool(_) => unreachable!("internal error: bool literals were rejected above"),
                         Num::Float(f) => {
                             // Rounded once, to nearest even (not through f32).
-                            let y = f16::from_f64(f);
+                            let y = graft_core::dtype::f16_from_f64(f);
                             if !y.is_finite() && f.is_finite() {
                                 return Err(bad(format!("{} overflows f16", show_float(f)), &[
                                     format!("note: the largest f16 is {}", f16::MAX),
@@ -377,7 +377,7 @@ impl<'a> Entry<'a> {
                             y
                         }
                         Num::Int(i) => {
-                            let y = f16::from_f64(i as f64);
+                            let y = graft_core::dtype::f16_from_f64(i as f64);
                             if y.to_f64() as i128 != i as i128 || !y.is_finite() {
                                 return Err(bad(format!("{i} is not exactly representable as f16"), &[
                                     "note: f16 holds every integer up to 2^11 = 2048 exactly; inputs are never rounded".into(),

@@ -86,3 +86,51 @@ impl fmt::Display for DType {
         f.write_str(self.name())
     }
 }
+
+/// `x` rounded once to the nearest f16, ties to even; overflow gives `±inf`,
+/// NaN stays NaN (quiet, its top payload bits kept), signed zeros keep their
+/// sign.
+///
+/// Why not `half::f16::from_f64`: on x86 CPUs with F16C it converts through
+/// f32 (`f as f32`, then the hardware's f32 -> f16), which rounds twice:
+/// `1 + 2^-11 + 2^-40` goes to the tie `1 + 2^-11` and then to even, 1.0,
+/// where the correctly rounded result is `1 + 2^-10`; and its result would
+/// depend on the CPU. This is the integer rounding of the exact value.
+pub fn f16_from_f64(x: f64) -> half::f16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 48) & 0x8000) as u16;
+    let exp = ((bits >> 52) & 0x7ff) as i32;
+    let man = bits & ((1u64 << 52) - 1);
+    if exp == 0x7ff {
+        let nan = if man == 0 { 0 } else { 0x0200 | (man >> 42) as u16 };
+        return half::f16::from_bits(sign | 0x7c00 | nan);
+    }
+    // f64 subnormals (and zeros) are far below half of f16's smallest subnormal.
+    if exp == 0 {
+        return half::f16::from_bits(sign);
+    }
+    let e = exp - 1023;
+    if e > 15 {
+        return half::f16::from_bits(sign | 0x7c00);
+    }
+    // x = sig * 2^(e - 52); the result is a multiple of 2^q (q = -24 for
+    // f16's subnormals), r = sig * 2^(e - 52 - q) rounded to an integer.
+    let sig = (1u64 << 52) | man;
+    let q = e.max(-14) - 10;
+    let shift = (q - (e - 52)) as u32; // >= 42
+    if shift >= 54 {
+        // sig < 2^53 <= half a unit of 2^q: rounds to zero.
+        return half::f16::from_bits(sign);
+    }
+    let mut r = sig >> shift;
+    let rem = sig & ((1u64 << shift) - 1);
+    let half_unit = 1u64 << (shift - 1);
+    if rem > half_unit || (rem == half_unit && r & 1 == 1) {
+        r += 1;
+    }
+    // Normal: r in [2^10, 2^11] holds the implicit bit, so adding it to the
+    // exponent field one below carries into the exponent (r == 2^11 at
+    // e == 15 gives exactly inf's bits). Subnormal: r in [0, 2^10].
+    let mag = if e >= -14 { (((e + 14) as u64) << 10) + r } else { r };
+    half::f16::from_bits(sign | mag as u16)
+}

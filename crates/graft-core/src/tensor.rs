@@ -158,7 +158,7 @@ macro_rules! impl_element {
     };
 }
 // f64 -> f16 rounds once, to nearest even (not through f32: no double rounding).
-impl_element!(half::f16, F16, half::f16::from_f64, half::f16::to_f64);
+impl_element!(half::f16, F16, crate::dtype::f16_from_f64, half::f16::to_f64);
 impl_element!(f32, F32, |x| x as f32, |x| x as f64);
 impl_element!(f64, F64, |x| x, |x| x);
 impl_element!(i32, I32, |x| x as i32, |x| x as f64);
@@ -270,7 +270,7 @@ impl Tensor {
     pub fn full(ty: &TensorType, value: f64) -> Tensor {
         let n = ty.numel();
         let data = match ty.dtype {
-            DType::F16 => Storage::F16(vec![half::f16::from_f64(value); n]),
+            DType::F16 => Storage::F16(vec![crate::dtype::f16_from_f64(value); n]),
             DType::F32 => Storage::F32(vec![value as f32; n]),
             DType::F64 => Storage::F64(vec![value; n]),
             DType::I32 => Storage::I32(vec![value as i32; n]),
@@ -284,7 +284,7 @@ impl Tensor {
     pub fn from_fn(ty: &TensorType, f: impl Fn(usize) -> f64) -> Tensor {
         let n = ty.numel();
         let data = match ty.dtype {
-            DType::F16 => Storage::F16((0..n).map(|i| half::f16::from_f64(f(i))).collect()),
+            DType::F16 => Storage::F16((0..n).map(|i| crate::dtype::f16_from_f64(f(i))).collect()),
             DType::F32 => Storage::F32((0..n).map(|i| f(i) as f32).collect()),
             DType::F64 => Storage::F64((0..n).map(&f).collect()),
             DType::I32 => Storage::I32((0..n).map(|i| f(i) as i32).collect()),

@@ -1026,7 +1026,7 @@ fn f16_npy_input_and_f16_output() {
         "def main(x: tensor[n, f16], s: f16) -> (tensor[n, f16], f16) = (x * x * s, sum(x, 0))\n",
     )
     .unwrap();
-    let xs = [f16::from_f64(0.5), f16::from_f64(3.0), f16::from_f64(0.1)];
+    let xs = [graft_core::dtype::f16_from_f64(0.5), graft_core::dtype::f16_from_f64(3.0), graft_core::dtype::f16_from_f64(0.1)];
     let x = dir.path().join("x.npy");
     npy::save_npy(&x, &Tensor::vec1(&xs)).unwrap();
     let out = dir.path().join("out.npz");

@@ -263,7 +263,7 @@ pub(crate) fn copy_run(src: &Storage, from: usize, dst: &mut Storage, to: usize,
             }
         };
     }
-    run!(F32, F64, I32, I64, Bool);
+    run!(F16, F32, F64, I32, I64, Bool);
     Ok(())
 }
 

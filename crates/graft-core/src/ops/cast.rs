@@ -11,8 +11,9 @@
 //!   to `±inf`, NaN stays NaN.
 //! - `f16` (a storage type, see `opt::widen_f16`) converts like the other
 //!   floats: `f64 -> f16`, `f32 -> f16` and int -> f16 round once to nearest
-//!   even (directly, not through f32: no double rounding; i64 goes through
-//!   f64, exact below 2^53, and everything above 65 519 overflows anyway),
+//!   even (`dtype::f16_from_f64`, directly, not through f32: no double
+//!   rounding; i64 goes through f64, exact below 2^53, and everything above
+//!   65 519 overflows anyway),
 //!   overflow to `±inf`, NaN stays NaN; `f16 -> f32`/`f64` is exact;
 //!   `f16 -> int` is `f16 -> f32 -> int` (exact, then saturating, NaN -> 0).
 //! - bool -> number gives 0 or 1; number -> bool is `x != 0`, so NaN -> true
@@ -74,30 +75,33 @@ cast_from_number!(f32, f64, i32, i64);
 
 use half::f16;
 
-// To f16: one rounding to nearest even (f32 and i32 are exact in f64; i64
-// rounds to f64 only above 2^53, where f16 has overflowed to inf anyway).
+// To f16: one rounding to nearest even of the exact value, by
+// `dtype::f16_from_f64` (f32 and i32 are exact in f64; i64 rounds to f64
+// only above 2^53, where f16 has overflowed to inf anyway). Not `half`'s
+// conversions: its `from_f64` rounds twice on F16C CPUs (see
+// `f16_from_f64`), and one routine gives the same bits on every CPU.
 impl CastTo<f16> for f32 {
     #[inline(always)]
     fn cast_to(self) -> f16 {
-        f16::from_f32(self)
+        crate::dtype::f16_from_f64(self as f64)
     }
 }
 impl CastTo<f16> for f64 {
     #[inline(always)]
     fn cast_to(self) -> f16 {
-        f16::from_f64(self)
+        crate::dtype::f16_from_f64(self)
     }
 }
 impl CastTo<f16> for i32 {
     #[inline(always)]
     fn cast_to(self) -> f16 {
-        f16::from_f64(self as f64)
+        crate::dtype::f16_from_f64(self as f64)
     }
 }
 impl CastTo<f16> for i64 {
     #[inline(always)]
     fn cast_to(self) -> f16 {
-        f16::from_f64(self as f64)
+        crate::dtype::f16_from_f64(self as f64)
     }
 }
 impl CastTo<f16> for bool {

@@ -168,7 +168,7 @@ fn bool_conversions() {
 /// Reference for any pair, on values every dtype holds exactly.
 fn reference(x: f64, dst: DType) -> f64 {
     match dst {
-        DType::F32 | DType::F64 => x,
+        DType::F16 | DType::F32 | DType::F64 => x,
         DType::I32 => float_to_int(x, i32::MIN as f64, i32::MAX as f64),
         DType::I64 => float_to_int(x, -(2f64.powi(63)), 2f64.powi(63)),
         DType::Bool => (x != 0.0) as u8 as f64,

@@ -9,6 +9,7 @@ use crate::common;
 
 use common::native::{assert_bitwise_eq, bits};
 use graft_core::ad::{grad, Wrt};
+use graft_core::dtype::f16_from_f64;
 use graft_core::half::f16;
 use graft_core::kernel::CompileMode;
 use graft_core::npy::{read_npy, write_npy};
@@ -16,6 +17,42 @@ use graft_core::ops::scan::ScanOpts;
 use graft_core::ops::{Op, Prim};
 use graft_core::{Builder, DType, ExecOptions, Executable, Func, IrError, Tensor, TensorType, Value};
 use std::sync::Arc;
+
+/// The f16 nearest to `x`, ties to even, found by search over the f16
+/// values and an exact comparison with the midpoint of the two neighbours
+/// (exact in f64): the reference for every rounding to f16 here.
+fn ref_f16(x: f64) -> f16 {
+    if x.is_nan() {
+        return f16::NAN;
+    }
+    let a = x.abs();
+    let val = |h: u16| f16::from_bits(h).to_f64();
+    let mag = if a >= 65520.0 {
+        0x7c00
+    } else {
+        // The largest finite pattern whose value is <= a.
+        let (mut lo, mut hi) = (0u16, 0x7bffu16);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if val(mid) <= a {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        if lo == 0x7bff {
+            lo
+        } else {
+            let m = (val(lo) + val(lo + 1)) / 2.0;
+            if a < m || (a == m && lo % 2 == 0) {
+                lo
+            } else {
+                lo + 1
+            }
+        }
+    };
+    f16::from_bits(mag | if x.is_sign_negative() { 0x8000 } else { 0 })
+}
 
 fn ty16(shape: &[usize]) -> TensorType {
     TensorType::new(DType::F16, shape.to_vec())
@@ -72,7 +109,7 @@ impl Mix {
         let ty = ty16(shape);
         let n = ty.numel();
         let v: Vec<f16> =
-            (0..n).map(|_| f16::from_f64(lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64)).collect();
+            (0..n).map(|_| f16_from_f64(lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64)).collect();
         Tensor::from_vec(shape.to_vec(), v).unwrap()
     }
 }
@@ -89,8 +126,8 @@ fn dtype_f16_names_size_and_parse() {
     assert!(DType::ALL.contains(&DType::F16));
     // A constant of f16 type carries the f64 value rounded once to f16.
     let t = Tensor::full(&ty16(&[2]), 1.0 + 2f64.powi(-11) + 2f64.powi(-40));
-    assert_eq!(f16s(&t), vec![f16::from_f64(1.0 + 2f64.powi(-10)); 2]);
-    assert_eq!(Tensor::scalar(f16::from_f64(0.5)).to_scalar_f64().unwrap(), 0.5);
+    assert_eq!(f16s(&t), vec![f16::from_bits(0x3c01); 2]);
+    assert_eq!(Tensor::scalar(f16::from_bits(0x3800)).to_scalar_f64().unwrap(), 0.5);
 }
 
 // ---------------------------------------------------------------- convert
@@ -167,12 +204,30 @@ fn f64_to_f16_rounds_once_to_nearest_even() {
         f64::NAN,
         f64::MIN_POSITIVE,
     ];
+    // Besides the edge cases: every tie between neighbouring f16 values
+    // and its f64 neighbours, and random doubles over f16's range.
+    let mut xs = xs.to_vec();
+    for h in 0..0x7c00u16 {
+        let m = (f16::from_bits(h).to_f64() + f16::from_bits(h + 1).to_f64()) / 2.0;
+        for v in [m, f64::from_bits(m.to_bits() + 1), f64::from_bits(m.to_bits() - 1)] {
+            xs.extend([v, -v]);
+        }
+    }
+    let mut rng = Mix(9);
+    xs.extend((0..50_000).map(|_| {
+        let b = rng.next();
+        f64::from_bits(0x3e40_0000_0000_0000 + b % 0x02c0_0000_0000_0000) * if b >> 63 == 1 { -1.0 } else { 1.0 }
+    }));
+    for &v in &xs {
+        let (got, want) = (f16_from_f64(v), ref_f16(v));
+        assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{v:e}: {got} vs {want}");
+    }
     let x = Tensor::vec1(&xs);
     let f = convert_fn(&x.ty(), DType::F16);
     for opts in all_options() {
         let got = f16s(&run_with(&f, opts, &[&x]).remove(0));
         for (&v, g) in xs.iter().zip(&got) {
-            let want = f16::from_f64(v);
+            let want = ref_f16(v);
             if v.is_nan() {
                 assert!(g.is_nan());
             } else {
@@ -180,10 +235,10 @@ fn f64_to_f16_rounds_once_to_nearest_even() {
             }
         }
     }
-    // The no-double-rounding case, spelled out.
+    // The no-double-rounding case, spelled out (through f32 it would be 1.0).
     let tricky = 1.0 + p(-11) + p(-40);
-    assert_eq!(f16::from_f64(tricky).to_f64(), 1.0 + p(-10));
-    assert_eq!(f16::from_f32(tricky as f32).to_f64(), 1.0);
+    assert_eq!(f16_from_f64(tricky).to_f64(), 1.0 + p(-10));
+    assert_eq!(ref_f16(tricky as f32 as f64).to_f64(), 1.0);
     // Overflow, max finite, signed zero.
     let got = f16s(&run_with(&f, ExecOptions::default(), &[&x]).remove(0));
     assert_eq!(got[8], f16::MAX);
@@ -221,7 +276,9 @@ fn f32_to_f16_agrees_with_half_on_many_values() {
     for opts in all_options() {
         let got = f16s(&run_with(&f, opts, &[&x]).remove(0));
         for (&v, g) in xs.iter().zip(&got) {
-            let want = f16::from_f32(v);
+            let want = ref_f16(v as f64);
+            // half's f32 conversion (the F16C instruction on this CPU, if it has one) agrees.
+            assert!(want.to_bits() == f16::from_f32(v).to_bits() || v.is_nan());
             if v.is_nan() {
                 assert!(g.is_nan());
             } else {
@@ -235,7 +292,7 @@ fn f32_to_f16_agrees_with_half_on_many_values() {
 fn f16_to_int_saturates_and_maps_nan_to_zero() {
     let xs: Vec<f16> = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 65504.0, -65504.0, 1.5, -1.5, 0.99, -0.0, 2049.0]
         .iter()
-        .map(|&v| f16::from_f64(v))
+        .map(|&v| ref_f16(v))
         .collect();
     let x = Tensor::vec1(&xs);
     for opts in all_options() {
@@ -254,7 +311,7 @@ fn f16_to_int_saturates_and_maps_nan_to_zero() {
     let got = f16s(&run_with(&convert_fn(&i.ty(), DType::F16), ExecOptions::default(), &[&i]).remove(0));
     let want: Vec<f16> = [2048.0, 2052.0, 65504.0, f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, 0.0]
         .iter()
-        .map(|&v| f16::from_f64(v))
+        .map(|&v| ref_f16(v))
         .collect();
     assert_eq!(got, want);
 }
@@ -309,7 +366,7 @@ fn by_hand(b: &mut Builder, p: &[Value]) -> Result<Vec<Value>, IrError> {
     let dot = b.matmul2d(a, m)?;
     let dot = n(b, dot)?;
     // The constant holds 0.1 rounded to f16 (exact in f32).
-    let k = b.full(f16::from_f64(0.1).to_f64(), &TensorType::new(DType::F32, vec![N]))?;
+    let k = b.full(ref_f16(0.1).to_f64(), &TensorType::new(DType::F32, vec![N]))?;
     let scaled = b.mul(x, k)?;
     let scaled = n(b, scaled)?;
     Ok(vec![add, sub, mul, div, sqrt, exp, sum, dot, scaled])
@@ -344,7 +401,7 @@ fn widened_program_equals_the_f32_program_rounded_per_op() {
     for (k, op) in ops {
         let g = f16s(&got[k]);
         for i in 0..N {
-            let want = f16::from_f64(op(x[i].to_f64(), y[i].to_f64()));
+            let want = ref_f16(op(x[i].to_f64(), y[i].to_f64()));
             assert_eq!(g[i].to_bits(), want.to_bits(), "output {k}, element {i}");
         }
     }
@@ -412,7 +469,7 @@ fn scan_with_an_f16_carry_rounds_every_step() {
     let c0 = rng.tensor(&[3], -2.0, 2.0);
     let xs = rng.tensor(&[n, 3], -1.0, 1.0);
     // Reference: each op in f32, rounded to f16.
-    let k = f16::from_f64(K);
+    let k = ref_f16(K);
     let mut c: Vec<f16> = f16s(&c0).iter().map(|v| -*v).collect();
     let xv = f16s(&xs);
     let mut ys = Vec::new();
@@ -479,7 +536,7 @@ fn grad_of_an_f16_function_agrees_with_f32_within_f16_ulps() {
 fn npy_round_trips_f16_and_reads_big_endian() {
     let vals: Vec<f16> = [0.0, -0.0, 1.0, 0.1, 65504.0, f64::INFINITY, f64::NAN, 6e-8, -2.5]
         .iter()
-        .map(|&v| f16::from_f64(v))
+        .map(|&v| ref_f16(v))
         .collect();
     let t = Tensor::from_vec(vec![3, 3], vals.clone()).unwrap();
     let mut bytes = Vec::new();
@@ -499,6 +556,6 @@ fn npy_round_trips_f16_and_reads_big_endian() {
     let back = read_npy(&be[..]).unwrap();
     assert_eq!(bits(&back), bits(&t));
     // And printing: like f32.
-    let p = Tensor::vec1(&[f16::from_f64(1.5), f16::from_f64(-2.0)]);
+    let p = Tensor::vec1(&[ref_f16(1.5), ref_f16(-2.0)]);
     assert_eq!(p.to_string(), "[ 1.5 -2. ]");
 }

@@ -26,6 +26,7 @@ fn npoints(dt: DType) -> usize {
         DType::F32 | DType::F64 => 1 << 18,
         DType::I32 | DType::I64 => 1 << 15,
         DType::Bool => 1 << 12,
+        DType::F16 => unreachable!("f16 has no C kernel form"),
     }
 }
 
@@ -170,6 +171,7 @@ fn tensor_of(dt: DType, f: &[f64], i: &[i64], b: &[bool]) -> Tensor {
         DType::I32 => Tensor::from_vec(vec![n], i.iter().map(|&x| x as i32).collect::<Vec<_>>()),
         DType::I64 => Tensor::from_vec(vec![n], i.to_vec()),
         DType::Bool => Tensor::from_vec(vec![n], b[..n].to_vec()),
+        DType::F16 => unreachable!("f16 has no C kernel form"),
     }
     .unwrap()
 }
@@ -182,6 +184,7 @@ fn bytes_of(t: &Tensor) -> Vec<u8> {
         DType::I32 => t.to_vec::<i32>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
         DType::I64 => t.to_vec::<i64>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
         DType::Bool => t.to_vec::<bool>().unwrap().iter().map(|&x| x as u8).collect(),
+        DType::F16 => unreachable!("f16 has no C kernel form"),
     }
 }
 
@@ -190,6 +193,7 @@ fn size_of(dt: DType) -> usize {
         DType::F32 | DType::I32 => 4,
         DType::F64 | DType::I64 => 8,
         DType::Bool => 1,
+        DType::F16 => 2,
     }
 }
 
@@ -200,6 +204,7 @@ fn vty(dt: DType) -> &'static str {
         DType::I32 => "vi32",
         DType::I64 => "vi64",
         DType::Bool => "vbool",
+        DType::F16 => unreachable!("f16 has no C kernel form"),
     }
 }
 
@@ -398,6 +403,7 @@ fn compare(case: &Case, variant: &str, c: &[u8], rust: &[u8], ins: &[&Tensor]) -
             DType::I32 => format!("{}", i32::from_le_bytes(b.try_into().unwrap())),
             DType::I64 => format!("{}", i64::from_le_bytes(b.try_into().unwrap())),
             DType::Bool => format!("{}", b[0]),
+            DType::F16 => unreachable!("f16 has no C kernel form"),
         }
     };
     let mut bad = Vec::new();
@@ -436,6 +442,7 @@ impl ElemString for Tensor {
             DType::I32 => format!("{}", self.to_vec::<i32>().unwrap()[i]),
             DType::I64 => format!("{}", self.to_vec::<i64>().unwrap()[i]),
             DType::Bool => format!("{}", self.to_vec::<bool>().unwrap()[i]),
+            DType::F16 => format!("{}", self.to_vec::<graft_core::half::f16>().unwrap()[i]),
         }
     }
 }

@@ -45,7 +45,7 @@ fn type_err(r: Result<Value, IrError>, prim: &str) -> graft_core::TypeError {
 fn sample(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
     Tensor::from_fn(&TensorType::new(dtype, shape.to_vec()), |i| match dtype {
         DType::Bool => ((i + seed) * 7).is_multiple_of(3) as u8 as f64,
-        DType::F32 | DType::F64 => (i + seed) as f64 * 0.5 - 3.25,
+        DType::F16 | DType::F32 | DType::F64 => (i + seed) as f64 * 0.5 - 3.25,
         DType::I32 | DType::I64 => (i + seed) as f64 - 5.0,
     })
 }

@@ -887,7 +887,7 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
     }
     for &x in &data {
         let bad = match dt {
-            DType::F16 => x.is_finite() && !graft_core::half::f16::from_f64(x).is_finite(),
+            DType::F16 => x.is_finite() && !graft_core::dtype::f16_from_f64(x).is_finite(),
             DType::F32 => x.is_finite() && !(x as f32).is_finite(),
             DType::I32 => !x.is_nan() && (x.trunc() < i32::MIN as f64 || x.trunc() > i32::MAX as f64),
             // i64::MAX as f64 is 2^63, itself out of range.

@@ -19,7 +19,7 @@ def main() -> (tensor[3, f16], tensor[2, f16], f16, f32) {
 ";
 
 fn h(v: f64) -> f16 {
-    f16::from_f64(v)
+    graft_core::dtype::f16_from_f64(v)
 }
 
 #[test]
