@@ -29,10 +29,10 @@ pub mod transform;
 pub mod types;
 
 pub use dtype::DType;
-/// The `half` crate, whose `f16` is the element type of [`DType::F16`] tensors.
-pub use half;
 pub use error::{ExecError, IrError, TypeError};
 pub use exec::{compile_enabled, disable_compile, enable_compile, ExecOptions, Executable, Input, RunStats};
+/// The `half` crate, whose `f16` is the element type of [`DType::F16`] tensors.
+pub use half;
 pub use ir::{Builder, Func, Value};
 pub use ops::{Op, Prim};
 pub use tensor::{Element, Tensor, TensorError};

@@ -1021,12 +1021,13 @@ fn f16_npy_input_and_f16_output() {
     use graft_core::half::f16;
     let dir = tempfile::tempdir().unwrap();
     let prog = dir.path().join("half.graft");
-    std::fs::write(
-        &prog,
-        "def main(x: tensor[n, f16], s: f16) -> (tensor[n, f16], f16) = (x * x * s, sum(x, 0))\n",
-    )
-    .unwrap();
-    let xs = [graft_core::dtype::f16_from_f64(0.5), graft_core::dtype::f16_from_f64(3.0), graft_core::dtype::f16_from_f64(0.1)];
+    std::fs::write(&prog, "def main(x: tensor[n, f16], s: f16) -> (tensor[n, f16], f16) = (x * x * s, sum(x, 0))\n")
+        .unwrap();
+    let xs = [
+        graft_core::dtype::f16_from_f64(0.5),
+        graft_core::dtype::f16_from_f64(3.0),
+        graft_core::dtype::f16_from_f64(0.1),
+    ];
     let x = dir.path().join("x.npy");
     npy::save_npy(&x, &Tensor::vec1(&xs)).unwrap();
     let out = dir.path().join("out.npz");
@@ -1058,7 +1059,13 @@ fn f16_npy_input_and_f16_output() {
     assert!(lines[0].starts_with("0: f16[3] = [0.5"), "{s}");
     assert_eq!(lines[1], format!("1: f16[] = {}", Tensor::scalar(sum)), "{s}");
     // An f16 literal that overflows is refused, not rounded to inf.
-    let o = graft().arg("run").arg(&prog).arg(format!("--input=x={}", x.display())).args(["--input", "s=1e6"]).output().unwrap();
+    let o = graft()
+        .arg("run")
+        .arg(&prog)
+        .arg(format!("--input=x={}", x.display()))
+        .args(["--input", "s=1e6"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("overflows f16"), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -185,14 +185,8 @@ impl CastTo<bool> for bool {
 }
 
 /// An element type convertible to every element type.
-trait CastAll:
-    BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>
-{
-}
-impl<T: BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll
-    for T
-{
-}
+trait CastAll: BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool> {}
+impl<T: BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll for T {}
 
 /// Converts a block whose source type is known, dispatching on the target
 /// type once per block.

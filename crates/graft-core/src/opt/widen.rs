@@ -49,7 +49,9 @@ fn at_f32(p: &Prim) -> Prim {
             Prim::RandomUniform(RandomUniform { dtype: DType::F32, ..r.clone() })
         }
         // f16 -> f32 is exact: the f32 constant holds the same values.
-        Prim::Constant(c) if c.value.dtype() == DType::F16 => Prim::Constant(Constant { value: c.value.cast(DType::F32) }),
+        Prim::Constant(c) if c.value.dtype() == DType::F16 => {
+            Prim::Constant(Constant { value: c.value.cast(DType::F32) })
+        }
         p => p.clone(),
     }
 }

@@ -374,7 +374,12 @@ fn by_hand(b: &mut Builder, p: &[Value]) -> Result<Vec<Value>, IrError> {
 
 fn widen_inputs() -> Vec<Tensor> {
     let mut rng = Mix(11);
-    vec![rng.tensor(&[N], 0.01, 60.0), rng.tensor(&[N], 0.5, 30.0), rng.tensor(&[4, 8], -4.0, 4.0), rng.tensor(&[8, 3], -4.0, 4.0)]
+    vec![
+        rng.tensor(&[N], 0.01, 60.0),
+        rng.tensor(&[N], 0.5, 30.0),
+        rng.tensor(&[4, 8], -4.0, 4.0),
+        rng.tensor(&[8, 3], -4.0, 4.0),
+    ]
 }
 
 #[test]
@@ -425,11 +430,7 @@ fn widen_leaves_no_f16_arithmetic_and_keeps_bodies_f16() {
         assert!(!f16_io || matches!(e.prim, Prim::Convert(_)), "{} touches f16", e.prim.name());
     }
     // Each f16 operand is widened once, however many readers it has.
-    let x_widenings = g
-        .eqns
-        .iter()
-        .filter(|e| matches!(e.prim, Prim::Convert(_)) && e.inputs == [g.params[0]])
-        .count();
+    let x_widenings = g.eqns.iter().filter(|e| matches!(e.prim, Prim::Convert(_)) && e.inputs == [g.params[0]]).count();
     assert_eq!(x_widenings, 1);
     // Idempotent, and nothing to do for an f32 program.
     assert!(graft_core::opt::widen_f16(&g).unwrap().is_none());
@@ -534,10 +535,8 @@ fn grad_of_an_f16_function_agrees_with_f32_within_f16_ulps() {
 
 #[test]
 fn npy_round_trips_f16_and_reads_big_endian() {
-    let vals: Vec<f16> = [0.0, -0.0, 1.0, 0.1, 65504.0, f64::INFINITY, f64::NAN, 6e-8, -2.5]
-        .iter()
-        .map(|&v| ref_f16(v))
-        .collect();
+    let vals: Vec<f16> =
+        [0.0, -0.0, 1.0, 0.1, 65504.0, f64::INFINITY, f64::NAN, 6e-8, -2.5].iter().map(|&v| ref_f16(v)).collect();
     let t = Tensor::from_vec(vec![3, 3], vals.clone()).unwrap();
     let mut bytes = Vec::new();
     write_npy(&mut bytes, &t).unwrap();
