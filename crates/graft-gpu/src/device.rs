@@ -123,7 +123,8 @@ impl Drop for DevBuf {
     }
 }
 
-/// Bytes of a value of `ty` on the device (4 per element: bool is a u32).
+/// Bytes of a value of `ty` on the device (4 per element: bool is a u32,
+/// f16 its bits in the low half of one).
 pub fn device_bytes(ty: &TensorType) -> u64 {
     (ty.numel() as u64 * 4).max(4)
 }
@@ -349,14 +350,19 @@ impl Gpu {
         Arc::new(DevBuf { buf: Some(buf), size, pool: self.pool.clone(), memory: self.memory.clone() })
     }
 
-    /// Uploads a host tensor (f32, i32 or bool; bool becomes one u32 per
-    /// element) into a new device buffer.
+    /// Uploads a host tensor (f32, i32, bool or f16; bool becomes one u32
+    /// per element, 0 or 1, and f16 one u32 holding its bits) into a new
+    /// device buffer.
     pub fn upload(&self, t: &Tensor) -> Result<Arc<DevBuf>, GpuError> {
         let bytes: Vec<u8> = match t.storage() {
             graft_core::tensor::Storage::F32(v) => bytemuck::cast_slice(v).to_vec(),
             graft_core::tensor::Storage::I32(v) => bytemuck::cast_slice(v).to_vec(),
             graft_core::tensor::Storage::Bool(v) => {
                 let u: Vec<u32> = v.iter().map(|&b| b as u32).collect();
+                bytemuck::cast_slice(&u).to_vec()
+            }
+            graft_core::tensor::Storage::F16(v) => {
+                let u: Vec<u32> = v.iter().map(|h| h.to_bits() as u32).collect();
                 bytemuck::cast_slice(&u).to_vec()
             }
             _ => return Err(GpuError::Dtype(t.dtype())),
@@ -510,6 +516,11 @@ impl Gpu {
                 DType::Bool => {
                     let u = bytemuck::pod_collect_to_vec::<u8, u32>(words);
                     Tensor::from_vec(ty.shape.clone(), u.into_iter().map(|x| x != 0).collect::<Vec<bool>>())
+                }
+                DType::F16 => {
+                    let u = bytemuck::pod_collect_to_vec::<u8, u32>(words);
+                    let h = u.into_iter().map(|x| graft_core::half::f16::from_bits(x as u16)).collect::<Vec<graft_core::half::f16>>();
+                    Tensor::from_vec(ty.shape.clone(), h)
                 }
                 d => return Err(GpuError::Dtype(d)),
             }

@@ -276,11 +276,10 @@ struct Slot {
     dev: Option<Arc<DevBuf>>,
 }
 
-/// The first value of a 64-bit dtype or of f16 in `func` (parameters first, then
+/// The first value of a 64-bit dtype in `func` (parameters first, then
 /// equation results), described with its name and source line, if any.
 pub fn first_wide_value(func: &Func) -> Option<String> {
-    // f16 is refused with them: f16 on the GPU is not supported yet.
-    let wide = |v: Value| matches!(func.ty(v).dtype, DType::F64 | DType::I64 | DType::F16);
+    let wide = |v: Value| matches!(func.ty(v).dtype, DType::F64 | DType::I64);
     let name = |v: Value| match func.names.get(v) {
         Some(n) => format!("`{n}` ({v})"),
         None => format!("{v}"),
@@ -303,8 +302,7 @@ pub fn first_wide_value(func: &Func) -> Option<String> {
 impl GpuExecutable {
     /// Plans `func` for the process's GPU ([`crate::device::global`]).
     /// Fails without an adapter, and for a function with an `f64` or `i64`
-    /// value (WGSL has no 64-bit types) or an `f16` one (not supported on
-    /// the GPU yet), naming the first such value.
+    /// value (WGSL has no 64-bit types), naming the first such value.
     pub fn new(func: impl Into<Arc<Func>>) -> Result<GpuExecutable, GpuError> {
         let gpu = crate::device::global()?;
         GpuExecutable::with_gpu(gpu, func)
@@ -704,7 +702,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
             let eqn = &f.eqns[e];
             if eqn.inputs.is_empty() && eqn.outputs.len() == 1 {
                 let ty = f.ty(eqn.outputs[0]);
-                if matches!(ty.dtype, DType::F32 | DType::I32 | DType::Bool) {
+                if matches!(ty.dtype, DType::F32 | DType::I32 | DType::Bool | DType::F16) {
                     let mut outs = vec![Tensor::try_zeros(ty)
                         .map_err(|e| GpuError::OutOfMemory(format!("the constant {}: {e}", eqn.prim.name())))?];
                     eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;
@@ -924,7 +922,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
 fn device_body(gpu: &Arc<Gpu>, body: &Arc<Func>, what: &str) -> Result<Result<GpuExecutable, String>, GpuError> {
     let exe = match GpuExecutable::with_gpu(gpu.clone(), body.clone()) {
         Ok(exe) => exe,
-        Err(GpuError::Wide(why)) => return Ok(Err(format!("a {what} body with a 64-bit or f16 value ({why})"))),
+        Err(GpuError::Wide(why)) => return Ok(Err(format!("a {what} body with a 64-bit value ({why})"))),
         Err(e) => return Err(e),
     };
     match exe.host_steps().first() {

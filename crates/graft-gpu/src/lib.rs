@@ -31,10 +31,9 @@ pub enum GpuError {
     /// No adapter (no driver, no device), with what wgpu said.
     #[error("no GPU adapter: {0}")]
     NoAdapter(String),
-    /// The program has a 64-bit value (WGSL has no 64-bit types) or an f16
-    /// one (not supported on the GPU yet).
+    /// The program has a 64-bit value; WGSL has no 64-bit types.
     #[error(
-        "the GPU has no f64 or i64 (WGSL has no 64-bit types), and f16 on the GPU is not supported yet: {0}; run it with --device cpu, or convert to f32/i32"
+        "the GPU has no f64 or i64 (WGSL has no 64-bit types): {0}; run it with --device cpu, or convert to f32/i32"
     )]
     Wide(String),
     /// A dtype with no device form reached a transfer.
@@ -152,7 +151,7 @@ impl Runner {
             Device::Gpu => Ok((Runner::Gpu(GpuExecutable::new(func)?), None)),
             Device::Auto => {
                 if let Some(v) = first_wide_value(&func) {
-                    let note = format!("graft: running on the CPU: the GPU has no 64-bit types and no f16 yet ({v})");
+                    let note = format!("graft: running on the CPU: the GPU has no 64-bit types ({v})");
                     return Ok((Runner::Cpu(Executable::new(func)?), Some(note)));
                 }
                 match GpuExecutable::new(func.clone()) {

@@ -495,17 +495,10 @@ pub struct KernelError {
 /// points) or through a strided index that stays in bounds and never
 /// reaches one element from two points. Row kernels: inner
 /// bodies only in `Reduce`/`Map` of the outer body, `Outer` only in inner
-/// bodies, reductions over floating-point values.
+/// bodies, reductions over floating-point values. An f16 register (f16 is
+/// a storage type, see [`names_f16`]) is only loaded, stored, selected or
+/// converted: no arithmetic, comparison or reduction computes on f16.
 pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
-    // f16 has no kernel form yet: a kernel that reads, writes, converts to
-    // or names f16 is refused here, the one check every lowering (fused
-    // groups, row regions, compiled loops and whiles) passes through, so
-    // its work stays on the interpreter, whose `convert` rounds f32 -> f16
-    // with `half` (the compiled code promises bitwise the interpreter's
-    // results, and C has no portable correctly rounded f16 conversion).
-    if let Some(at) = f16_at(k) {
-        return Err(KernelError { kernel: k.name.clone(), at, msg: "f16 has no kernel form yet".to_string() });
-    }
     let mut stored = vec![false; k.args.len()];
     let mut slots = Vec::new();
     let types = body_types(k, &k.body, None, &mut stored, &mut slots)?;
@@ -521,22 +514,25 @@ pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
     Ok(types)
 }
 
-/// The position of the first instruction of `k` that names f16 (`k.body.len()`
-/// for an f16 argument), if any.
-fn f16_at(k: &Kernel) -> Option<usize> {
-    fn names_f16(i: &Inst) -> bool {
+/// Whether `k` reads, writes, converts to or names f16 anywhere.
+///
+/// f16 is a storage type (`opt::widen_f16`): in a kernel an f16 register
+/// only moves (loads, stores, selects) or converts, which [`verify`]
+/// enforces. The device renderer (`render_wgsl`) renders such kernels; the
+/// C renderer has no f16 form yet, so the CPU's compilers leave a kernel
+/// for which this holds to the interpreter (`kernel::prepare`,
+/// `loops::build_program`), silently: the interpreter runs it.
+pub fn names_f16(k: &Kernel) -> bool {
+    fn inst(i: &Inst) -> bool {
         match i {
             Inst::Lit(l) => l.dtype == DType::F16,
             Inst::Convert(d, _) | Inst::Bitcast(d, _) => *d == DType::F16,
-            Inst::Reduce(r) => r.inner.body.iter().any(names_f16),
-            Inst::Map(m) => m.body.iter().any(names_f16),
+            Inst::Reduce(r) => r.inner.body.iter().any(inst),
+            Inst::Map(m) => m.body.iter().any(inst),
             _ => false,
         }
     }
-    if k.args.iter().any(|a| a.dtype == DType::F16) {
-        return Some(k.body.len());
-    }
-    k.body.iter().position(names_f16)
+    k.args.iter().any(|a| a.dtype == DType::F16) || k.body.iter().any(inst)
 }
 
 /// The register dtypes of one body: the outer one (`outer` is `None`), or
@@ -583,20 +579,22 @@ pub fn body_types(
             Inst::Lit(l) => Some(l.dtype),
             Inst::Unary(op, a) => {
                 let d = ty(*a)?;
-                if !op.accepts(d) {
+                if !op.accepts(d) || d == DType::F16 {
                     return Err(err(at, format!("{} does not accept {d}", op.name())));
                 }
                 Some(d)
             }
             Inst::Binary(op, a, b) => {
                 let d = same(*a, *b)?;
-                if !op.accepts(d) {
+                if !op.accepts(d) || d == DType::F16 {
                     return Err(err(at, format!("{} does not accept {d}", op.name())));
                 }
                 Some(d)
             }
             Inst::Compare(_, a, b) => {
-                same(*a, *b)?;
+                if same(*a, *b)? == DType::F16 {
+                    return Err(err(at, "comparison of f16 (f16 computes in f32: convert first)".into()));
+                }
                 Some(DType::Bool)
             }
             Inst::Select(p, a, b) => {
@@ -608,7 +606,7 @@ pub fn body_types(
             Inst::Fma(a, b, c) => {
                 let d = same(*a, *b)?;
                 same(*a, *c)?;
-                if !d.is_float() {
+                if !d.is_float() || d == DType::F16 {
                     return Err(err(at, format!("fma does not accept {d}")));
                 }
                 Some(d)
@@ -750,7 +748,7 @@ pub fn body_types(
                 // (`rows::row_form`) forms floating-point ones only, which is
                 // all the C renderer's combiners take.
                 match it.get(red.value as usize) {
-                    Some(Some(d)) if d.is_float() || *d == DType::I32 => Some(*d),
+                    Some(Some(d)) if (d.is_float() && *d != DType::F16) || *d == DType::I32 => Some(*d),
                     Some(Some(d)) => return Err(err(at, format!("reduction of {d} (floating-point or i32 only)"))),
                     _ => return Err(err(at, format!("reduced register %{} is not a value", red.value))),
                 }

@@ -23,8 +23,13 @@
 //!   dtype through its own workgroup array; i32 sums and products wrap as
 //!   the interpreter's do, so integer reductions give its bits in any order.
 //!
-//! Dtypes: `f32`, `i32` and `bool` (stored as one `u32` per element, 0 or
-//! 1; the device runtime converts at upload and download). WGSL has no
+//! Dtypes: `f32`, `i32`, `bool` (stored as one `u32` per element, 0 or
+//! 1; the device runtime converts at upload and download) and `f16`, a
+//! storage type (`opt::widen_f16`): its bits in the low half of a `u32`,
+//! only moved and converted in a kernel (`ir::verify`), so it needs no
+//! adapter feature; `g_f16_to_f32` is exact and `g_f32_to_f16` rounds to
+//! nearest even in integer arithmetic, so a conversion gives the
+//! interpreter's bits (NaN payloads aside) on every adapter. WGSL has no
 //! 64-bit types: a kernel touching `f64` or `i64` is rejected with
 //! [`WgslError::Dtype`]; the caller decides what runs instead.
 //!
@@ -121,13 +126,15 @@ fn reduced_dtype(red: &Reduction, at: usize, inner_types: &[Option<Vec<Option<DT
     inner_types[at].as_ref().and_then(|t| t.get(red.value as usize).copied().flatten()).unwrap_or(DType::F32)
 }
 
-/// The WGSL type a dtype's elements have in a storage buffer.
+/// The WGSL type a dtype's elements have in a storage buffer: every element
+/// is 4 bytes on the device (bool as 0/1, f16 as its 16 bits in the low
+/// half of a `u32`; see `graft-gpu`'s transfers).
 pub fn storage_type(d: DType) -> &'static str {
     match d {
         DType::F32 => "f32",
         DType::I32 => "i32",
-        // bool and the 64-bit types never reach a shader as such.
-        _ => "u32",
+        // The 64-bit types never reach a shader (refused in `render_wgsl`).
+        DType::Bool | DType::F16 | DType::F64 | DType::I64 => "u32",
     }
 }
 
@@ -135,7 +142,11 @@ fn reg_type(d: DType) -> &'static str {
     match d {
         DType::F32 => "f32",
         DType::I32 => "i32",
-        _ => "bool",
+        // An f16 register holds the value's bits: it is only moved or
+        // converted (`ir::verify`), so no f16 arithmetic is needed and no
+        // adapter feature (WGSL's `f16` needs `shader-f16`).
+        DType::F16 => "u32",
+        DType::Bool | DType::F64 | DType::I64 => "bool",
     }
 }
 
@@ -263,6 +274,39 @@ fn g_rotl(a: i32, b: i32) -> i32 {
   let x = bitcast<u32>(a);
   let r = bitcast<u32>(b) & 31u;
   return bitcast<i32>((x << r) | (x >> ((32u - r) & 31u)));
+}
+fn g_f16_to_f32(h: u32) -> f32 {
+  let s = (h & 0x8000u) << 16u;
+  let e = (h >> 10u) & 0x1fu;
+  let m = h & 0x3ffu;
+  if (e == 0u) { return bitcast<f32>(s | bitcast<u32>(f32(m) * bitcast<f32>(0x33800000u))); }
+  if (e == 31u) { return bitcast<f32>(s | 0x7f800000u | (m << 13u) | select(0u, 0x400000u, m != 0u)); }
+  return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
+}
+fn g_f32_to_f16(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  let s = (b >> 16u) & 0x8000u;
+  let a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) { return s | 0x7e00u | ((a >> 13u) & 0x3ffu); }
+  if (a >= 0x47800000u) { return s | 0x7c00u; }
+  let e = i32(a >> 23u) - 127;
+  if (e < -25) { return s; }
+  var r: u32;
+  var rem: u32;
+  var half: u32;
+  if (e >= -14) {
+    r = (u32(e + 15) << 10u) | ((a >> 13u) & 0x3ffu);
+    rem = a & 0x1fffu;
+    half = 0x1000u;
+  } else {
+    let sig = (a & 0x7fffffu) | 0x800000u;
+    let sh = u32(-1 - e);
+    r = sig >> sh;
+    rem = sig & ((1u << sh) - 1u);
+    half = 1u << (sh - 1u);
+  }
+  if (rem > half || (rem == half && (r & 1u) == 1u)) { r = r + 1u; }
+  return s | r;
 }
 fn g_div_i32(a: i32, b: i32) -> i32 { return select(a / select(b, 1, b == 0), 0, b == 0); }
 fn g_rem_i32(a: i32, b: i32) -> i32 { return select(a % select(b, 1, b == 0), 0, b == 0); }
@@ -667,8 +711,9 @@ fn lit(l: &Lit) -> String {
         DType::F32 => format!("bitcast<f32>(0x{:08x}u)", l.bits as u32),
         DType::I32 => format!("bitcast<i32>(0x{:08x}u)", l.bits as u32),
         DType::Bool => (l.bits & 1 == 1).to_string(),
+        DType::F16 => format!("0x{:04x}u", l.bits as u16),
         // Rejected before rendering (see `render_wgsl`).
-        DType::F16 | DType::F64 | DType::I64 => "0".to_string(),
+        DType::F64 | DType::I64 => "0".to_string(),
     }
 }
 
@@ -731,6 +776,15 @@ fn convert(from: DType, to: DType, a: &str) -> String {
         (DType::Bool, DType::I32) => format!("select(0, 1, {a})"),
         (DType::F32, DType::Bool) => format!("({a} != 0.0)"),
         (DType::I32, DType::Bool) => format!("({a} != 0)"),
+        // f16 (bits in a u32) through f32: f16 -> f32 is exact, and an i32
+        // is exact in f32 wherever f16 is finite (|x| <= 2^24; beyond, both
+        // roundings overflow to inf), so each of these rounds once, as the
+        // interpreter's `convert` does.
+        (DType::F16, DType::F32) => format!("g_f16_to_f32({a})"),
+        (DType::F32, DType::F16) => format!("g_f32_to_f16({a})"),
+        (DType::F16, _) => convert(DType::F32, to, &format!("g_f16_to_f32({a})")),
+        (DType::I32, DType::F16) => format!("g_f32_to_f16(f32({a}))"),
+        (DType::Bool, DType::F16) => format!("select(0u, 0x3c00u, {a})"),
         // 64-bit dtypes are rejected before rendering.
         _ => a.to_string(),
     }

@@ -89,7 +89,10 @@ pub fn widen_f16(f: &Func) -> Result<Option<Func>, IrError> {
             }
         }
         let prim = at_f32(&e.prim);
-        let outs = b.emit(prim.clone(), &wide_ins)?;
+        let mut outs = b.emit(prim.clone(), &wide_ins)?;
+        if let (Prim::RandomUniform(_), [u]) = (&e.prim, outs.as_mut_slice()) {
+            *u = f16_grid(b, *u)?;
+        }
         let mut narrow = Vec::with_capacity(outs.len());
         for (&o, &y) in e.outputs.iter().zip(&outs) {
             let want = f.ty(o);
@@ -113,6 +116,21 @@ pub fn widen_f16(f: &Func) -> Result<Option<Func>, IrError> {
         Ok(narrow)
     })?;
     Ok(Some(g))
+}
+
+/// An f32 uniform `u` in `[0, 1)` (multiples of 2^-23) truncated to a
+/// multiple of 2^-10: `floor(u * 1024) / 1024`, every step exact. Rounding
+/// `u` to the nearest f16 instead would give 1.0 for `u >= 1 - 2^-12`,
+/// outside `[0, 1)`; this keeps the top 10 bits, so an f16 uniform takes
+/// the 1 024 values `k / 1024` with equal probability (JAX's f16 uniform
+/// has the same resolution), each exact in f16.
+fn f16_grid(b: &mut crate::ir::Builder, u: Value) -> Result<Value, IrError> {
+    let ty = b.ty(u)?.clone();
+    let scale = b.full(1024.0, &ty)?;
+    let inv = b.full(1.0 / 1024.0, &ty)?;
+    let k = b.mul(u, scale)?;
+    let k = b.floor(k)?;
+    b.mul(k, inv)
 }
 
 fn mismatch(prim: &Prim, want: &crate::types::TensorType, got: &crate::types::TensorType) -> IrError {

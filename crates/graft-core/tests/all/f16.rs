@@ -558,3 +558,92 @@ fn npy_round_trips_f16_and_reads_big_endian() {
     let p = Tensor::vec1(&[ref_f16(1.5), ref_f16(-2.0)]);
     assert_eq!(p.to_string(), "[ 1.5 -2. ]");
 }
+
+// ---------------------------------------------------------------- kernels
+
+/// The widened `x * y + 1` on f16 as fused kernels: `kernel::ir::verify`
+/// takes their f16 loads, conversions and stores (the GPU renders them),
+/// and refuses arithmetic on an f16 register; the CPU hands none of them to
+/// the C compiler (no C form: `kernel::ir::names_f16`), so they run on the
+/// interpreter, silently and with its bits, while an f32 group beside them
+/// still compiles.
+#[test]
+fn f16_kernels_verify_and_stay_off_the_c_compiler() {
+    use graft_core::kernel::{ir::names_f16, verify, Access, Arg, Index, Inst, Kernel};
+    let t16 = ty16(&[64]);
+    // Another extent, so the f32 work is a group of its own.
+    let t32 = TensorType::new(DType::F32, vec![32]);
+    let f = func("mixed", &[t16.clone(), t16.clone(), t32], |b, p| {
+        let xy = b.mul(p[0], p[1])?;
+        let one = b.full(1.0, &t16)?;
+        let h = b.add(xy, one)?;
+        let e = b.exp(p[2])?;
+        let two = b.full(2.0, &TensorType::new(DType::F32, vec![32]))?;
+        Ok(vec![h, b.mul(e, two)?])
+    });
+    let mut m = Mix(16);
+    let (x, y) = (m.tensor(&[64], -4.0, 4.0), m.tensor(&[64], -4.0, 4.0));
+    let z = Tensor::from_vec(vec![32], (0..32).map(|i| i as f32 / 16.0).collect::<Vec<f32>>()).unwrap();
+    let off = run_with(&f, ExecOptions { compile: CompileMode::Off, ..ExecOptions::default() }, &[&x, &y, &z]);
+    let exe = Executable::with_options(f.clone(), ExecOptions { compile: CompileMode::Off, ..ExecOptions::default() })
+        .unwrap();
+    let kernels = exe.plan_kernels();
+    let f16_kernels: Vec<&Kernel> = kernels.iter().filter(|k| names_f16(k)).collect();
+    assert!(!f16_kernels.is_empty(), "the f16 group has a kernel form");
+    for k in &f16_kernels {
+        verify(k).unwrap();
+    }
+    // Arithmetic on f16 registers is refused.
+    let add16 = Kernel {
+        name: "add16".into(),
+        extent: 4,
+        args: vec![
+            Arg { dtype: DType::F16, len: 4, access: Access::Read },
+            Arg { dtype: DType::F16, len: 4, access: Access::Write },
+        ],
+        body: vec![
+            Inst::Load { arg: 0, index: Index::Point },
+            Inst::Binary(graft_core::ops::binary::Binary::Add, 0, 0),
+            Inst::Store { arg: 1, value: 1, index: Index::Point },
+        ],
+    };
+    let e = verify(&add16).unwrap_err();
+    assert!(e.msg.contains("does not accept f16"), "{e}");
+    if common::native::skip() {
+        return;
+    }
+    let exe = Executable::with_options(f.clone(), ExecOptions { compile: CompileMode::Sync, ..ExecOptions::default() })
+        .unwrap();
+    let (ready, total) = exe.native_status();
+    assert_eq!((ready, total), (kernels.len() - f16_kernels.len(), kernels.len() - f16_kernels.len()));
+    assert!(total >= 1, "the f32 group compiles");
+    assert_bitwise_eq(&exe.run(&[&x, &y, &z]).unwrap(), &off);
+}
+
+/// An f16 `random_uniform` stays in `[0, 1)`: the f32 draw is truncated to
+/// a multiple of 2^-10 (`opt::widen_f16`), where rounding it to the
+/// nearest f16 would give 1.0 for draws at or above `1 - 2^-12`; all 1 024
+/// values occur.
+#[test]
+fn f16_random_uniform_stays_below_one_on_a_grid_of_2_pow_minus_10() {
+    let n = 1 << 16;
+    let f = func("u16", &[TensorType::new(DType::I32, vec![2])], |b, p| {
+        let u16 = b.random_uniform(p[0], &[n], DType::F16)?;
+        let u32 = b.random_uniform(p[0], &[n], DType::F32)?;
+        Ok(vec![u16, u32])
+    });
+    let key = Tensor::from_vec(vec![2], vec![7i32, 11]).unwrap();
+    for opts in all_options() {
+        let out = run_with(&f, opts, &[&key]);
+        let (h, u) = (f16s(&out[0]), out[1].to_vec::<f32>().unwrap());
+        let mut seen = vec![false; 1024];
+        for (a, b) in h.iter().zip(&u) {
+            let k = a.to_f64() * 1024.0;
+            assert!(k >= 0.0 && k < 1024.0 && k.fract() == 0.0, "{a} is not k / 1024 in [0, 1)");
+            // The same draw, truncated.
+            assert_eq!(k, (*b as f64 * 1024.0).floor());
+            seen[k as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s), "every k / 1024 occurs in 65 536 draws");
+    }
+}

@@ -21,6 +21,8 @@ use graft_core::{DType, Executable, Tensor, TensorType};
 use graft_gpu::{Device, GpuError, GpuExecutable, Runner};
 use std::sync::Arc;
 
+mod f16;
+
 const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;
 
@@ -625,6 +627,7 @@ fn bit_patterns(t: &Tensor) -> Vec<u64> {
     use graft_core::tensor::Storage;
     match t.storage() {
         Storage::F32(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
+        Storage::F16(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
         Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
         Storage::Bool(v) => v.iter().map(|&x| u64::from(x)).collect(),
         Storage::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
