@@ -519,7 +519,10 @@ impl Gpu {
                 }
                 DType::F16 => {
                     let u = bytemuck::pod_collect_to_vec::<u8, u32>(words);
-                    let h = u.into_iter().map(|x| graft_core::half::f16::from_bits(x as u16)).collect::<Vec<graft_core::half::f16>>();
+                    let h = u
+                        .into_iter()
+                        .map(|x| graft_core::half::f16::from_bits(x as u16))
+                        .collect::<Vec<graft_core::half::f16>>();
                     Tensor::from_vec(ty.shape.clone(), h)
                 }
                 d => return Err(GpuError::Dtype(d)),

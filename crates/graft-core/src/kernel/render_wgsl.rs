@@ -522,7 +522,14 @@ impl Renderer<'_> {
                         Compare::Gt => ">",
                         Compare::Ge => ">=",
                     };
-                    self.line(ind, &format!("let {name} = {} {o} {};", reg(*a), reg(*b)));
+                    // Naga emits `!=` on floats as an ordered comparison
+                    // (false with a NaN operand); IEEE's (and the CPU's)
+                    // is unordered: the negated `==` is that.
+                    if *op == Compare::Ne && ty(*a) == DType::F32 {
+                        self.line(ind, &format!("let {name} = !({} == {});", reg(*a), reg(*b)));
+                    } else {
+                        self.line(ind, &format!("let {name} = {} {o} {};", reg(*a), reg(*b)));
+                    }
                 }
                 Inst::Select(p, a, b) => {
                     self.line(ind, &format!("let {name} = select({}, {}, {});", reg(*b), reg(*a), reg(*p)));
@@ -774,7 +781,8 @@ fn convert(from: DType, to: DType, a: &str) -> String {
         (DType::I32, DType::F32) => format!("f32({a})"),
         (DType::Bool, DType::F32) => format!("select(0.0, 1.0, {a})"),
         (DType::Bool, DType::I32) => format!("select(0, 1, {a})"),
-        (DType::F32, DType::Bool) => format!("({a} != 0.0)"),
+        // NaN -> true: the negated ordered `==` (see `Compare::Ne`).
+        (DType::F32, DType::Bool) => format!("(!({a} == 0.0))"),
         (DType::I32, DType::Bool) => format!("({a} != 0)"),
         // f16 (bits in a u32) through f32: f16 -> f32 is exact, and an i32
         // is exact in f32 wherever f16 is finite (|x| <= 2^24; beyond, both
@@ -782,6 +790,9 @@ fn convert(from: DType, to: DType, a: &str) -> String {
         // interpreter's `convert` does.
         (DType::F16, DType::F32) => format!("g_f16_to_f32({a})"),
         (DType::F32, DType::F16) => format!("g_f32_to_f16({a})"),
+        // Nonzero magnitude, NaN included (x != 0 on the value, without
+        // a float comparison a device compiler may assume NaN-free).
+        (DType::F16, DType::Bool) => format!("(({a} & 0x7fffu) != 0u)"),
         (DType::F16, _) => convert(DType::F32, to, &format!("g_f16_to_f32({a})")),
         (DType::I32, DType::F16) => format!("g_f32_to_f16(f32({a}))"),
         (DType::Bool, DType::F16) => format!("select(0u, 0x3c00u, {a})"),

@@ -15,8 +15,12 @@ use std::sync::Arc;
 /// CPU's conversion and the device's).
 fn canon(t: &Tensor) -> Vec<u64> {
     match t.dtype() {
-        DType::F16 => t.to_vec::<f16>().unwrap().iter().map(|h| if h.is_nan() { u64::MAX } else { h.to_bits() as u64 }).collect(),
-        DType::F32 => t.to_vec::<f32>().unwrap().iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect(),
+        DType::F16 => {
+            t.to_vec::<f16>().unwrap().iter().map(|h| if h.is_nan() { u64::MAX } else { h.to_bits() as u64 }).collect()
+        }
+        DType::F32 => {
+            t.to_vec::<f32>().unwrap().iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect()
+        }
         DType::I32 => t.to_vec::<i32>().unwrap().iter().map(|&x| x as u32 as u64).collect(),
         DType::Bool => t.to_vec::<bool>().unwrap().iter().map(|&x| x as u64).collect(),
         d => panic!("no comparison for {d}"),
@@ -155,4 +159,18 @@ fn f16_programs_and_their_gradients_run_on_the_device() {
     let key = Tensor::from_vec(vec![2], vec![3i32, 5]).unwrap();
     let fun = func(NET, "u", &[key.ty()]);
     same_bits_on_device((*fun).clone(), &[&key]);
+}
+
+/// NaN is unequal to everything and converts to `true`, on the device as
+/// on the CPU (a device compiler's ordered `!=` would say false).
+#[test]
+fn nan_compares_unequal_and_converts_to_true() {
+    let src = "
+def f(x: tensor[n, f32], y: tensor[n, f32]) -> (tensor[n, bool], tensor[n, bool], tensor[n, bool], tensor[n, bool]) =
+  (x != y, x == y, cast(x, bool), cast(cast(x, f16), bool))
+";
+    let x = Tensor::from_vec(vec![6], vec![f32::NAN, 1.0, 0.0, -0.0, f32::NAN, 2.0]).unwrap();
+    let y = Tensor::from_vec(vec![6], vec![f32::NAN, f32::NAN, 0.0, 0.0, 1.0, 2.0]).unwrap();
+    let fun = func(src, "f", &[x.ty(), y.ty()]);
+    same_bits_on_device((*fun).clone(), &[&x, &y]);
 }
