@@ -17,7 +17,7 @@ from . import _scope
 
 __all__ = ["Tracer", "is_tracer"]
 
-_SUPPORTED = ("float32", "float64", "int32", "int64", "bool")
+_SUPPORTED = ("float16", "float32", "float64", "int32", "int64", "bool")
 
 
 def is_tracer(x: Any) -> bool:
@@ -51,7 +51,7 @@ def to_array(x: Any, where: str) -> np.ndarray:
         raise TypeError(f"{where}: graft cannot use a value of type {type(x).__name__} (expected an array or a number)")
     if a.dtype.name not in _SUPPORTED:
         raise TypeError(
-            f"{where}: graft has no dtype {a.dtype.name} (it has float32, float64, int32, int64 and bool)"
+            f"{where}: graft has no dtype {a.dtype.name} (it has float16, float32, float64, int32, int64 and bool)"
         )
     return a
 

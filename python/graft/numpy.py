@@ -94,8 +94,8 @@ def _ctx(*xs: Any) -> Optional[Tracer]:
 
 def _dtype_name(dtype: Any) -> str:
     name = _np.dtype(dtype).name
-    if name not in ("float32", "float64", "int32", "int64", "bool"):
-        raise TypeError(f"graft has no dtype {name} (it has float32, float64, int32, int64 and bool)")
+    if name not in ("float16", "float32", "float64", "int32", "int64", "bool"):
+        raise TypeError(f"graft has no dtype {name} (it has float16, float32, float64, int32, int64 and bool)")
     return name
 
 
@@ -147,7 +147,7 @@ _KIND_RANK = {"b": 0, "i": 1, "f": 2}
 
 def result_type(*dtypes: Any) -> _np.dtype:
     """The dtype two arrays of these dtypes combine to, by JAX's rules over
-    graft's dtypes: ``bool < int32 < int64 < float32 < float64`` except that
+    graft's dtypes: ``bool < int32 < int64 < float16 < float32 < float64`` except that
     any integer with a float gives that float (``int64 + float32`` is
     ``float32``, as in JAX). Python numbers are weakly typed and take the
     other operand's dtype before this applies."""
