@@ -639,7 +639,7 @@ fn f16_random_uniform_stays_below_one_on_a_grid_of_2_pow_minus_10() {
         let mut seen = vec![false; 1024];
         for (a, b) in h.iter().zip(&u) {
             let k = a.to_f64() * 1024.0;
-            assert!(k >= 0.0 && k < 1024.0 && k.fract() == 0.0, "{a} is not k / 1024 in [0, 1)");
+            assert!((0.0..1024.0).contains(&k) && k.fract() == 0.0, "{a} is not k / 1024 in [0, 1)");
             // The same draw, truncated.
             assert_eq!(k, (*b as f64 * 1024.0).floor());
             seen[k as usize] = true;
