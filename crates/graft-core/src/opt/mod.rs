@@ -6,6 +6,7 @@
 mod algebra;
 mod cse;
 mod dce;
+mod diag;
 mod flatten;
 mod fold;
 mod hoist;
@@ -19,6 +20,7 @@ mod widen;
 pub use algebra::{fold_identities, splat_reads};
 pub use cse::cse;
 pub use dce::dce;
+pub use diag::diagonal_products;
 pub use flatten::{flatten, flatten_all};
 pub use fold::{fold_constants, FOLD_MAX_BYTES, FOLD_MAX_ELEMS};
 pub use hoist::{hoist_accumulations, HOIST_MAX_BYTES};
@@ -33,9 +35,12 @@ use crate::error::IrError;
 use crate::ir::{lookup, Builder, Eqn, Func, Value};
 
 /// The standard cleanup pipeline: no-op removal, reads of splats, algebraic
-/// identities, CSE, then DCE.
+/// identities, products with diagonal matrices, CSE, then DCE.
 pub fn simplify(f: &Func) -> Func {
-    dce(&cse(&fold_identities(&splat_reads(&remove_noops(f)))))
+    let g = fold_identities(&splat_reads(&remove_noops(f)));
+    // A failed rebuild (a bug, never the program's) keeps the product.
+    let g = diagonal_products(&g).ok().flatten().unwrap_or(g);
+    dce(&cse(&g))
 }
 
 /// `f` rebuilt equation by equation, `emit` giving each equation's new

@@ -30,6 +30,7 @@ mod create;
 mod cumulative;
 mod custom_rules;
 mod debug_print;
+mod diag;
 mod eager;
 mod erf_inv;
 mod exec;
