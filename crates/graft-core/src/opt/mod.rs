@@ -7,6 +7,7 @@ mod algebra;
 mod cse;
 mod dce;
 mod diag;
+mod dotfold;
 mod flatten;
 mod fold;
 mod hoist;
@@ -21,6 +22,7 @@ pub use algebra::{fold_identities, splat_reads};
 pub use cse::cse;
 pub use dce::dce;
 pub use diag::diagonal_products;
+pub use dotfold::fold_transposed_operands;
 pub use flatten::{flatten, flatten_all};
 pub use fold::{fold_constants, FOLD_MAX_BYTES, FOLD_MAX_ELEMS};
 pub use hoist::{hoist_accumulations, HOIST_MAX_BYTES};
@@ -35,11 +37,13 @@ use crate::error::IrError;
 use crate::ir::{lookup, Builder, Eqn, Func, Value};
 
 /// The standard cleanup pipeline: no-op removal, reads of splats, algebraic
-/// identities, products with diagonal matrices, CSE, then DCE.
+/// identities, products with diagonal matrices, transposed product
+/// operands read in place, CSE, then DCE.
 pub fn simplify(f: &Func) -> Func {
     let g = fold_identities(&splat_reads(&remove_noops(f)));
     // A failed rebuild (a bug, never the program's) keeps the product.
     let g = diagonal_products(&g).ok().flatten().unwrap_or(g);
+    let g = fold_transposed_operands(&g).ok().flatten().unwrap_or(g);
     dce(&cse(&g))
 }
 

@@ -31,6 +31,7 @@ mod cumulative;
 mod custom_rules;
 mod debug_print;
 mod diag;
+mod dotfold;
 mod eager;
 mod erf_inv;
 mod exec;
