@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{run, Rng};
+use common::{build as func, run, Rng};
 use graft_core::jac::{jacfwd, jacrev};
 use graft_core::ops::Prim;
 use graft_core::opt::diagonal_products;
@@ -14,13 +14,6 @@ use graft_core::{Builder, DType, Func, IrError, Tensor, TensorType, Value};
 
 fn t64(shape: &[usize]) -> TensorType {
     TensorType::new(DType::F64, shape.to_vec())
-}
-
-fn func(types: &[TensorType], body: impl FnOnce(&mut Builder, &[Value]) -> Result<Vec<Value>, IrError>) -> Func {
-    let mut b = Builder::new("f");
-    let ps: Vec<Value> = types.iter().map(|t| b.param(t.clone())).collect();
-    let outs = body(&mut b, &ps).unwrap();
-    b.finish(&outs).unwrap()
 }
 
 /// `convert(eq(iota(0), iota(1)))`, as `jac::basis` builds it.

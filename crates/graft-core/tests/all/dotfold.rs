@@ -4,20 +4,13 @@
 
 use crate::common;
 
-use common::{run, Rng};
+use common::{build as func, run, Rng};
 use graft_core::ops::Prim;
 use graft_core::opt::{fold_transposed_operands, simplify};
-use graft_core::{Builder, DType, Func, IrError, TensorType, Value};
+use graft_core::{DType, Func, TensorType};
 
 fn t32(shape: &[usize]) -> TensorType {
     TensorType::new(DType::F32, shape.to_vec())
-}
-
-fn func(types: &[TensorType], body: impl FnOnce(&mut Builder, &[Value]) -> Result<Vec<Value>, IrError>) -> Func {
-    let mut b = Builder::new("f");
-    let ps: Vec<Value> = types.iter().map(|t| b.param(t.clone())).collect();
-    let outs = body(&mut b, &ps).unwrap();
-    b.finish(&outs).unwrap()
 }
 
 fn transposes(f: &Func) -> usize {

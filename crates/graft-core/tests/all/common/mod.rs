@@ -49,6 +49,18 @@ impl Rng {
     }
 }
 
+/// A function `f` of parameters of `types`, whose outputs `body` builds
+/// from the parameters.
+pub fn build(
+    types: &[TensorType],
+    body: impl FnOnce(&mut graft_core::Builder, &[graft_core::Value]) -> Result<Vec<graft_core::Value>, graft_core::IrError>,
+) -> Func {
+    let mut b = graft_core::Builder::new("f");
+    let ps: Vec<graft_core::Value> = types.iter().map(|t| b.param(t.clone())).collect();
+    let outs = body(&mut b, &ps).unwrap();
+    b.finish(&outs).unwrap()
+}
+
 pub fn run(f: &Func, inputs: &[Tensor]) -> Vec<Tensor> {
     let refs: Vec<&Tensor> = inputs.iter().collect();
     Executable::new(f.clone()).unwrap_or_else(|e| panic!("{e}\n{f}")).run(&refs).unwrap_or_else(|e| panic!("{e}\n{f}"))
