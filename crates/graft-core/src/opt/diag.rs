@@ -28,12 +28,11 @@
 //! spreads a NaN (`0 * inf`) into every element that summed over it; the
 //! rewritten one keeps it in its own row, as the Jacobian does.
 
-use super::rebuild;
+use super::rebuild_mapped;
 use crate::error::IrError;
 use crate::ir::{Builder, Func, Value};
 use crate::ops::binary::{Binary, Compare};
 use crate::ops::Prim;
-use std::collections::HashMap;
 
 /// What a value is known to be: `diag(d)` for a vector `d` (a value of the
 /// original function), or the identity.
@@ -118,20 +117,15 @@ pub fn diagonal_products(f: &Func) -> Result<Option<Func>, IrError> {
     if !f.eqns.iter().any(|e| target(e).is_some()) {
         return Ok(None);
     }
-    // Old values -> new ones, for the vectors `d` (read through the
-    // equations that use them).
-    let mut new_of: HashMap<Value, Value> = HashMap::new();
-    let g = rebuild(f, |b, e, ins| {
-        for (&old, &new) in e.inputs.iter().zip(ins) {
-            new_of.insert(old, new);
-        }
+    let g = rebuild_mapped(f, |b, e, ins, new_of| {
         let (Some((side, d)), Prim::DotGeneral(p)) = (target(e), &e.prim) else {
             return b.emit(e.prim.clone(), ins);
         };
         let d = match d {
             Diag::Eye => None,
-            Diag::Scaled(v) => match new_of.get(&v) {
-                Some(&n) => Some(n),
+            // Defined before its broadcast, so before this product.
+            Diag::Scaled(v) => match new_of[v.index()] {
+                Some(n) => Some(n),
                 None => return b.emit(e.prim.clone(), ins),
             },
         };

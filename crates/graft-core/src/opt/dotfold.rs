@@ -18,7 +18,7 @@
 //! contracted index (GEMM's accumulation order does not depend on operand
 //! strides), so the results are the unfolded graph's bits.
 
-use super::rebuild;
+use super::rebuild_mapped;
 use crate::error::IrError;
 use crate::ir::{Func, Value};
 use crate::ops::Prim;
@@ -62,13 +62,7 @@ pub fn fold_transposed_operands(f: &Func) -> Result<Option<Func>, IrError> {
     if !f.eqns.iter().any(|e| plan(e).is_some()) {
         return Ok(None);
     }
-    // Old values -> new ones, for the transposes' operands (read through
-    // the transposes themselves, which come first).
-    let mut new_of: HashMap<Value, Value> = HashMap::new();
-    let g = rebuild(f, |b, e, ins| {
-        for (&old, &new) in e.inputs.iter().zip(ins) {
-            new_of.insert(old, new);
-        }
+    let g = rebuild_mapped(f, |b, e, ins, new_of| {
         let (Some((lhs, rhs)), Prim::DotGeneral(p)) = (plan(e), &e.prim) else {
             return b.emit(e.prim.clone(), ins);
         };
@@ -76,12 +70,12 @@ pub fn fold_transposed_operands(f: &Func) -> Result<Option<Func>, IrError> {
         let (mut lc, mut lb, mut rc, mut rb) =
             (p.lhs_contract.clone(), p.lhs_batch.clone(), p.rhs_contract.clone(), p.rhs_batch.clone());
         if let Some((x, (c, bt))) = lhs {
-            if let Some(&n) = new_of.get(&x) {
+            if let Some(n) = new_of[x.index()] {
                 (l, lc, lb) = (n, c, bt);
             }
         }
         if let Some((x, (c, bt))) = rhs {
-            if let Some(&n) = new_of.get(&x) {
+            if let Some(n) = new_of[x.index()] {
                 (r, rc, rb) = (n, c, bt);
             }
         }

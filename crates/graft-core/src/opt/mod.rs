@@ -55,6 +55,17 @@ pub(crate) fn rebuild(
     f: &Func,
     mut emit: impl FnMut(&mut Builder, &Eqn, &[Value]) -> Result<Vec<Value>, IrError>,
 ) -> Result<Func, IrError> {
+    rebuild_mapped(f, |b, e, ins, _| emit(b, e, ins))
+}
+
+/// [`rebuild`], `emit` also given the new value of every value of `f`
+/// defined so far (indexed by the old value; `None` for later ones): for
+/// passes that replace an equation by one reading values further back
+/// (`diagonal_products`, `fold_transposed_operands`).
+pub(crate) fn rebuild_mapped(
+    f: &Func,
+    mut emit: impl FnMut(&mut Builder, &Eqn, &[Value], &[Option<Value>]) -> Result<Vec<Value>, IrError>,
+) -> Result<Func, IrError> {
     let mut b = Builder::new(f.name.clone());
     let mut map: Vec<Option<Value>> = vec![None; f.n_values()];
     for &p in &f.params {
@@ -63,7 +74,7 @@ pub(crate) fn rebuild(
     for e in &f.eqns {
         let ins: Vec<Value> = e.inputs.iter().map(|&v| lookup(&map, v)).collect::<Result<_, _>>()?;
         b.set_loc(e.loc.clone());
-        let outs = emit(&mut b, e, &ins)?;
+        let outs = emit(&mut b, e, &ins, &map)?;
         for (&o, n) in e.outputs.iter().zip(outs) {
             map[o.index()] = Some(n);
             if let Some(name) = f.names.get(o) {

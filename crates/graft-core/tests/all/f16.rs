@@ -63,10 +63,7 @@ fn func(
     types: &[TensorType],
     body: impl FnOnce(&mut Builder, &[Value]) -> Result<Vec<Value>, IrError>,
 ) -> Func {
-    let mut b = Builder::new(name);
-    let ps: Vec<Value> = types.iter().map(|t| b.param(t.clone())).collect();
-    let outs = body(&mut b, &ps).unwrap();
-    b.finish(&outs).unwrap()
+    Func { name: name.to_string(), ..common::build(types, body) }
 }
 
 /// Every combination of fusion and compilation the executor has (compiled
