@@ -154,7 +154,8 @@ impl Lit {
     pub fn of_tensor(t: &crate::tensor::Tensor) -> Option<Lit> {
         use crate::tensor::Storage;
         let bits = match t.storage() {
-            // f16 has no kernel form (see `verify`).
+            // f16 constants are widened to f32 before planning
+            // (`opt::widen_f16`): none reaches a kernel as a literal.
             Storage::F16(_) => return None,
             Storage::F32(v) => v.first()?.to_bits() as u64,
             Storage::F64(v) => v.first()?.to_bits(),

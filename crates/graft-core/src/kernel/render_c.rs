@@ -216,7 +216,8 @@ GK_STNT(int64_t, vi64, i64)
 /// The C name of a dtype's vector type and element type in memory.
 fn ctype(d: DType) -> (&'static str, &'static str) {
     match d {
-        // Refused by `ir::verify` before any kernel is rendered; a name C
+        // Left to the interpreter before any kernel is rendered
+        // (`ir::names_f16`, `kernel::prepare`, `loops::build_program`); a name C
         // does not know, so a kernel that got here fails to compile (and
         // runs on the interpreter) rather than computing wrong bits.
         DType::F16 => (F16_UNSUPPORTED, F16_UNSUPPORTED),
@@ -228,7 +229,7 @@ fn ctype(d: DType) -> (&'static str, &'static str) {
     }
 }
 
-/// The C spelling of f16 (which has no kernel form, see `ir::verify`).
+/// The C spelling of f16 (which has no C form yet, see `ir::names_f16`).
 const F16_UNSUPPORTED: &str = "gk_f16_has_no_kernel_form";
 
 /// A literal as a C vector expression (its bits from the size table when
