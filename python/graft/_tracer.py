@@ -17,7 +17,7 @@ from . import _scope
 
 __all__ = ["Tracer", "is_tracer"]
 
-_SUPPORTED = ("float16", "float32", "float64", "int32", "int64", "bool")
+_SUPPORTED = ("float16", "float32", "float64", "int32", "int64", "uint32", "bool")
 
 
 def is_tracer(x: Any) -> bool:
@@ -51,7 +51,7 @@ def to_array(x: Any, where: str) -> np.ndarray:
         raise TypeError(f"{where}: graft cannot use a value of type {type(x).__name__} (expected an array or a number)")
     if a.dtype.name not in _SUPPORTED:
         raise TypeError(
-            f"{where}: graft has no dtype {a.dtype.name} (it has float16, float32, float64, int32, int64 and bool)"
+            f"{where}: graft has no dtype {a.dtype.name} (it has float16, float32, float64, int32, int64, uint32 and bool)"
         )
     return a
 
@@ -69,6 +69,9 @@ def lift(x: Any, ctx: "Tracer", where: str, like: Optional["Tracer"] = None) -> 
                 f"{where}: the float {v!r} is combined with a {like.dtype.name} array; "
                 "convert one of them with astype first (graft never casts implicitly)"
             )
+        if like.dtype.kind == "u" and not (isinstance(v, bool) or 0 <= v <= np.iinfo(like.dtype).max):
+            # JAX raises too: a weakly typed number must fit the array's dtype.
+            raise OverflowError(f"{where}: Python number {v!r} is out of range for {like.dtype.name}")
         return Tracer(_g.scalar_like(like._h, float(v)))
     return Tracer(_g.constant(ctx._h, to_array(x, where)))
 

@@ -27,7 +27,7 @@ __all__ = [
     "var", "std", "argmax", "argmin", "reshape", "transpose", "expand_dims", "squeeze",
     "broadcast_to", "concatenate", "stack", "where", "tile", "repeat", "swapaxes", "ravel", "clip",
     "einsum", "astype", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
-    "linspace", "asarray", "array", "float32", "float64", "int32", "int64", "bool_", "pi", "e", "inf", "nan",
+    "linspace", "asarray", "array", "float32", "float64", "int32", "int64", "uint32", "bool_", "pi", "e", "inf", "nan",
     "ndim", "shape", "size", "take", "logaddexp", "sort", "argsort", "trace", "diag", "linalg",
     "cumsum", "cumprod", "cumulative_sum", "cumulative_prod", "result_type", "select",
 ]
@@ -36,6 +36,7 @@ float32 = _np.float32
 float64 = _np.float64
 int32 = _np.int32
 int64 = _np.int64
+uint32 = _np.uint32
 bool_ = _np.bool_
 pi = _np.pi
 e = _np.e
@@ -94,8 +95,9 @@ def _ctx(*xs: Any) -> Optional[Tracer]:
 
 def _dtype_name(dtype: Any) -> str:
     name = _np.dtype(dtype).name
-    if name not in ("float16", "float32", "float64", "int32", "int64", "bool"):
-        raise TypeError(f"graft has no dtype {name} (it has float16, float32, float64, int32, int64 and bool)")
+    if name not in ("float16", "float32", "float64", "int32", "int64", "uint32", "bool"):
+        raise TypeError(
+            f"graft has no dtype {name} (it has float16, float32, float64, int32, int64, uint32 and bool)")
     return name
 
 
@@ -142,15 +144,17 @@ def _binary(op: str, a: Any, b: Any) -> Any:
     return Tracer(_g.binary(op, ta._h, tb._h))
 
 
-_KIND_RANK = {"b": 0, "i": 1, "f": 2}
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
 
 
 def result_type(*dtypes: Any) -> _np.dtype:
     """The dtype two arrays of these dtypes combine to, by JAX's rules over
     graft's dtypes: ``bool < int32 < int64 < float16 < float32 < float64`` except that
     any integer with a float gives that float (``int64 + float32`` is
-    ``float32``, as in JAX). Python numbers are weakly typed and take the
-    other operand's dtype before this applies."""
+    ``float32``, as in JAX). ``uint32`` sits above bool; with itself it stays
+    ``uint32``, with a signed integer it gives ``int64`` (JAX with x64
+    enabled: ``uint32 + int32`` is ``int64``). Python numbers are weakly
+    typed and take the other operand's dtype before this applies."""
     out: Optional[_np.dtype] = None
     for d in dtypes:
         d = _np.dtype(d)
@@ -160,6 +164,9 @@ def result_type(*dtypes: Any) -> _np.dtype:
         ko, kd = _KIND_RANK[out.kind], _KIND_RANK[d.kind]
         if ko != kd:
             out = out if ko > kd else d
+        elif out.kind != d.kind and ko == 1:
+            # Signed with unsigned: the signed type that holds both.
+            out = _np.dtype(_np.int64)
         else:
             out = out if out.itemsize >= d.itemsize else d
     assert out is not None

@@ -14,6 +14,7 @@ pub(crate) fn dtype_name(d: DType) -> &'static str {
         DType::F64 => "float64",
         DType::I32 => "int32",
         DType::I64 => "int64",
+        DType::U32 => "uint32",
         DType::Bool => "bool",
     }
 }
@@ -26,10 +27,11 @@ pub(crate) fn parse_dtype(name: &str) -> PyResult<DType> {
         "float64" | "f64" => DType::F64,
         "int32" | "i32" => DType::I32,
         "int64" | "i64" => DType::I64,
+        "uint32" | "u32" => DType::U32,
         "bool" => DType::Bool,
         other => {
             return Err(PyTypeError::new_err(format!(
-                "graft has no dtype `{other}` (it has float16, float32, float64, int32, int64 and bool)"
+                "graft has no dtype `{other}` (it has float16, float32, float64, int32, int64, uint32 and bool)"
             )))
         }
     })
@@ -68,10 +70,11 @@ pub(crate) fn to_tensor(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> 
         "float64" => Storage::F64(collect::<f64>(a)?),
         "int32" => Storage::I32(collect::<i32>(a)?),
         "int64" => Storage::I64(collect::<i64>(a)?),
+        "uint32" => Storage::U32(collect::<u32>(a)?),
         "bool" => Storage::Bool(collect::<bool>(a)?),
         other => {
             return Err(PyTypeError::new_err(format!(
-                "{what}: graft has no dtype {other} (it has float16, float32, float64, int32, int64 and bool)"
+                "{what}: graft has no dtype {other} (it has float16, float32, float64, int32, int64, uint32 and bool)"
             )))
         }
     };
@@ -90,6 +93,7 @@ pub(crate) fn to_numpy(py: Python<'_>, t: Tensor) -> PyResult<PyObject> {
         Storage::F64(v) => shaped(py, v, shape),
         Storage::I32(v) => shaped(py, v, shape),
         Storage::I64(v) => shaped(py, v, shape),
+        Storage::U32(v) => shaped(py, v, shape),
         Storage::Bool(v) => shaped(py, v, shape),
     }
 }

@@ -275,7 +275,7 @@ impl<'a> Entry<'a> {
             DType::Bool => {
                 graft_core::tensor::Storage::Bool(data.iter().map(|x| matches!(x, Num::Bool(true))).collect())
             }
-            DType::I32 | DType::I64 => {
+            DType::I32 | DType::I64 | DType::U32 => {
                 let mut out = Vec::with_capacity(data.len());
                 for x in &data {
                     match *x {
@@ -297,6 +297,14 @@ impl<'a> Entry<'a> {
                         })?);
                     }
                     graft_core::tensor::Storage::I32(v32)
+                } else if dt == DType::U32 {
+                    let mut v = Vec::with_capacity(out.len());
+                    for i in out {
+                        v.push(u32::try_from(i).map_err(|_| {
+                            bad(format!("{i} is out of range for u32"), &[range_note(dt), never.clone()])
+                        })?);
+                    }
+                    graft_core::tensor::Storage::U32(v)
                 } else {
                     graft_core::tensor::Storage::I64(out)
                 }
@@ -458,6 +466,7 @@ fn npy_msg(e: &graft_core::TensorError, path: &str) -> String {
 fn range_note(dt: DType) -> String {
     match dt {
         DType::I32 => format!("note: i32 holds {} to {}", i32::MIN, i32::MAX),
+        DType::U32 => format!("note: u32 holds 0 to {}", u32::MAX),
         _ => format!("note: i64 holds {} to {}", i64::MIN, i64::MAX),
     }
 }

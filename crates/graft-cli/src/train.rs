@@ -182,6 +182,7 @@ fn take_rows(t: &Tensor, idx: &[usize]) -> Result<Tensor, Fail> {
         graft::DType::F64 => gather!(f64),
         graft::DType::I32 => gather!(i32),
         graft::DType::I64 => gather!(i64),
+        graft::DType::U32 => gather!(u32),
         graft::DType::Bool => gather!(bool),
     }
 }

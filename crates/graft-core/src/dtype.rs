@@ -23,17 +23,20 @@ pub enum DType {
     /// IEEE-754 binary16: a storage type, computed on in f32 (last, so the
     /// other dtypes keep their discriminants).
     F16,
+    /// Unsigned 32-bit integer (NumPy/XLA `uint32`: arithmetic wraps modulo
+    /// 2^32, division, comparisons and max/min are unsigned).
+    U32,
 }
 
 impl DType {
     /// All dtypes, in a fixed order (useful for tests and parsers).
-    pub const ALL: [DType; 6] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool, DType::F16];
+    pub const ALL: [DType; 7] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool, DType::F16, DType::U32];
 
     /// Size of one element in bytes.
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F16 => 2,
-            DType::F32 | DType::I32 => 4,
+            DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 => 8,
             DType::Bool => 1,
         }
@@ -44,9 +47,19 @@ impl DType {
         matches!(self, DType::F16 | DType::F32 | DType::F64)
     }
 
-    /// True for signed integer dtypes.
+    /// True for signed integer dtypes (what indices, seeds and counts are).
     pub fn is_int(self) -> bool {
         matches!(self, DType::I32 | DType::I64)
+    }
+
+    /// True for unsigned integer dtypes (`u32`).
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U32)
+    }
+
+    /// True for every integer dtype, signed or unsigned (bitwise operations).
+    pub fn is_integer(self) -> bool {
+        self.is_int() || self.is_unsigned()
     }
 
     /// True for dtypes with arithmetic (everything except bool).
@@ -63,6 +76,7 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
+            DType::U32 => "u32",
         }
     }
 
@@ -75,6 +89,7 @@ impl DType {
             "f64" | "float64" => DType::F64,
             "i32" | "int32" => DType::I32,
             "i64" | "int64" => DType::I64,
+            "u32" | "uint32" => DType::U32,
             "bool" => DType::Bool,
             _ => return None,
         })

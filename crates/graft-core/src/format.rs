@@ -109,8 +109,9 @@ fn element_formatter<'a>(t: &'a Tensor, shown: &[usize]) -> Box<dyn Fn(usize) ->
     match t.dtype() {
         DType::Bool => Box::new(move |i| if t.storage().get_f64(i) != 0.0 { "True".into() } else { "False".into() }),
         // Integers print exactly (through f64 an i64 above 2^53 would round).
-        DType::I32 | DType::I64 => Box::new(move |i| match t.storage() {
+        DType::I32 | DType::I64 | DType::U32 => Box::new(move |i| match t.storage() {
             Storage::I64(v) => v[i].to_string(),
+            Storage::U32(v) => v[i].to_string(),
             Storage::I32(v) => v[i].to_string(),
             other => format!("{}", other.get_f64(i) as i64),
         }),

@@ -14,7 +14,7 @@
 //!   stream or an archive member grows its buffer fallibly, chunk by chunk,
 //!   so a short stream is an error after allocating no more than it held.
 //!
-//! Supported element types: `<f2 <f4 <f8 <i4 <i8 |b1` (and big-endian variants
+//! Supported element types: `<f2 <f4 <f8 <i4 <i8 <u4 |b1` (and big-endian variants
 //! on read). Fortran-ordered arrays are read and re-laid out row-major.
 //! Any other dtype is an error naming it; nothing is silently cast.
 
@@ -267,8 +267,13 @@ fn layout(header: &[u8]) -> Result<Layout, TensorError> {
         (npyz::TypeChar::Float, 8) => DType::F64,
         (npyz::TypeChar::Int, 4) => DType::I32,
         (npyz::TypeChar::Int, 8) => DType::I64,
+        (npyz::TypeChar::Uint, 4) => DType::U32,
         (npyz::TypeChar::Bool, 1) => DType::Bool,
-        _ => return Err(npy_err(format!("unsupported npy dtype `{ts}` (graft reads f16, f32, f64, i32, i64, bool)"))),
+        _ => {
+            return Err(npy_err(format!(
+                "unsupported npy dtype `{ts}` (graft reads f16, f32, f64, i32, i64, u32, bool)"
+            )))
+        }
     };
     let fortran = match get("fortran_order")? {
         Py::Bool(b) => *b,
@@ -335,6 +340,7 @@ fn read_npy_checked(mut reader: impl Read, total_len: Option<u64>) -> Result<Ten
         DType::F64 => Storage::F64(read_data(&mut reader, &l, known)?),
         DType::I32 => Storage::I32(read_data(&mut reader, &l, known)?),
         DType::I64 => Storage::I64(read_data(&mut reader, &l, known)?),
+        DType::U32 => Storage::U32(read_data(&mut reader, &l, known)?),
         DType::Bool => Storage::Bool(read_data(&mut reader, &l, known)?),
     };
     let t = Tensor::from_storage(l.shape.clone(), storage)?;
@@ -370,7 +376,7 @@ macro_rules! raw_num {
         }
     )*};
 }
-raw_num!(half::f16, f32, f64, i32, i64);
+raw_num!(half::f16, f32, f64, i32, i64, u32);
 
 impl Raw for bool {
     const SIZE: usize = 1;
@@ -459,6 +465,7 @@ fn fortran_to_c(t: &Tensor) -> Tensor {
         Storage::F64(v) => Storage::F64(permute(v, n, src_index)),
         Storage::I32(v) => Storage::I32(permute(v, n, src_index)),
         Storage::I64(v) => Storage::I64(permute(v, n, src_index)),
+        Storage::U32(v) => Storage::U32(permute(v, n, src_index)),
         Storage::Bool(v) => Storage::Bool(permute(v, n, src_index)),
     };
     Tensor::from_storage(shape, data).expect("internal error: a permutation keeps the element count")
@@ -478,6 +485,7 @@ pub fn write_npy(writer: impl Write, t: &Tensor) -> Result<(), TensorError> {
         Storage::F64(v) => go(writer, &shape, v),
         Storage::I32(v) => go(writer, &shape, v),
         Storage::I64(v) => go(writer, &shape, v),
+        Storage::U32(v) => go(writer, &shape, v),
         Storage::Bool(v) => go(writer, &shape, v),
     }
 }
@@ -523,6 +531,7 @@ pub fn write_npz<W: Write + Seek>(writer: W, arrays: &[(String, Tensor)]) -> Res
             Storage::F64(v) => put!(f64, v),
             Storage::I32(v) => put!(i32, v),
             Storage::I64(v) => put!(i64, v),
+            Storage::U32(v) => put!(u32, v),
             Storage::Bool(v) => put!(bool, v),
         }
     }

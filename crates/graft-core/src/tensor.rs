@@ -21,6 +21,8 @@ pub enum Storage {
     I32(Vec<i32>),
     /// i64 elements.
     I64(Vec<i64>),
+    /// u32 elements.
+    U32(Vec<u32>),
     /// bool elements.
     Bool(Vec<bool>),
 }
@@ -34,6 +36,7 @@ impl Storage {
             Storage::F64(_) => DType::F64,
             Storage::I32(_) => DType::I32,
             Storage::I64(_) => DType::I64,
+            Storage::U32(_) => DType::U32,
             Storage::Bool(_) => DType::Bool,
         }
     }
@@ -46,6 +49,7 @@ impl Storage {
             Storage::F64(v) => v.len(),
             Storage::I32(v) => v.len(),
             Storage::I64(v) => v.len(),
+            Storage::U32(v) => v.len(),
             Storage::Bool(v) => v.len(),
         }
     }
@@ -63,6 +67,7 @@ impl Storage {
             DType::F64 => Storage::F64(vec![0.0; n]),
             DType::I32 => Storage::I32(vec![0; n]),
             DType::I64 => Storage::I64(vec![0; n]),
+            DType::U32 => Storage::U32(vec![0; n]),
             DType::Bool => Storage::Bool(vec![false; n]),
         }
     }
@@ -93,6 +98,7 @@ impl Storage {
             Storage::F64(v) => v[i],
             Storage::I32(v) => v[i] as f64,
             Storage::I64(v) => v[i] as f64,
+            Storage::U32(v) => v[i] as f64,
             Storage::Bool(v) => v[i] as u8 as f64,
         }
     }
@@ -106,6 +112,7 @@ impl Storage {
             Storage::F64(v) => v.resize(n, 0.0),
             Storage::I32(v) => v.resize(n, 0),
             Storage::I64(v) => v.resize(n, 0),
+            Storage::U32(v) => v.resize(n, 0),
             Storage::Bool(v) => v.resize(n, false),
         }
     }
@@ -163,6 +170,7 @@ impl_element!(f32, F32, |x| x as f32, |x| x as f64);
 impl_element!(f64, F64, |x| x, |x| x);
 impl_element!(i32, I32, |x| x as i32, |x| x as f64);
 impl_element!(i64, I64, |x| x as i64, |x| x as f64);
+impl_element!(u32, U32, |x| x as u32, |x| x as f64);
 impl_element!(bool, Bool, |x| x != 0.0, |x| x as u8 as f64);
 
 /// Errors from constructing or converting host tensors.
@@ -275,6 +283,7 @@ impl Tensor {
             DType::F64 => Storage::F64(vec![value; n]),
             DType::I32 => Storage::I32(vec![value as i32; n]),
             DType::I64 => Storage::I64(vec![value as i64; n]),
+            DType::U32 => Storage::U32(vec![value as u32; n]),
             DType::Bool => Storage::Bool(vec![value != 0.0; n]),
         };
         Tensor { shape: ty.shape.clone(), data }
@@ -289,6 +298,7 @@ impl Tensor {
             DType::F64 => Storage::F64((0..n).map(&f).collect()),
             DType::I32 => Storage::I32((0..n).map(|i| f(i) as i32).collect()),
             DType::I64 => Storage::I64((0..n).map(|i| f(i) as i64).collect()),
+            DType::U32 => Storage::U32((0..n).map(|i| f(i) as u32).collect()),
             DType::Bool => Storage::Bool((0..n).map(|i| f(i) != 0.0).collect()),
         };
         Tensor { shape: ty.shape.clone(), data }

@@ -350,13 +350,14 @@ impl Gpu {
         Arc::new(DevBuf { buf: Some(buf), size, pool: self.pool.clone(), memory: self.memory.clone() })
     }
 
-    /// Uploads a host tensor (f32, i32, bool or f16; bool becomes one u32
+    /// Uploads a host tensor (f32, i32, u32, bool or f16; bool becomes one u32
     /// per element, 0 or 1, and f16 one u32 holding its bits) into a new
     /// device buffer.
     pub fn upload(&self, t: &Tensor) -> Result<Arc<DevBuf>, GpuError> {
         let bytes: Vec<u8> = match t.storage() {
             graft_core::tensor::Storage::F32(v) => bytemuck::cast_slice(v).to_vec(),
             graft_core::tensor::Storage::I32(v) => bytemuck::cast_slice(v).to_vec(),
+            graft_core::tensor::Storage::U32(v) => bytemuck::cast_slice(v).to_vec(),
             graft_core::tensor::Storage::Bool(v) => {
                 let u: Vec<u32> = v.iter().map(|&b| b as u32).collect();
                 bytemuck::cast_slice(&u).to_vec()
@@ -513,6 +514,7 @@ impl Gpu {
             let t = match ty.dtype {
                 DType::F32 => Tensor::from_vec(ty.shape.clone(), bytemuck::pod_collect_to_vec::<u8, f32>(words)),
                 DType::I32 => Tensor::from_vec(ty.shape.clone(), bytemuck::pod_collect_to_vec::<u8, i32>(words)),
+                DType::U32 => Tensor::from_vec(ty.shape.clone(), bytemuck::pod_collect_to_vec::<u8, u32>(words)),
                 DType::Bool => {
                     let u = bytemuck::pod_collect_to_vec::<u8, u32>(words);
                     Tensor::from_vec(ty.shape.clone(), u.into_iter().map(|x| x != 0).collect::<Vec<bool>>())

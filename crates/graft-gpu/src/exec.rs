@@ -702,7 +702,7 @@ fn prepare(gpu: &Arc<Gpu>, f: &Func, step: DeviceStep) -> Result<Prepared, GpuEr
             let eqn = &f.eqns[e];
             if eqn.inputs.is_empty() && eqn.outputs.len() == 1 {
                 let ty = f.ty(eqn.outputs[0]);
-                if matches!(ty.dtype, DType::F32 | DType::I32 | DType::Bool | DType::F16) {
+                if matches!(ty.dtype, DType::F32 | DType::I32 | DType::U32 | DType::Bool | DType::F16) {
                     let mut outs = vec![Tensor::try_zeros(ty)
                         .map_err(|e| GpuError::OutOfMemory(format!("the constant {}: {e}", eqn.prim.name())))?];
                     eqn.prim.kernel(&[], &mut outs).map_err(GpuError::Exec)?;

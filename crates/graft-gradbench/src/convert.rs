@@ -138,6 +138,7 @@ fn element_json(s: &Storage, i: usize) -> Result<Value, GbError> {
         Storage::F64(v) => float_json(v[i])?,
         Storage::I32(v) => Value::from(v[i]),
         Storage::I64(v) => Value::from(v[i]),
+        Storage::U32(v) => Value::from(v[i]),
         Storage::Bool(v) => Value::Bool(v[i]),
     })
 }

@@ -127,6 +127,7 @@ pub enum ScalarType {
     I32,
     I64,
     Bool,
+    U32,
 }
 
 impl ScalarType {
@@ -139,6 +140,7 @@ impl ScalarType {
             ScalarType::I32 => "i32",
             ScalarType::I64 => "i64",
             ScalarType::Bool => "bool",
+            ScalarType::U32 => "u32",
         }
     }
 }

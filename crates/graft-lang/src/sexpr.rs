@@ -146,6 +146,7 @@ fn prim_name(s: ScalarType) -> &'static str {
         ScalarType::F64 => "float64",
         ScalarType::I32 => "int32",
         ScalarType::I64 => "int64",
+        ScalarType::U32 => "uint32",
         ScalarType::Bool => "bool",
     }
 }

@@ -207,6 +207,7 @@ pub fn checksum(values: &[&Storage]) -> u64 {
             Storage::F64(x) => x.iter().for_each(|e| eat(&e.to_bits().to_le_bytes())),
             Storage::I32(x) => x.iter().for_each(|e| eat(&e.to_le_bytes())),
             Storage::I64(x) => x.iter().for_each(|e| eat(&e.to_le_bytes())),
+            Storage::U32(x) => x.iter().for_each(|e| eat(&e.to_le_bytes())),
             Storage::Bool(x) => x.iter().for_each(|&e| eat(&[u8::from(e)])),
         }
     }

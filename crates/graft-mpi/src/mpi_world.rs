@@ -108,6 +108,7 @@ fn describe(h: &[i64]) -> (String, String) {
         graft_core::DType::I32,
         graft_core::DType::I64,
         graft_core::DType::Bool,
+        graft_core::DType::U32,
     ]
     .into_iter()
     .find(|d| *d as i64 == h[1])

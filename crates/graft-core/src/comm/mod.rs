@@ -248,6 +248,7 @@ pub fn combine(op: ReduceOp, acc: &mut Storage, x: &Storage) -> Result<(), Strin
         (Storage::F64(a), Storage::F64(b)) => float!(a, b),
         (Storage::I32(a), Storage::I32(b)) => int!(a, b),
         (Storage::I64(a), Storage::I64(b)) => int!(a, b),
+        (Storage::U32(a), Storage::U32(b)) => int!(a, b),
         (a, b) => return Err(format!("cannot reduce {} with {}", a.dtype(), b.dtype())),
     }
     Ok(())
@@ -263,7 +264,7 @@ pub(crate) fn copy_run(src: &Storage, from: usize, dst: &mut Storage, to: usize,
             }
         };
     }
-    run!(F16, F32, F64, I32, I64, Bool);
+    run!(F16, F32, F64, I32, I64, U32, Bool);
     Ok(())
 }
 

@@ -233,6 +233,10 @@ pub fn floor_divide(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrErro
     if b.ty(q)?.dtype.is_float() {
         return b.floor(q);
     }
+    // Unsigned: truncation is the floor.
+    if b.ty(q)?.dtype.is_unsigned() {
+        return Ok(q);
+    }
     let r = broadcast::binary(b, Binary::Rem, x, y)?;
     let fix = sign_differs(b, r, y)?;
     let one = scalar_like(b, 1.0, q)?;
@@ -249,6 +253,10 @@ pub fn floor_divide(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrErro
 pub fn remainder(b: &mut Builder, x: Value, y: Value) -> Result<Value, IrError> {
     require_number(b, "remainder", x, y)?;
     let r = broadcast::binary(b, Binary::Rem, x, y)?;
+    // Unsigned: both operands are nonnegative, nothing to correct.
+    if b.ty(r)?.dtype.is_unsigned() {
+        return Ok(r);
+    }
     let fix = sign_differs(b, r, y)?;
     let shifted = broadcast::binary(b, Binary::Add, r, y)?;
     broadcast::select(b, fix, shifted, r)

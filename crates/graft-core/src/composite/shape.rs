@@ -450,7 +450,7 @@ pub fn arange(b: &mut Builder, start: f64, stop: f64, step: f64, dtype: DType) -
     if !dtype.is_numeric() {
         return Err(IrError::invalid("arange", format!("expected a numeric dtype, got {dtype}")));
     }
-    if dtype.is_int() && (start.fract() != 0.0 || step.fract() != 0.0) {
+    if dtype.is_integer() && (start.fract() != 0.0 || step.fract() != 0.0) {
         return Err(IrError::invalid(
             "arange",
             format!("integer dtype {dtype} needs integer start and step, got start={start}, step={step}"),
@@ -461,10 +461,26 @@ pub fn arange(b: &mut Builder, start: f64, stop: f64, step: f64, dtype: DType) -
         return Err(IrError::invalid("arange", format!("length {len} is too large")));
     }
     let len = len as usize;
+    if dtype.is_unsigned() && len > 0 {
+        // Every element must be a u32 (no silent wrap); a negative step
+        // counts down from `start`.
+        let last = start + (len - 1) as f64 * step;
+        let range = 0.0..=u32::MAX as f64;
+        if !range.contains(&start) || !range.contains(&last) {
+            return Err(IrError::invalid(
+                "arange",
+                format!("{dtype} holds 0 to {}, but the range runs from {start} to {last}", u32::MAX),
+            ));
+        }
+    }
+    let down = step < 0.0 && dtype.is_unsigned();
     let i = b.iota(dtype, &[len], 0)?;
-    let st = b.scalar(step, dtype)?;
+    let st = b.scalar(if down { -step } else { step }, dtype)?;
     let s0 = b.scalar(start, dtype)?;
     let y = broadcast::binary(b, Binary::Mul, i, st)?;
+    if down {
+        return broadcast::binary(b, Binary::Sub, s0, y);
+    }
     broadcast::binary(b, Binary::Add, y, s0)
 }
 

@@ -1024,6 +1024,7 @@ fn gather_block(src: BlockRef<'_>, map: &StridedMap, a: usize, out: BlockMut<'_>
         (BlockRef::F64(s), BlockMut::F64(o)) => go(s, map, a, o),
         (BlockRef::I32(s), BlockMut::I32(o)) => go(s, map, a, o),
         (BlockRef::I64(s), BlockMut::I64(o)) => go(s, map, a, o),
+        (BlockRef::U32(s), BlockMut::U32(o)) => go(s, map, a, o),
         (BlockRef::Bool(s), BlockMut::Bool(o)) => go(s, map, a, o),
         _ => Err(ExecError::kernel("gather", "internal error: operand and result dtypes differ")),
     }

@@ -144,8 +144,9 @@ pub fn coalesce_strided(dims: &[usize], strides: &[isize], offset: isize) -> (Ve
 pub struct Lit {
     /// The literal's dtype.
     pub dtype: DType,
-    /// f32: the `to_bits` in the low 32 bits; f64: `to_bits`; integers:
-    /// the two's complement value (sign-extended); bool: 0 or 1.
+    /// f32: the `to_bits` in the low 32 bits; f64: `to_bits`; signed
+    /// integers: the two's complement value (sign-extended); u32: the value
+    /// (zero-extended); bool: 0 or 1.
     pub bits: u64,
 }
 
@@ -161,6 +162,7 @@ impl Lit {
             Storage::F64(v) => v.first()?.to_bits(),
             Storage::I32(v) => *v.first()? as i64 as u64,
             Storage::I64(v) => *v.first()? as u64,
+            Storage::U32(v) => *v.first()? as u64,
             Storage::Bool(v) => *v.first()? as u64,
         };
         Some(Lit { dtype: t.dtype(), bits })
@@ -175,6 +177,7 @@ impl fmt::Display for Lit {
             DType::F64 => write!(f, "{:?}f64", f64::from_bits(self.bits)),
             DType::I32 => write!(f, "{}i32", self.bits as i64 as i32),
             DType::I64 => write!(f, "{}i64", self.bits as i64),
+            DType::U32 => write!(f, "{}u32", self.bits as u32),
             DType::Bool => write!(f, "{}", self.bits != 0),
         }
     }
@@ -749,8 +752,12 @@ pub fn body_types(
                 // (`rows::row_form`) forms floating-point ones only, which is
                 // all the C renderer's combiners take.
                 match it.get(red.value as usize) {
-                    Some(Some(d)) if (d.is_float() && *d != DType::F16) || *d == DType::I32 => Some(*d),
-                    Some(Some(d)) => return Err(err(at, format!("reduction of {d} (floating-point or i32 only)"))),
+                    Some(Some(d)) if (d.is_float() && *d != DType::F16) || matches!(d, DType::I32 | DType::U32) => {
+                        Some(*d)
+                    }
+                    Some(Some(d)) => {
+                        return Err(err(at, format!("reduction of {d} (floating-point, i32 or u32 only)")))
+                    }
                     _ => return Err(err(at, format!("reduced register %{} is not a value", red.value))),
                 }
             }

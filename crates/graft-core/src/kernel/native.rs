@@ -573,6 +573,7 @@ fn ptr_of(t: &crate::tensor::Tensor) -> *mut u8 {
         Storage::F64(v) => v.as_ptr() as *mut u8,
         Storage::I32(v) => v.as_ptr() as *mut u8,
         Storage::I64(v) => v.as_ptr() as *mut u8,
+        Storage::U32(v) => v.as_ptr() as *mut u8,
         Storage::Bool(v) => v.as_ptr() as *mut u8,
     }
 }
@@ -585,6 +586,7 @@ fn ptr_of_mut(t: &mut crate::tensor::Tensor) -> *mut u8 {
         Storage::F64(v) => v.as_mut_ptr() as *mut u8,
         Storage::I32(v) => v.as_mut_ptr() as *mut u8,
         Storage::I64(v) => v.as_mut_ptr() as *mut u8,
+        Storage::U32(v) => v.as_mut_ptr() as *mut u8,
         Storage::Bool(v) => v.as_mut_ptr() as *mut u8,
     }
 }

@@ -11,7 +11,7 @@
  *   has GL lanes, whatever its element width.
  * - Booleans in registers are vbool (= vi32) with lanes 0 or -1 (all bits
  *   set); in memory they are bytes 0/1 (vu8).
- * - One function per (op, dtype): g_<op>_<dt>, dt in f32 f64 i32 i64 bool;
+ * - One function per (op, dtype): g_<op>_<dt>, dt in f32 f64 i32 i64 u32 bool;
  *   comparisons g_eq/ne/lt/le/gt/ge_<dt> return vbool; g_select_<dt>(p, a, b);
  *   g_fma_<dt>(a, b, c) for the float dtypes (the fma primitive);
  *   conversions g_convert_<from>_<to>. Helpers are named g__* (two
@@ -384,6 +384,32 @@ G_INL vf64 g_rem_f64(vf64 a, vf64 b) {
 G_INT_OPS(i32, vi32, vu32, INT32_MIN)
 G_INT_OPS(i64, vi64, vu64, INT64_MIN)
 
+/* u32 (ops/binary.rs, ops/unary.rs on u32): wrapping modulo 2^32, unsigned
+ * division and order, div/rem by 0 give 0 (as for the signed integers);
+ * neg wraps, abs is the identity, sign is 0 or 1. Comparing two vu32 gives a
+ * vi32 mask (lanes 0 / -1), which is a vbool. */
+G_INL vu32 g__selu32(vi32 m, vu32 a, vu32 b) { return (a & (vu32)m) | (b & ~(vu32)m); }
+G_INL vu32 g_add_u32(vu32 a, vu32 b) { return a + b; }
+G_INL vu32 g_sub_u32(vu32 a, vu32 b) { return a - b; }
+G_INL vu32 g_mul_u32(vu32 a, vu32 b) { return a * b; }
+G_INL vu32 g_neg_u32(vu32 x) { return (vu32){} - x; }
+G_INL vu32 g_abs_u32(vu32 x) { return x; }
+G_INL vu32 g_sign_u32(vu32 x) { return (vu32)(x != 0) & 1u; }
+G_INL vu32 g_div_u32(vu32 a, vu32 b) {
+    vu32 z = (vu32)(b == 0);
+    return (a / (b | (z & 1u))) & ~z;
+}
+G_INL vu32 g_rem_u32(vu32 a, vu32 b) {
+    vu32 z = (vu32)(b == 0);
+    return (a % (b | (z & 1u))) & ~z;
+}
+G_INL vu32 g_max_u32(vu32 a, vu32 b) { return g__selu32(a >= b, a, b); }
+G_INL vu32 g_min_u32(vu32 a, vu32 b) { return g__selu32(a <= b, a, b); }
+G_INL vu32 g_and_u32(vu32 a, vu32 b) { return a & b; }
+G_INL vu32 g_or_u32(vu32 a, vu32 b) { return a | b; }
+G_INL vu32 g_not_u32(vu32 x) { return ~x; }
+G_INL vu32 g_select_u32(vbool p, vu32 a, vu32 b) { return g__selu32(p, a, b); }
+
 /* ----------------------------------------------------------------- bool */
 
 G_INL vbool g_not_bool(vbool x) { return ~x; }
@@ -406,6 +432,7 @@ G_CMP(f32, vf32, G_ID)
 G_CMP(f64, vf64, g__narrow)
 G_CMP(i32, vi32, G_ID)
 G_CMP(i64, vi64, g__narrow)
+G_CMP(u32, vu32, G_ID)
 
 /* bool: false < true (true is -1 in a vbool, so compare logically). */
 G_INL vbool g_eq_bool(vbool a, vbool b) { return ~(a ^ b); }
@@ -477,6 +504,27 @@ G_INL vf64 g_convert_i64_f64(vi64 x) { return __builtin_convertvector(x, vf64); 
 G_INL vi32 g_convert_i64_i32(vi64 x) { return __builtin_convertvector(x, vi32); }
 G_INL vi64 g_convert_i64_i64(vi64 x) { return x; }
 G_INL vbool g_convert_i64_bool(vi64 x) { return g__narrow(x != 0); }
+
+/* u32: to floats through f64 (exact) so f32 rounds once; to i32 and from
+ * i32/i64 keep the low bits; to i64 zero-extends. Floats to u32 truncate and
+ * saturate at [0, 2^32 - 1], NaN -> 0 (Rust `as u32`). */
+G_INL vf64 g_convert_u32_f64(vu32 x) { return __builtin_convertvector(__builtin_convertvector(x, vi64), vf64); }
+G_INL vf32 g_convert_u32_f32(vu32 x) { return __builtin_convertvector(g_convert_u32_f64(x), vf32); }
+G_INL vi32 g_convert_u32_i32(vu32 x) { return (vi32)x; }
+G_INL vi64 g_convert_u32_i64(vu32 x) { return __builtin_convertvector(x, vi64); }
+G_INL vu32 g_convert_u32_u32(vu32 x) { return x; }
+G_INL vbool g_convert_u32_bool(vu32 x) { return x != 0; }
+G_INL vu32 g_convert_i32_u32(vi32 x) { return (vu32)x; }
+G_INL vu32 g_convert_i64_u32(vi64 x) { return __builtin_convertvector((vu64)x, vu32); }
+G_INL vu32 g_convert_bool_u32(vbool x) { return (vu32)(x & 1); }
+G_INL vu32 g_convert_f64_u32(vf64 x) {
+    vf64 z = (vf64){};
+    vf64 c = g__self64(g__isnan64(x) | (x < 0.0), z, x);
+    c = g__self64(c > 4294967295.0, z + 4294967295.0, c);
+    /* Through i64, like f64 -> i32 (see there): exact, c is in range. */
+    return __builtin_convertvector((vu64)__builtin_convertvector(c, vi64), vu32);
+}
+G_INL vu32 g_convert_f32_u32(vf32 x) { return g_convert_f64_u32(__builtin_convertvector(x, vf64)); }
 
 G_INL vf32 g_convert_bool_f32(vbool x) { return __builtin_convertvector(x & 1, vf32); }
 G_INL vf64 g_convert_bool_f64(vbool x) { return __builtin_convertvector(x & 1, vf64); }

@@ -12,7 +12,7 @@
 //! function per (operation, dtype), `g_<op>_<dtype>`, written to compute
 //! exactly what the interpreter's kernel computes (checked bit for bit by
 //! `tests/all/mathfn_c.rs`). Vector types have `GL` lanes whatever the element
-//! size (`vf32`, `vf64`, `vi32`, `vi64`; bool is `vbool` = `vi32` with lanes
+//! size (`vf32`, `vf64`, `vi32`, `vi64`, `vu32`; bool is `vbool` = `vi32` with lanes
 //! 0 or -1), so conversions never change the lane count. Vectors are moved
 //! in and out of memory with `memcpy` (no alignment assumed).
 
@@ -55,6 +55,7 @@ GK_MEM(float, vf32, f32, uint32_t, vu32)
 GK_MEM(double, vf64, f64, uint64_t, vu64)
 GK_MEM(int32_t, vi32, i32, uint32_t, vu32)
 GK_MEM(int64_t, vi64, i64, uint64_t, vu64)
+GK_MEM(uint32_t, vu32, u32, uint32_t, vu32)
 static inline vbool gk_ld_bool(const uint8_t *p, int64_t m) {
   if (m == 1) return -__builtin_convertvector((vu8){p[0]}, vi32);
   vu8 b = {0};
@@ -102,6 +103,8 @@ GK_GAT_HW(int32_t, vi32, i32, 8, __m256i, _mm256_i32gather_epi32(p, GK_IDX8(t + 
 GK_GAT_LOOP(float, vf32, f32)
 GK_GAT_LOOP(int32_t, vi32, i32)
 #endif
+/* u32 lanes are i32 lanes' bits (signed and unsigned variants may alias). */
+static inline vu32 gk_gat_u32(const uint32_t *p, const int32_t *t) { return (vu32)gk_gat_i32((const int32_t *)p, t); }
 /* Lane numbers, for testing whether a gather's addresses are one run. */
 static const int32_t gk_iota32[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 /* Whether every lane of a comparison's result is true: one mask test where
@@ -211,6 +214,7 @@ GK_STNT(float, vf32, f32)
 GK_STNT(double, vf64, f64)
 GK_STNT(int32_t, vi32, i32)
 GK_STNT(int64_t, vi64, i64)
+GK_STNT(uint32_t, vu32, u32)
 "#;
 
 /// The C name of a dtype's vector type and element type in memory.
@@ -225,6 +229,7 @@ fn ctype(d: DType) -> (&'static str, &'static str) {
         DType::F64 => ("vf64", "double"),
         DType::I32 => ("vi32", "int32_t"),
         DType::I64 => ("vi64", "int64_t"),
+        DType::U32 => ("vu32", "uint32_t"),
         DType::Bool => ("vbool", "uint8_t"),
     }
 }
@@ -242,6 +247,7 @@ fn lit(l: &Lit) -> String {
             DType::F64 => format!("gk_splat_f64(gk_f64_bits((uint64_t){k}))"),
             DType::I32 => format!("gk_splat_i32((int32_t){k})"),
             DType::I64 => format!("gk_splat_i64((int64_t){k})"),
+            DType::U32 => format!("gk_splat_u32((uint32_t){k})"),
             DType::Bool => format!("gk_splat_bool((uint8_t)({k} & 1))"),
         };
     }
@@ -251,6 +257,7 @@ fn lit(l: &Lit) -> String {
         DType::F64 => format!("gk_splat_f64(gk_f64_bits(0x{:016x}ull))", l.bits),
         DType::I32 => format!("gk_splat_i32((int32_t){})", l.bits as i64 as i32),
         DType::I64 => format!("gk_splat_i64((int64_t)0x{:016x}ull)", l.bits),
+        DType::U32 => format!("gk_splat_u32(0x{:08x}u)", l.bits as u32),
         DType::Bool => format!("gk_splat_bool({})", l.bits & 1),
     }
 }
@@ -1643,6 +1650,7 @@ fn lane_type(d: DType) -> &'static str {
         DType::F64 => "double",
         DType::I32 | DType::Bool => "int32_t",
         DType::I64 => "int64_t",
+        DType::U32 => "uint32_t",
     }
 }
 

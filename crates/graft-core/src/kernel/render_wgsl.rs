@@ -117,6 +117,10 @@ fn accumulator(kind: ReduceKind, d: DType) -> Option<(&'static str, &'static str
         (DType::I32, ReduceKind::Prod) => ("red_i", "1i", "({a} * {b})"),
         (DType::I32, ReduceKind::Max) => ("red_i", "bitcast<i32>(0x80000000u)", "max({a}, {b})"),
         (DType::I32, ReduceKind::Min) => ("red_i", "2147483647i", "min({a}, {b})"),
+        (DType::U32, ReduceKind::Sum) => ("red_u", "0u", "({a} + {b})"),
+        (DType::U32, ReduceKind::Prod) => ("red_u", "1u", "({a} * {b})"),
+        (DType::U32, ReduceKind::Max) => ("red_u", "0u", "max({a}, {b})"),
+        (DType::U32, ReduceKind::Min) => ("red_u", "0xffffffffu", "min({a}, {b})"),
         _ => return None,
     })
 }
@@ -134,7 +138,7 @@ pub fn storage_type(d: DType) -> &'static str {
         DType::F32 => "f32",
         DType::I32 => "i32",
         // The 64-bit types never reach a shader (refused in `render_wgsl`).
-        DType::Bool | DType::F16 | DType::F64 | DType::I64 => "u32",
+        DType::U32 | DType::Bool | DType::F16 | DType::F64 | DType::I64 => "u32",
     }
 }
 
@@ -145,7 +149,7 @@ fn reg_type(d: DType) -> &'static str {
         // An f16 register holds the value's bits: it is only moved or
         // converted (`ir::verify`), so no f16 arithmetic is needed and no
         // adapter feature (WGSL's `f16` needs `shader-f16`).
-        DType::F16 => "u32",
+        DType::F16 | DType::U32 => "u32",
         DType::Bool | DType::F64 | DType::I64 => "bool",
     }
 }
@@ -310,6 +314,23 @@ fn g_f32_to_f16(x: f32) -> u32 {
 }
 fn g_div_i32(a: i32, b: i32) -> i32 { return select(a / select(b, 1, b == 0), 0, b == 0); }
 fn g_rem_i32(a: i32, b: i32) -> i32 { return select(a % select(b, 1, b == 0), 0, b == 0); }
+fn g_div_u32(a: u32, b: u32) -> u32 { return select(a / select(b, 1u, b == 0u), 0u, b == 0u); }
+fn g_rem_u32(a: u32, b: u32) -> u32 { return select(a % select(b, 1u, b == 0u), 0u, b == 0u); }
+fn g_f32_to_u32(x: f32) -> u32 {
+  if (g_isnan(x) || x <= 0.0) { return 0u; }
+  if (x >= 4294967296.0) { return 0xffffffffu; }
+  return u32(x);
+}
+fn g_u32_to_f32(x: u32) -> f32 {
+  if (x < 0x1000000u) { return f32(x); }
+  let e = 31u - countLeadingZeros(x);
+  let sh = e - 23u;
+  var m = x >> sh;
+  let rem = x & ((1u << sh) - 1u);
+  let half = 1u << (sh - 1u);
+  if (rem > half || (rem == half && (m & 1u) == 1u)) { m = m + 1u; }
+  return bitcast<f32>(((e + 127u) << 23u) + (m - 0x800000u));
+}
 "#;
 
 /// Renders one kernel as a WGSL compute shader.
@@ -717,6 +738,7 @@ fn lit(l: &Lit) -> String {
     match l.dtype {
         DType::F32 => format!("bitcast<f32>(0x{:08x}u)", l.bits as u32),
         DType::I32 => format!("bitcast<i32>(0x{:08x}u)", l.bits as u32),
+        DType::U32 => format!("0x{:08x}u", l.bits as u32),
         DType::Bool => (l.bits & 1 == 1).to_string(),
         DType::F16 => format!("0x{:04x}u", l.bits as u16),
         // Rejected before rendering (see `render_wgsl`).
@@ -727,8 +749,12 @@ fn lit(l: &Lit) -> String {
 fn unary(op: Unary, d: DType, a: &str) -> String {
     let f = d == DType::F32;
     match op {
+        // WGSL has no unary minus on u32; its subtraction wraps.
+        Unary::Neg if d == DType::U32 => format!("(0u - {a})"),
         Unary::Neg => format!("(-{a})"),
+        Unary::Abs if d == DType::U32 => a.to_string(),
         Unary::Abs => format!("abs({a})"),
+        Unary::Sign if d == DType::U32 => format!("select(0u, 1u, {a} != 0u)"),
         Unary::Sign if f => format!("g_sign_f32({a})"),
         Unary::Sign => format!("sign({a})"),
         Unary::Exp => format!("exp({a})"),
@@ -760,8 +786,10 @@ fn binary(op: Binary, d: DType, a: &str, b: &str) -> String {
         Binary::Sub => format!("({a} - {b})"),
         Binary::Mul => format!("({a} * {b})"),
         Binary::Div if f => format!("({a} / {b})"),
+        Binary::Div if d == DType::U32 => format!("g_div_u32({a}, {b})"),
         Binary::Div => format!("g_div_i32({a}, {b})"),
         Binary::Rem if f => format!("({a} % {b})"),
+        Binary::Rem if d == DType::U32 => format!("g_rem_u32({a}, {b})"),
         Binary::Rem => format!("g_rem_i32({a}, {b})"),
         Binary::Max if f => format!("g_max({a}, {b})"),
         Binary::Min if f => format!("g_min({a}, {b})"),
@@ -796,6 +824,16 @@ fn convert(from: DType, to: DType, a: &str) -> String {
         (DType::F16, _) => convert(DType::F32, to, &format!("g_f16_to_f32({a})")),
         (DType::I32, DType::F16) => format!("g_f32_to_f16(f32({a}))"),
         (DType::Bool, DType::F16) => format!("select(0u, 0x3c00u, {a})"),
+        // u32: to f32 rounded to nearest even in integer arithmetic (WGSL
+        // leaves the rounding of `f32(u32)` to the implementation), to and
+        // from i32 by the bits (wrapping), floats saturate (NaN -> 0).
+        (DType::U32, DType::F32) => format!("g_u32_to_f32({a})"),
+        (DType::F32, DType::U32) => format!("g_f32_to_u32({a})"),
+        (DType::U32, DType::I32) => format!("bitcast<i32>({a})"),
+        (DType::I32, DType::U32) => format!("bitcast<u32>({a})"),
+        (DType::U32, DType::Bool) => format!("({a} != 0u)"),
+        (DType::Bool, DType::U32) => format!("select(0u, 1u, {a})"),
+        (DType::U32, DType::F16) => format!("g_f32_to_f16(g_u32_to_f32({a}))"),
         // 64-bit dtypes are rejected before rendering.
         _ => a.to_string(),
     }

@@ -95,7 +95,7 @@ impl Binary {
                 dtype.is_numeric()
             }
             Binary::Pow | Binary::Atan2 => dtype.is_float(),
-            Binary::And | Binary::Or => dtype == DType::Bool || dtype.is_int(),
+            Binary::And | Binary::Or => dtype == DType::Bool || dtype.is_integer(),
         }
     }
 
@@ -103,7 +103,7 @@ impl Binary {
         match self {
             Binary::Pow | Binary::Atan2 => "expected floating-point operands (f32 or f64)",
             Binary::And | Binary::Or => "expected bool or integer operands",
-            _ => "expected numeric operands (f32, f64, i32 or i64; not bool)",
+            _ => "expected numeric operands (f16, f32, f64, i32, i64 or u32; not bool)",
         }
     }
 }
@@ -175,7 +175,8 @@ fn float_binary<T: Real>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockM
     Ok(())
 }
 
-/// Integer binary block: wrapping arithmetic, division by zero gives 0.
+/// Integer binary block (signed and unsigned): wrapping arithmetic, division
+/// and remainder by zero give 0 (graft's choice for every integer dtype).
 #[inline(always)]
 fn int_binary<T>(op: Binary, x: BlockRef<'_>, y: BlockRef<'_>, z: BlockMut<'_>) -> Result<(), ExecError>
 where
@@ -222,6 +223,17 @@ impl WrappingDivRem for i32 {
     }
 }
 
+impl WrappingDivRem for u32 {
+    #[inline(always)]
+    fn wrap_div(self, b: Self) -> Self {
+        self / b
+    }
+    #[inline(always)]
+    fn wrap_rem(self, b: Self) -> Self {
+        self % b
+    }
+}
+
 impl WrappingDivRem for i64 {
     #[inline(always)]
     fn wrap_div(self, b: Self) -> Self {
@@ -263,6 +275,7 @@ impl pulp::WithSimd for BinaryBlock<'_> {
             DType::F64 => float_binary::<f64>(op, x, y, out),
             DType::I32 => int_binary::<i32>(op, x, y, out),
             DType::I64 => int_binary::<i64>(op, x, y, out),
+            DType::U32 => int_binary::<u32>(op, x, y, out),
             DType::Bool => bool_binary(op, x, y, out),
             // f16 computes in f32 (`opt::widen_f16`): no kernel sees it.
             DType::F16 => Err(unsupported(op.name(), DType::F16)),

@@ -5,8 +5,10 @@
 //! those are undefined:
 //! - float -> int truncates toward zero and **saturates** at the integer's
 //!   range (`1e10 -> i32::MAX`, `-inf -> i32::MIN`); **NaN -> 0**.
-//! - int -> int narrowing (`i64 -> i32`) keeps the low bits (wraps, like
-//!   NumPy's `astype` and XLA's `convert`); widening sign-extends.
+//!   For `u32` the range is `[0, 2^32 - 1]`: negative floats give 0.
+//! - int -> int narrowing (`i64 -> i32`, `i64 -> u32`) and `i32 <-> u32`
+//!   keep the low bits (wrap, like NumPy's `astype` and XLA's `convert`);
+//!   widening sign-extends a signed source and zero-extends `u32`.
 //! - int -> float and `f64 -> f32` round to nearest even; `f64 -> f32` overflows
 //!   to `±inf`, NaN stays NaN.
 //! - `f16` (a storage type, see `opt::widen_f16`) converts like the other
@@ -15,7 +17,8 @@
 //!   rounding; i64 goes through f64, exact below 2^53, and everything above
 //!   65 519 overflows anyway),
 //!   overflow to `±inf`, NaN stays NaN; `f16 -> f32`/`f64` is exact;
-//!   `f16 -> int` is `f16 -> f32 -> int` (exact, then saturating, NaN -> 0).
+//!   `f16 -> int` is `f16 -> f32 -> int` (exact, then saturating, NaN -> 0);
+//!   `u32 -> f16` rounds once like i32.
 //! - bool -> number gives 0 or 1; number -> bool is `x != 0`, so NaN -> true
 //!   and `-0.0 -> false` (NumPy's `bool(x)`).
 //! - Converting to the operand's own dtype is a copy.
@@ -64,6 +67,10 @@ macro_rules! cast_from_number {
             #[inline(always)]
             fn cast_to(self) -> i64 { self as i64 }
         }
+        impl CastTo<u32> for $s {
+            #[inline(always)]
+            fn cast_to(self) -> u32 { self as u32 }
+        }
         impl CastTo<bool> for $s {
             #[inline(always)]
             fn cast_to(self) -> bool { self != (0 as $s) }
@@ -71,7 +78,7 @@ macro_rules! cast_from_number {
     )*};
 }
 
-cast_from_number!(f32, f64, i32, i64);
+cast_from_number!(f32, f64, i32, i64, u32);
 
 use half::f16;
 
@@ -99,6 +106,12 @@ impl CastTo<f16> for i32 {
     }
 }
 impl CastTo<f16> for i64 {
+    #[inline(always)]
+    fn cast_to(self) -> f16 {
+        crate::dtype::f16_from_f64(self as f64)
+    }
+}
+impl CastTo<f16> for u32 {
     #[inline(always)]
     fn cast_to(self) -> f16 {
         crate::dtype::f16_from_f64(self as f64)
@@ -146,6 +159,12 @@ impl CastTo<i64> for f16 {
         self.to_f32() as i64
     }
 }
+impl CastTo<u32> for f16 {
+    #[inline(always)]
+    fn cast_to(self) -> u32 {
+        self.to_f32() as u32
+    }
+}
 impl CastTo<bool> for f16 {
     #[inline(always)]
     fn cast_to(self) -> bool {
@@ -177,6 +196,12 @@ impl CastTo<i64> for bool {
         i64::from(self)
     }
 }
+impl CastTo<u32> for bool {
+    #[inline(always)]
+    fn cast_to(self) -> u32 {
+        u32::from(self)
+    }
+}
 impl CastTo<bool> for bool {
     #[inline(always)]
     fn cast_to(self) -> bool {
@@ -185,8 +210,15 @@ impl CastTo<bool> for bool {
 }
 
 /// An element type convertible to every element type.
-trait CastAll: BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool> {}
-impl<T: BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<bool>> CastAll for T {}
+trait CastAll:
+    BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<u32> + CastTo<bool>
+{
+}
+impl<
+        T: BlockElem + CastTo<f16> + CastTo<f32> + CastTo<f64> + CastTo<i32> + CastTo<i64> + CastTo<u32> + CastTo<bool>,
+    > CastAll for T
+{
+}
 
 /// Converts a block whose source type is known, dispatching on the target
 /// type once per block.
@@ -198,6 +230,7 @@ fn convert_from<S: CastAll>(x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), Exec
         BlockMut::F64(o) => zip1(a, o, |v| v.cast_to()),
         BlockMut::I32(o) => zip1(a, o, |v| v.cast_to()),
         BlockMut::I64(o) => zip1(a, o, |v| v.cast_to()),
+        BlockMut::U32(o) => zip1(a, o, |v| v.cast_to()),
         BlockMut::Bool(o) => zip1(a, o, |v| v.cast_to()),
     }
     Ok(())

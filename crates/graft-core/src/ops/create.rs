@@ -127,6 +127,7 @@ impl Constant {
             Storage::F64(d) => d.iter().map(|x| x.to_string()).collect(),
             Storage::I32(d) => d.iter().map(|x| x.to_string()).collect(),
             Storage::I64(d) => d.iter().map(|x| x.to_string()).collect(),
+            Storage::U32(d) => d.iter().map(|x| x.to_string()).collect(),
             Storage::Bool(d) => d.iter().map(|x| x.to_string()).collect(),
         };
         if v.rank() == 0 {

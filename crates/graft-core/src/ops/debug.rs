@@ -175,6 +175,7 @@ fn block(t: &Tensor, e: usize, per: usize, shape: &[usize]) -> Result<Tensor, Ex
         Storage::F64(v) => Storage::F64(v[r].to_vec()),
         Storage::I32(v) => Storage::I32(v[r].to_vec()),
         Storage::I64(v) => Storage::I64(v[r].to_vec()),
+        Storage::U32(v) => Storage::U32(v[r].to_vec()),
         Storage::Bool(v) => Storage::Bool(v[r].to_vec()),
     };
     Tensor::from_storage(shape.to_vec(), s).map_err(|e| ExecError::kernel("debug_print", e.to_string()))

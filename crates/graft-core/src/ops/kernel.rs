@@ -240,6 +240,7 @@ impl Num for f32 {}
 impl Num for f64 {}
 impl Num for i32 {}
 impl Num for i64 {}
+impl Num for u32 {}
 
 /// A borrowed contiguous run of elements of one dtype: an elementwise
 /// operand, either a whole tensor or a block of one.
@@ -255,6 +256,8 @@ pub enum BlockRef<'a> {
     I32(&'a [i32]),
     /// i64 elements.
     I64(&'a [i64]),
+    /// u32 elements.
+    U32(&'a [u32]),
     /// bool elements.
     Bool(&'a [bool]),
 }
@@ -273,6 +276,8 @@ pub enum BlockMut<'a> {
     I32(&'a mut [i32]),
     /// i64 elements.
     I64(&'a mut [i64]),
+    /// u32 elements.
+    U32(&'a mut [u32]),
     /// bool elements.
     Bool(&'a mut [bool]),
 }
@@ -287,6 +292,7 @@ macro_rules! each_block {
             $ty::F64($s) => $ty::F64($body),
             $ty::I32($s) => $ty::I32($body),
             $ty::I64($s) => $ty::I64($body),
+            $ty::U32($s) => $ty::U32($body),
             $ty::Bool($s) => $ty::Bool($body),
         }
     };
@@ -297,6 +303,7 @@ macro_rules! each_block {
             $ty::F64($s) => $body,
             $ty::I32($s) => $body,
             $ty::I64($s) => $body,
+            $ty::U32($s) => $body,
             $ty::Bool($s) => $body,
         }
     };
@@ -311,6 +318,7 @@ impl<'a> BlockRef<'a> {
             Storage::F64(v) => BlockRef::F64(v),
             Storage::I32(v) => BlockRef::I32(v),
             Storage::I64(v) => BlockRef::I64(v),
+            Storage::U32(v) => BlockRef::U32(v),
             Storage::Bool(v) => BlockRef::Bool(v),
         }
     }
@@ -331,6 +339,7 @@ impl<'a> BlockRef<'a> {
             BlockRef::F64(_) => DType::F64,
             BlockRef::I32(_) => DType::I32,
             BlockRef::I64(_) => DType::I64,
+            BlockRef::U32(_) => DType::U32,
             BlockRef::Bool(_) => DType::Bool,
         }
     }
@@ -367,6 +376,7 @@ impl<'a> BlockMut<'a> {
             Storage::F64(v) => BlockMut::F64(v),
             Storage::I32(v) => BlockMut::I32(v),
             Storage::I64(v) => BlockMut::I64(v),
+            Storage::U32(v) => BlockMut::U32(v),
             Storage::Bool(v) => BlockMut::Bool(v),
         }
     }
@@ -389,6 +399,7 @@ impl<'a> BlockMut<'a> {
             BlockMut::F64(_) => DType::F64,
             BlockMut::I32(_) => DType::I32,
             BlockMut::I64(_) => DType::I64,
+            BlockMut::U32(_) => DType::U32,
             BlockMut::Bool(_) => DType::Bool,
         }
     }
@@ -416,6 +427,7 @@ impl<'a> BlockMut<'a> {
             BlockMut::F64(s) => BlockRef::F64(s),
             BlockMut::I32(s) => BlockRef::I32(s),
             BlockMut::I64(s) => BlockRef::I64(s),
+            BlockMut::U32(s) => BlockRef::U32(s),
             BlockMut::Bool(s) => BlockRef::Bool(s),
         }
     }
@@ -434,6 +446,7 @@ impl<'a> BlockMut<'a> {
             BlockMut::F64(s) => s.chunks_mut(size).map(BlockMut::F64).collect(),
             BlockMut::I32(s) => s.chunks_mut(size).map(BlockMut::I32).collect(),
             BlockMut::I64(s) => s.chunks_mut(size).map(BlockMut::I64).collect(),
+            BlockMut::U32(s) => s.chunks_mut(size).map(BlockMut::U32).collect(),
             BlockMut::Bool(s) => s.chunks_mut(size).map(BlockMut::Bool).collect(),
         }
     }
@@ -456,6 +469,7 @@ impl<'a> BlockMut<'a> {
             (BlockMut::F64(o), BlockRef::F64(x)) => o.fill(x[0]),
             (BlockMut::I32(o), BlockRef::I32(x)) => o.fill(x[0]),
             (BlockMut::I64(o), BlockRef::I64(x)) => o.fill(x[0]),
+            (BlockMut::U32(o), BlockRef::U32(x)) => o.fill(x[0]),
             (BlockMut::Bool(o), BlockRef::Bool(x)) => o.fill(x[0]),
             (o, x) => return Err(dtype_mismatch(prim, o.dtype(), x.dtype())),
         }
@@ -500,6 +514,7 @@ impl_block_elem!(f32, F32);
 impl_block_elem!(f64, F64);
 impl_block_elem!(i32, I32);
 impl_block_elem!(i64, I64);
+impl_block_elem!(u32, U32);
 impl_block_elem!(bool, Bool);
 
 /// Most operands of an elementwise primitive (`select` has three).
@@ -596,6 +611,7 @@ macro_rules! dispatch_num {
             $crate::dtype::DType::F64 => $f::<f64>($($arg),*),
             $crate::dtype::DType::I32 => $f::<i32>($($arg),*),
             $crate::dtype::DType::I64 => $f::<i64>($($arg),*),
+            $crate::dtype::DType::U32 => $f::<u32>($($arg),*),
             d => Err($crate::ops::kernel::unsupported($prim, d)),
         }
     };
@@ -610,6 +626,7 @@ macro_rules! dispatch_any {
             $crate::dtype::DType::F64 => $f::<f64>($($arg),*),
             $crate::dtype::DType::I32 => $f::<i32>($($arg),*),
             $crate::dtype::DType::I64 => $f::<i64>($($arg),*),
+            $crate::dtype::DType::U32 => $f::<u32>($($arg),*),
             $crate::dtype::DType::Bool => $f::<bool>($($arg),*),
             $crate::dtype::DType::F16 => $f::<$crate::half::f16>($($arg),*),
         }

@@ -187,6 +187,10 @@ impl Op for DotGeneral {
                 let (dims, lp, rp) = self.operands(sa, sb);
                 int_dot::<i64>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?)
             }
+            DType::U32 => {
+                let (dims, lp, rp) = self.operands(sa, sb);
+                int_dot::<u32>(dims, &lp, input(a)?, &rp, input(b)?, output(o)?)
+            }
             d => return Err(super::kernel::unsupported(self.name(), d)),
         }
         Ok(())
@@ -707,6 +711,7 @@ fn outer<T: Real>(d: Dims, a: &[T], sa: Strides, b: &[T], sb: Strides, o: &mut [
 trait IntElem: Element + num_traits::PrimInt + num_traits::WrappingAdd + num_traits::WrappingMul {}
 impl IntElem for i32 {}
 impl IntElem for i64 {}
+impl IntElem for u32 {}
 
 fn int_dot<T: IntElem>(d: Dims, lp: &Operand, a: &[T], rp: &Operand, b: &[T], o: &mut [T]) {
     if o.is_empty() {

@@ -134,6 +134,7 @@ macro_rules! red_int {
 }
 red_int!(i32);
 red_int!(i64);
+red_int!(u32);
 
 impl RedElem for bool {
     const ZERO: Self = false;
@@ -314,9 +315,13 @@ macro_rules! with_monoid {
             (DType::I32, Combine::Max) => $f::<i32, MaxM>($($arg),*),
             (DType::I32, Combine::Min) => $f::<i32, MinM>($($arg),*),
             (DType::I64, Combine::Sum) => $f::<i64, SumM>($($arg),*),
+            (DType::U32, Combine::Sum) => $f::<u32, SumM>($($arg),*),
             (DType::I64, Combine::Prod) => $f::<i64, ProdM>($($arg),*),
+            (DType::U32, Combine::Prod) => $f::<u32, ProdM>($($arg),*),
             (DType::I64, Combine::Max) => $f::<i64, MaxM>($($arg),*),
+            (DType::U32, Combine::Max) => $f::<u32, MaxM>($($arg),*),
             (DType::I64, Combine::Min) => $f::<i64, MinM>($($arg),*),
+            (DType::U32, Combine::Min) => $f::<u32, MinM>($($arg),*),
             (DType::Bool, Combine::Max) => $f::<bool, MaxM>($($arg),*),
             (DType::Bool, Combine::Min) => $f::<bool, MinM>($($arg),*),
             (d, _) => Err($crate::ops::kernel::unsupported($prim, d)),

@@ -60,6 +60,12 @@ impl SortKey for i32 {
     }
 }
 
+impl SortKey for u32 {
+    fn order(a: u32, b: u32) -> Ordering {
+        a.cmp(&b)
+    }
+}
+
 impl SortKey for i64 {
     fn order(a: i64, b: i64) -> Ordering {
         a.cmp(&b)
@@ -166,6 +172,7 @@ impl Op for Argsort {
             DType::F64 => go::<f64>(self, x, dims, y),
             DType::I32 => go::<i32>(self, x, dims, y),
             DType::I64 => go::<i64>(self, x, dims, y),
+            DType::U32 => go::<u32>(self, x, dims, y),
             d => Err(unsupported(self.name(), d)),
         }
     }

@@ -93,7 +93,7 @@ impl Unary {
     pub fn accepts(self, dtype: DType) -> bool {
         match self {
             Unary::Neg | Unary::Abs | Unary::Sign => dtype.is_numeric(),
-            Unary::Not => dtype == DType::Bool || dtype.is_int(),
+            Unary::Not => dtype == DType::Bool || dtype.is_integer(),
             _ => dtype.is_float(),
         }
     }
@@ -196,6 +196,19 @@ fn int_block<T: BlockElem + num_traits::PrimInt + num_traits::Signed + num_trait
     Ok(())
 }
 
+/// u32: negation wraps modulo 2^32, abs is the identity, sign is 0 or 1.
+fn uint_block(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
+    let (a, o) = (x.typed::<u32>(op.name())?, y.typed::<u32>(op.name())?);
+    match op {
+        Unary::Neg => zip1(a, o, |v| v.wrapping_neg()),
+        Unary::Abs => zip1(a, o, |v| v),
+        Unary::Sign => zip1(a, o, |v| (v != 0) as u32),
+        Unary::Not => zip1(a, o, |v| !v),
+        _ => return Err(unsupported(op.name(), DType::U32)),
+    }
+    Ok(())
+}
+
 fn bool_block(op: Unary, x: BlockRef<'_>, y: BlockMut<'_>) -> Result<(), ExecError> {
     let (a, o) = (x.typed::<bool>(op.name())?, y.typed::<bool>(op.name())?);
     match op {
@@ -223,6 +236,7 @@ impl pulp::WithSimd for UnaryBlock<'_> {
             DType::F64 => float_block::<f64>(op, x, out),
             DType::I32 => int_block::<i32>(op, x, out),
             DType::I64 => int_block::<i64>(op, x, out),
+            DType::U32 => uint_block(op, x, out),
             DType::Bool => bool_block(op, x, out),
             // f16 computes in f32 (`opt::widen_f16`): no kernel sees it.
             DType::F16 => Err(unsupported(op.name(), DType::F16)),

@@ -539,7 +539,7 @@ fn binary_type_errors_are_structured() {
     // Bool operands are rejected by every arithmetic op.
     for op in [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Rem, Binary::Max, Binary::Min] {
         let te = type_error(b.binary(op, b3, b3).unwrap_err());
-        assert_eq!(te.expected, "expected numeric operands (f32, f64, i32 or i64; not bool)");
+        assert_eq!(te.expected, "expected numeric operands (f16, f32, f64, i32, i64 or u32; not bool)");
     }
     assert_eq!(type_error(b.pow(i3, i3).unwrap_err()).expected, "expected floating-point operands (f32 or f64)");
     assert_eq!(type_error(b.atan2(i3, i3).unwrap_err()).prim, "atan2");

@@ -60,6 +60,7 @@ mod scan;
 mod shape;
 mod simd;
 mod sort;
+mod u32;
 mod unary;
 mod vmap;
 mod vmap_composites;

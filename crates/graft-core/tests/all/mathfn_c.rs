@@ -24,7 +24,7 @@ const PRELUDE: &str = include_str!("../../src/kernel/prelude.h");
 fn npoints(dt: DType) -> usize {
     match dt {
         DType::F32 | DType::F64 => 1 << 18,
-        DType::I32 | DType::I64 => 1 << 15,
+        DType::I32 | DType::I64 | DType::U32 => 1 << 15,
         DType::Bool => 1 << 12,
         DType::F16 => unreachable!("f16 has no C kernel form"),
     }
@@ -146,6 +146,19 @@ fn float_values(dt: DType, seed: u64, other: Option<&[f64]>) -> Vec<f64> {
 
 fn int_values(dt: DType, seed: u64) -> Vec<i64> {
     let mut r = Rng(seed);
+    if dt == DType::U32 {
+        // Unsigned edges (2^31 - 1, 2^31, 2^32 - 1, the f32 rounding ties
+        // 2^24 + 1 and 2^32 - 128) and small values.
+        let m = u32::MAX as i64;
+        let edges = [0, 1, 2, 3, m - 1, m, 0x7fff_ffff, 0x8000_0000, 0x8000_0001, 16_777_217, m - 128, m - 127];
+        return (0..npoints(dt))
+            .map(|i| match i % 4 {
+                0 => edges[r.below(edges.len() as u64) as usize],
+                1 => r.below(201) as i64,
+                _ => r.next() as u32 as i64,
+            })
+            .collect();
+    }
     let (min, max) = if dt == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
     let edges = [min, min + 1, -2, -1, 0, 1, 2, max - 1, max, 16_777_217, 9_007_199_254_740_993, -16_777_217];
     (0..npoints(dt))
@@ -170,6 +183,7 @@ fn tensor_of(dt: DType, f: &[f64], i: &[i64], b: &[bool]) -> Tensor {
         DType::F64 => Tensor::from_vec(vec![n], f.to_vec()),
         DType::I32 => Tensor::from_vec(vec![n], i.iter().map(|&x| x as i32).collect::<Vec<_>>()),
         DType::I64 => Tensor::from_vec(vec![n], i.to_vec()),
+        DType::U32 => Tensor::from_vec(vec![n], i.iter().map(|&x| x as u32).collect::<Vec<_>>()),
         DType::Bool => Tensor::from_vec(vec![n], b[..n].to_vec()),
         DType::F16 => unreachable!("f16 has no C kernel form"),
     }
@@ -183,6 +197,7 @@ fn bytes_of(t: &Tensor) -> Vec<u8> {
         DType::F64 => t.to_vec::<f64>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
         DType::I32 => t.to_vec::<i32>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
         DType::I64 => t.to_vec::<i64>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
+        DType::U32 => t.to_vec::<u32>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
         DType::Bool => t.to_vec::<bool>().unwrap().iter().map(|&x| x as u8).collect(),
         DType::F16 => unreachable!("f16 has no C kernel form"),
     }
@@ -190,7 +205,7 @@ fn bytes_of(t: &Tensor) -> Vec<u8> {
 
 fn size_of(dt: DType) -> usize {
     match dt {
-        DType::F32 | DType::I32 => 4,
+        DType::F32 | DType::I32 | DType::U32 => 4,
         DType::F64 | DType::I64 => 8,
         DType::Bool => 1,
         DType::F16 => 2,
@@ -203,6 +218,7 @@ fn vty(dt: DType) -> &'static str {
         DType::F64 => "vf64",
         DType::I32 => "vi32",
         DType::I64 => "vi64",
+        DType::U32 => "vu32",
         DType::Bool => "vbool",
         DType::F16 => unreachable!("f16 has no C kernel form"),
     }
@@ -268,7 +284,7 @@ impl Case {
     }
 }
 
-const DTYPES: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
+const DTYPES: [DType; 6] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::U32, DType::Bool];
 
 /// Ops whose Rust kernels still call libm (no C version yet), with the
 /// dtypes they do it for: f64 `atan2` and `pow` (std `atan2`, `powf`; the
@@ -402,6 +418,7 @@ fn compare(case: &Case, variant: &str, c: &[u8], rust: &[u8], ins: &[&Tensor]) -
             DType::F64 => format!("{:e}", f64::from_le_bytes(b.try_into().unwrap())),
             DType::I32 => format!("{}", i32::from_le_bytes(b.try_into().unwrap())),
             DType::I64 => format!("{}", i64::from_le_bytes(b.try_into().unwrap())),
+            DType::U32 => format!("{}", u32::from_le_bytes(b.try_into().unwrap())),
             DType::Bool => format!("{}", b[0]),
             DType::F16 => unreachable!("f16 has no C kernel form"),
         }
@@ -441,6 +458,7 @@ impl ElemString for Tensor {
             }
             DType::I32 => format!("{}", self.to_vec::<i32>().unwrap()[i]),
             DType::I64 => format!("{}", self.to_vec::<i64>().unwrap()[i]),
+            DType::U32 => format!("{}", self.to_vec::<u32>().unwrap()[i]),
             DType::Bool => format!("{}", self.to_vec::<bool>().unwrap()[i]),
             DType::F16 => format!("{}", self.to_vec::<graft_core::half::f16>().unwrap()[i]),
         }

@@ -228,7 +228,7 @@ fn verifier_rejects_malformed_row_kernels() {
         (k(vec![reduce(vec![load.clone(), reduce(vec![], 0)], 0)], vec![rd(8)]), "nested"),
         (
             k(vec![reduce(vec![load.clone(), Inst::Convert(DType::Bool, 0)], 1)], vec![rd(8)]),
-            "floating-point or i32 only",
+            "floating-point, i32 or u32 only",
         ),
         (k(vec![reduce(vec![load.clone()], 0)], vec![rd(6)]), "point load from a buffer of 6"),
         (

@@ -47,6 +47,7 @@ fn sample(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
         DType::Bool => ((i + seed) * 7).is_multiple_of(3) as u8 as f64,
         DType::F16 | DType::F32 | DType::F64 => (i + seed) as f64 * 0.5 - 3.25,
         DType::I32 | DType::I64 => (i + seed) as f64 - 5.0,
+        DType::U32 => (i + seed) as f64,
     })
 }
 

@@ -22,6 +22,7 @@ use graft_gpu::{Device, GpuError, GpuExecutable, Runner};
 use std::sync::Arc;
 
 mod f16;
+mod u32;
 
 const RTOL: f64 = 1e-4;
 const ATOL: f64 = 1e-5;

@@ -441,6 +441,17 @@ impl<'p> Lower<'p> {
         }
     }
 
+    /// An integer literal that takes the dtype u32 must lie in `0..=2^32 - 1`
+    /// (`x + -1` on a u32 `x` is an error, not a silent 0 or wrap).
+    fn check_u32(&self, data: &[f64], span: &Span) -> Result<(), Diagnostic> {
+        match data.iter().find(|&&x| !(0.0..=u32::MAX as f64).contains(&x)) {
+            Some(x) => Err(self
+                .err(Stage::Type, span, format!("{x} is out of range for u32"))
+                .with_note(format!("note: u32 holds 0 to {}", u32::MAX))),
+            None => Ok(()),
+        }
+    }
+
     /// The value as a tensor of `dtype`: literals take it (a float literal
     /// cannot become an integer, a number cannot become bool); tensors must
     /// already have it (nothing is cast silently).
@@ -458,6 +469,9 @@ impl<'p> Lower<'p> {
                 if !ok {
                     return bad(self, v.describe());
                 }
+                if dtype == DType::U32 {
+                    self.check_u32(&[c.as_f64()], span)?;
+                }
                 self.const_tensor(&[], &[c.as_f64()], dtype, span)
             }
             Val::Dim(_, n) if dtype != DType::Bool => self.const_tensor(&[], &[*n as f64], dtype, span),
@@ -469,6 +483,9 @@ impl<'p> Lower<'p> {
                 };
                 if !ok {
                     return bad(self, format!("an array literal of {kind:?} elements").to_lowercase());
+                }
+                if dtype == DType::U32 {
+                    self.check_u32(data, span)?;
                 }
                 let (shape, data) = (shape.clone(), data.clone());
                 self.const_tensor(&shape, &data, dtype, span)
@@ -837,6 +854,7 @@ pub fn dtype_of(s: ast::ScalarType) -> DType {
         ast::ScalarType::F64 => DType::F64,
         ast::ScalarType::I32 => DType::I32,
         ast::ScalarType::I64 => DType::I64,
+        ast::ScalarType::U32 => DType::U32,
         ast::ScalarType::Bool => DType::Bool,
     }
 }

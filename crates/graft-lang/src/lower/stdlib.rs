@@ -513,7 +513,7 @@ impl A {
                 other => Err(l.err(
                     Stage::Type,
                     &a.span,
-                    format!("expected a dtype (f16, f32, f64, i32, i64, bool), found {}", other.describe()),
+                    format!("expected a dtype (f16, f32, f64, i32, i64, u32, bool), found {}", other.describe()),
                 )),
             },
         }
@@ -871,14 +871,14 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
     if let Val::Const(Const::Int(i)) = v {
         let fits = match dt {
             DType::I32 => i32::try_from(*i).is_ok(),
+            DType::U32 => u32::try_from(*i).is_ok(),
             _ => true,
         };
         if !fits {
-            return Err(l.err(Stage::Type, span, format!("{i} is out of range for {dt}")).with_note(format!(
-                "note: {dt} holds {} to {}",
-                i32::MIN,
-                i32::MAX
-            )));
+            let (lo, hi) = if dt == DType::U32 { (0, u32::MAX as i64) } else { (i32::MIN as i64, i32::MAX as i64) };
+            return Err(l
+                .err(Stage::Type, span, format!("{i} is out of range for {dt}"))
+                .with_note(format!("note: {dt} holds {lo} to {hi}")));
         }
         if dt == DType::I64 {
             let r = l.b().constant(graft_core::Tensor::scalar(*i));
@@ -892,6 +892,7 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
             DType::I32 => !x.is_nan() && (x.trunc() < i32::MIN as f64 || x.trunc() > i32::MAX as f64),
             // i64::MAX as f64 is 2^63, itself out of range.
             DType::I64 => !x.is_nan() && (x.trunc() < i64::MIN as f64 || x.trunc() >= i64::MAX as f64),
+            DType::U32 => !x.is_nan() && (x.trunc() < 0.0 || x.trunc() > u32::MAX as f64),
             DType::F64 | DType::Bool => false,
         };
         if bad {
@@ -899,6 +900,7 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
                 DType::F16 => format!("the largest f16 is {:e}", graft_core::half::f16::MAX.to_f64()),
                 DType::F32 => format!("the largest f32 is {:e}", f32::MAX),
                 DType::I32 => format!("i32 holds {} to {}", i32::MIN, i32::MAX),
+                DType::U32 => format!("u32 holds 0 to {}", u32::MAX),
                 _ => format!("i64 holds {} to {}", i64::MIN, i64::MAX),
             };
             // As written for moderate magnitudes (`3000000000.0`), with an
@@ -910,7 +912,7 @@ fn cast_literal(l: &mut Lower<'_>, v: &Val, dt: DType, span: &Span) -> Result<Va
         }
     }
     let data: Vec<f64> = match dt {
-        DType::I32 | DType::I64 => data.iter().map(|x| if x.is_nan() { 0.0 } else { x.trunc() }).collect(),
+        DType::I32 | DType::I64 | DType::U32 => data.iter().map(|x| if x.is_nan() { 0.0 } else { x.trunc() }).collect(),
         DType::Bool => data.iter().map(|&x| f64::from(u8::from(x != 0.0))).collect(),
         DType::F16 | DType::F32 | DType::F64 => data,
     };

@@ -626,6 +626,7 @@ fn scalar_type(name: &str) -> Option<ScalarType> {
         "f64" => ScalarType::F64,
         "i32" => ScalarType::I32,
         "i64" => ScalarType::I64,
+        "u32" => ScalarType::U32,
         "bool" => ScalarType::Bool,
         _ => return None,
     })

@@ -24,4 +24,5 @@ mod run_examples;
 mod sorting;
 mod stdlib;
 mod transforms;
+mod u32;
 mod updates;

@@ -29,6 +29,7 @@ pub fn tensor_bytes(t: &Tensor) -> (Dtype, Vec<u8>) {
         DType::F64 => (Dtype::F64, le::<f64, 8>(t, f64::to_le_bytes)),
         DType::I32 => (Dtype::I32, le::<i32, 4>(t, i32::to_le_bytes)),
         DType::I64 => (Dtype::I64, le::<i64, 8>(t, i64::to_le_bytes)),
+        DType::U32 => (Dtype::U32, le::<u32, 4>(t, u32::to_le_bytes)),
         DType::Bool => (Dtype::BOOL, le::<bool, 1>(t, |b| [u8::from(b)])),
     }
 }
@@ -48,6 +49,7 @@ pub fn tensor_from_view(v: &TensorView<'_>) -> Option<Tensor> {
         Dtype::F64 => words(d, shape, f64::from_le_bytes),
         Dtype::I32 => words(d, shape, i32::from_le_bytes),
         Dtype::I64 => words(d, shape, i64::from_le_bytes),
+        Dtype::U32 => words(d, shape, u32::from_le_bytes),
         Dtype::BOOL => Tensor::from_vec(shape, d.iter().map(|&b| b != 0).collect::<Vec<_>>()).ok(),
         _ => None,
     }

@@ -379,6 +379,13 @@ impl Accumulate for i32 {
     }
 }
 
+impl Accumulate for u32 {
+    #[inline]
+    fn accumulate(self, x: Self) -> Self {
+        self.wrapping_add(x)
+    }
+}
+
 impl Accumulate for i64 {
     #[inline]
     fn accumulate(self, x: Self) -> Self {

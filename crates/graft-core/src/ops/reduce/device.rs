@@ -43,8 +43,9 @@ fn reduce_kernel(f: &Func, r: &super::Reduce, x: Value, out: Value, name: &str) 
     // Bools reduce by max (any) and min (all) as 0/1 in f32, exactly: how
     // a vmapped `while` combines its examples' predicates.
     let as_bool = xt.dtype == DType::Bool && matches!(r.kind, ReduceKind::Max | ReduceKind::Min);
-    // f32 and i32 reduce as they are (i32 sums and products wrap, as on the host).
-    if !matches!(xt.dtype, DType::F32 | DType::I32) && !as_bool {
+    // f32, i32 and u32 reduce as they are (integer sums and products wrap,
+    // as on the host).
+    if !matches!(xt.dtype, DType::F32 | DType::I32 | DType::U32) && !as_bool {
         return None;
     }
     let shape = &xt.shape;
@@ -96,7 +97,7 @@ fn argreduce_kernel(f: &Func, a: &super::ArgReduce, x: Value, out: Value, name: 
     use crate::ops::binary::{Binary, Compare};
     use crate::ops::reduce::{ArgKind, ReduceKind};
     let xt = f.ty(x);
-    if !matches!(xt.dtype, DType::F32 | DType::I32) || a.index_dtype != DType::I32 {
+    if !matches!(xt.dtype, DType::F32 | DType::I32 | DType::U32) || a.index_dtype != DType::I32 {
         return None;
     }
     let shape = &xt.shape;

@@ -439,6 +439,7 @@ impl Op for ArgReduce {
             DType::F64 => go!(f64),
             DType::I32 => go!(i32),
             DType::I64 => go!(i64),
+            DType::U32 => go!(u32),
             d => Err(unsupported(self.name(), d)),
         }
     }

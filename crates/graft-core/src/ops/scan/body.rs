@@ -41,5 +41,5 @@ pub(crate) fn copy_chunk(
             }
         };
     }
-    go!(F16, F32, F64, I32, I64, Bool)
+    go!(F16, F32, F64, I32, I64, U32, Bool)
 }

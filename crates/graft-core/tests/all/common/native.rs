@@ -25,6 +25,7 @@ pub fn bits(t: &Tensor) -> Vec<u64> {
         Storage::F64(v) => v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect(),
         Storage::I32(v) => v.iter().map(|&x| x as u32 as u64).collect(),
         Storage::I64(v) => v.iter().map(|&x| x as u64).collect(),
+        Storage::U32(v) => v.iter().map(|&x| x as u64).collect(),
         Storage::Bool(v) => v.iter().map(|&x| x as u64).collect(),
     }
 }
