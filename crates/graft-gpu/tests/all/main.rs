@@ -633,6 +633,7 @@ fn bit_patterns(t: &Tensor) -> Vec<u64> {
         Storage::Bool(v) => v.iter().map(|&x| u64::from(x)).collect(),
         Storage::F64(v) => v.iter().map(|x| x.to_bits()).collect(),
         Storage::I64(v) => v.iter().map(|&x| x as u64).collect(),
+        Storage::U32(v) => v.iter().map(|&x| x as u64).collect(),
     }
 }
 
