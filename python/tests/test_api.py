@@ -169,6 +169,47 @@ def test_float16_computes_in_float32_and_rounds_each_op_like_numpy():
     assert graft.jit(lambda a: a.astype(np.float16))(np.array([1e5, 0.1], np.float32)).tolist() == [np.inf, np.float16(0.1)]
 
 
+def test_uint32_wraps_and_divides_unsigned_like_numpy():
+    # NumPy's uint32: + - * wrap modulo 2**32, division, remainder, order and
+    # max are unsigned; the results come back as uint32 arrays.
+    x = np.array([0, 1, 2, 2**31 - 1, 2**31, 2**32 - 1, 123456789], np.uint32)
+    y = np.array([3, 2**32 - 1, 7, 2, 2**31 + 1, 5, 10], np.uint32)
+    f = graft.jit(lambda a, b: (a * b + a - b, a % b, a < b, gnp.maximum(a, b), gnp.max(a), -a, a + 1))
+    got = f(x, y)
+    with np.errstate(over="ignore"):
+        want = (x * y + x - y, x % y, x < y, np.maximum(x, y), np.max(x), (0 - x).astype(np.uint32), x + np.uint32(1))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        assert np.array_equal(g, w), (g, w)
+    assert graft.jit(lambda a, b: a / b)(x, y).tolist() == (x // y).tolist()
+    # Division by zero gives 0, as graft's int32 does.
+    assert graft.jit(lambda a, b: a / b)(x[:2], np.zeros(2, np.uint32)).tolist() == [0, 0]
+    # Conversions: floats saturate (NaN -> 0), int32 wraps, uint32 -> float32 rounds.
+    fl = np.array([-1.5, 0.5, 3e9, 5e9, np.nan], np.float32)
+    assert graft.jit(lambda a: a.astype(np.uint32))(fl).tolist() == [0, 0, 3000000000, 2**32 - 1, 0]
+    assert graft.jit(lambda a: a.astype(np.uint32))(np.array([-1, 5], np.int32)).tolist() == [2**32 - 1, 5]
+    assert graft.jit(lambda a: a.astype(np.float32))(x).tolist() == x.astype(np.float32).tolist()
+    # Promotion as JAX with x64: uint32 with int32 is int64, with a float the float.
+    i = np.array([-1, 2], np.int32)
+    assert gnp.result_type(np.uint32, np.uint32) == np.uint32
+    assert gnp.result_type(np.uint32, np.int32) == np.int64
+    assert gnp.result_type(np.int64, np.uint32) == np.int64
+    assert gnp.result_type(np.uint32, np.float32) == np.float32
+    assert gnp.result_type(np.bool_, np.uint32) == np.uint32
+    s = graft.jit(lambda a, b: a + b)(x[:2], i)
+    assert s.dtype == np.int64 and s.tolist() == [-1, 3]
+    assert graft.jit(lambda a, b: a * b)(x[:2], np.ones(2, np.float32)).dtype == np.float32
+    # A Python number must fit uint32.
+    with pytest.raises(OverflowError, match="out of range for uint32"):
+        graft.jit(lambda a: a + -1)(x)
+    # Not differentiable: integer leaves get no gradient (like int32).
+    g = graft.grad(lambda w, a: gnp.sum(w * a.astype(np.float32)), argnums=0)(np.ones(2, np.float32), x[:2])
+    assert g.tolist() == [0.0, 1.0]
+    # uint16 stays refused.
+    with pytest.raises(TypeError, match="uint16"):
+        graft.jit(lambda a: a)(np.ones(2, np.uint16))
+
+
 def test_grad_of_non_scalar_is_graft_error():
     with pytest.raises(graft.GraftError, match="scalar"):
         graft.grad(lambda x: x * 2.0)(np.ones(3))

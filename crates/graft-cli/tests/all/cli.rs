@@ -1069,3 +1069,53 @@ fn f16_npy_input_and_f16_output() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("overflows f16"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn u32_npy_input_and_u32_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("words.graft");
+    std::fs::write(
+        &prog,
+        "def main(x: tensor[n, u32], k: u32) -> (tensor[n, u32], u32, tensor[n, bool]) = (x * k + 1, max(x, 0), x > 2147483647)\n",
+    )
+    .unwrap();
+    let xs = vec![0u32, 1, 0x8000_0000, u32::MAX];
+    let x = dir.path().join("x.npy");
+    npy::save_npy(&x, &Tensor::from_vec(vec![4], xs.clone()).unwrap()).unwrap();
+    // NumPy's `<u4` header.
+    assert!(String::from_utf8_lossy(&std::fs::read(&x).unwrap()).contains("'<u4'"));
+    let out = dir.path().join("out.npz");
+    let s = stdout(
+        graft()
+            .arg("run")
+            .arg(&prog)
+            .arg(format!("--input=x={}", x.display()))
+            .args(["--input", "k=4294967295"])
+            .arg("--out")
+            .arg(&out),
+    );
+    // Wrapping modulo 2^32, unsigned order.
+    let want: Vec<u32> = xs.iter().map(|v| v.wrapping_mul(u32::MAX).wrapping_add(1)).collect();
+    let arrays = npy::load_npz(&out).unwrap();
+    assert_eq!(arrays.len(), 3);
+    assert_eq!(arrays[0].1.to_vec::<u32>().unwrap(), want);
+    assert_eq!(arrays[1].1.to_vec::<u32>().unwrap(), vec![u32::MAX]);
+    assert_eq!(arrays[2].1.to_vec::<bool>().unwrap(), vec![false, false, true, true]);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines.len(), 3, "{s}");
+    assert_eq!(lines[0], "0: u32[4] = [         1          0 2147483649          2]", "{s}");
+    assert_eq!(lines[1], "1: u32[] = 4294967295", "{s}");
+    // A negative or too large literal is refused, not wrapped.
+    for bad in ["k=-1", "k=4294967296"] {
+        let o = graft()
+            .arg("run")
+            .arg(&prog)
+            .arg(format!("--input=x={}", x.display()))
+            .args(["--input", bad])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("out of range for u32"), "{e}");
+    }
+}
