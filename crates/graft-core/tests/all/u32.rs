@@ -425,7 +425,7 @@ fn npy_round_trip_is_little_endian_u4() {
     // NumPy's bytes for np.array([1, 4294967295], dtype='>u4') (big-endian) read too.
     let mut be = b"\x93NUMPY\x01\x00".to_vec();
     let mut h = "{'descr': '>u4', 'fortran_order': False, 'shape': (2,), }".to_string();
-    while (10 + h.len() + 1) % 64 != 0 {
+    while !(10 + h.len() + 1).is_multiple_of(64) {
         h.push(' ');
     }
     h.push('\n');

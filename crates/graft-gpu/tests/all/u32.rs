@@ -77,7 +77,7 @@ fn operands() -> (Tensor, Tensor) {
         s ^= s >> 17;
         s ^= s << 5;
         a.push(s);
-        b.push(if s % 3 == 0 { s % 11 } else { s.rotate_left(7) });
+        b.push(if s.is_multiple_of(3) { s % 11 } else { s.rotate_left(7) });
     }
     (vecu(a), vecu(b))
 }
