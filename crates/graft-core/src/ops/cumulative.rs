@@ -432,7 +432,7 @@ fn cumulative_kernel(
         CumKind::Min => ReduceKind::Min,
     };
     let as_bool = xt.dtype == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
-    if !matches!(xt.dtype, DType::F32 | DType::I32) && !as_bool {
+    if !matches!(xt.dtype, DType::F32 | DType::I32 | DType::U32) && !as_bool {
         return None;
     }
     let (n, len) = (xt.numel(), *xt.shape.get(c.axis)?);
@@ -446,6 +446,8 @@ fn cumulative_kernel(
         (DType::F32, ReduceKind::Prod) => 1f32.to_bits() as u64,
         (DType::F32, ReduceKind::Max) => f32::NEG_INFINITY.to_bits() as u64,
         (DType::F32, ReduceKind::Min) => f32::INFINITY.to_bits() as u64,
+        (DType::U32, ReduceKind::Max) => 0,
+        (DType::U32, ReduceKind::Min) => u32::MAX as u64,
         (_, ReduceKind::Sum) => 0,
         (_, ReduceKind::Prod) => 1,
         (_, ReduceKind::Max) => i32::MIN as i64 as u64,
@@ -512,7 +514,7 @@ pub fn device_pass_kernels(
     let (&x, &out) = (eqn.inputs.first()?, eqn.outputs.first()?);
     let xt = f.ty(x);
     let (n, len) = (xt.numel(), *xt.shape.get(c.axis)?);
-    if !matches!(xt.dtype, DType::F32 | DType::I32) || n == 0 || len < 2 || n > i32::MAX as usize {
+    if !matches!(xt.dtype, DType::F32 | DType::I32 | DType::U32) || n == 0 || len < 2 || n > i32::MAX as usize {
         return None;
     }
     if eqn.inputs.len() != 1 || f.ty(out) != xt {
@@ -523,6 +525,8 @@ pub fn device_pass_kernels(
         (CumKind::Prod, DType::F32) => (Binary::Mul, u64::from(1f32.to_bits())),
         (CumKind::Max, DType::F32) => (Binary::Max, u64::from(f32::NEG_INFINITY.to_bits())),
         (CumKind::Min, DType::F32) => (Binary::Min, u64::from(f32::INFINITY.to_bits())),
+        (CumKind::Max, DType::U32) => (Binary::Max, 0),
+        (CumKind::Min, DType::U32) => (Binary::Min, u64::from(u32::MAX)),
         (CumKind::Sum, _) => (Binary::Add, 0),
         (CumKind::Prod, _) => (Binary::Mul, 1),
         (CumKind::Max, _) => (Binary::Max, i32::MIN as i64 as u64),

@@ -171,9 +171,21 @@ fn u32_reductions_match_the_cpu() {
             b.reduce_max(p[0], &[0]).unwrap(),
             b.argmax(p[0], 1, DType::I32).unwrap(),
             b.argmin(p[0], 1, DType::I32).unwrap(),
+            b.cumsum(p[0], 1, false).unwrap(),
+            b.cummax(p[0], 1, true).unwrap(),
+            b.cummin(p[0], 0, false).unwrap(),
         ]
     });
     same_bits_on_device(f, &[&x]);
+    // A line past the row form's bound (length^2 > 2^28) takes the
+    // Hillis-Steele passes.
+    let n = 20_000;
+    let words: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(0x9e37_79b9) ^ (i >> 3)).collect();
+    let long = Tensor::from_vec(vec![1, n], words).unwrap();
+    let g = build(&[long.ty()], |b, p| {
+        vec![b.cumsum(p[0], 1, false).unwrap(), b.cummax(p[0], 1, false).unwrap(), b.cummin(p[0], 1, false).unwrap()]
+    });
+    same_bits_on_device(g, &[&long]);
     // The same data through an upload and download alone.
     let id = build(&[x.ty()], |b, p| vec![b.add(p[0], p[0]).unwrap()]);
     same_bits_on_device(id, &[&x]);
