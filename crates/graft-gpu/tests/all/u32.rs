@@ -190,3 +190,15 @@ fn u32_reductions_match_the_cpu() {
     let id = build(&[x.ty()], |b, p| vec![b.add(p[0], p[0]).unwrap()]);
     same_bits_on_device(id, &[&x]);
 }
+
+#[test]
+fn u32_scatter_add_wraps_on_the_device() {
+    use graft_core::ops::index::IndexMode;
+    let x = vecu(vec![1, 2, 3, 4, 5, u32::MAX]);
+    let i = Tensor::from_vec(vec![5, 1], vec![5i32, 0, 5, 9, -2]).unwrap();
+    let u = vecu(vec![1, 10, 0x8000_0000, 1000, 0x8000_0001]);
+    for mode in [IndexMode::Clip, IndexMode::Fill] {
+        let f = build(&[x.ty(), i.ty(), u.ty()], |b, p| vec![b.scatter_add(p[0], p[1], p[2], 0, &[0], mode).unwrap()]);
+        same_bits_on_device(f, &[&x, &i, &u]);
+    }
+}

@@ -276,9 +276,10 @@ pub fn scatter_add_device_kernel(
     let bd = g.batch_dims;
     let ni: usize = it.shape[bd..it.rank() - 1].iter().product();
     let rows = xt.numel();
-    // i32 sums wrap on the device as in the interpreter: any order gives its bits.
+    // i32 and u32 sums wrap on the device as in the interpreter: any order
+    // gives its bits.
     let dt = xt.dtype;
-    if !matches!(dt, DType::F32 | DType::I32) || it.dtype != DType::I32 || rows == 0 || ni == 0 {
+    if !matches!(dt, DType::F32 | DType::I32 | DType::U32) || it.dtype != DType::I32 || rows == 0 || ni == 0 {
         return None;
     }
     if rows.checked_mul(ni)? > SCATTER_ROWS_MAX {
