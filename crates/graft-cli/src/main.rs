@@ -390,10 +390,6 @@ fn kernel_listing(func: &graft_core::Func) -> Result<String, Fail> {
     );
     s.push_str(&format!("\n# {} kernel{}\n", ks.len(), if ks.len() == 1 { "" } else { "s" }));
     for k in ks {
-        if graft_core::kernel::ir::names_f16(&k) {
-            // The device renders it; the C backend has no f16 form yet.
-            s.push_str("\n# f16: runs on the interpreter on the CPU (no C form), rendered on the GPU");
-        }
         s.push_str(&format!("\n{k}\n"));
     }
     // Loop bodies compiled whole (each scan's body as one native loop, each

@@ -500,8 +500,9 @@ pub struct KernelError {
 /// reaches one element from two points. Row kernels: inner
 /// bodies only in `Reduce`/`Map` of the outer body, `Outer` only in inner
 /// bodies, reductions over floating-point values. An f16 register (f16 is
-/// a storage type, see [`names_f16`]) is only loaded, stored, selected or
-/// converted: no arithmetic, comparison or reduction computes on f16.
+/// a storage type, see `opt::widen_f16`) is only loaded, stored, selected
+/// or converted: no arithmetic, comparison or reduction computes on f16, so
+/// the renderers need only its moves and conversions.
 pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
     let mut stored = vec![false; k.args.len()];
     let mut slots = Vec::new();
@@ -516,27 +517,6 @@ pub fn verify(k: &Kernel) -> Result<Vec<Option<DType>>, KernelError> {
         }
     }
     Ok(types)
-}
-
-/// Whether `k` reads, writes, converts to or names f16 anywhere.
-///
-/// f16 is a storage type (`opt::widen_f16`): in a kernel an f16 register
-/// only moves (loads, stores, selects) or converts, which [`verify`]
-/// enforces. The device renderer (`render_wgsl`) renders such kernels; the
-/// C renderer has no f16 form yet, so the CPU's compilers leave a kernel
-/// for which this holds to the interpreter (`kernel::prepare`,
-/// `loops::build_program`), silently: the interpreter runs it.
-pub fn names_f16(k: &Kernel) -> bool {
-    fn inst(i: &Inst) -> bool {
-        match i {
-            Inst::Lit(l) => l.dtype == DType::F16,
-            Inst::Convert(d, _) | Inst::Bitcast(d, _) => *d == DType::F16,
-            Inst::Reduce(r) => r.inner.body.iter().any(inst),
-            Inst::Map(m) => m.body.iter().any(inst),
-            _ => false,
-        }
-    }
-    k.args.iter().any(|a| a.dtype == DType::F16) || k.body.iter().any(inst)
 }
 
 /// The register dtypes of one body: the outer one (`outer` is `None`), or

@@ -83,10 +83,6 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode, shapeless
     let mut kernels = Vec::new();
     let mut slots = Vec::new();
     for region in &mut plan.regions {
-        // f16 has no C form (`ir::names_f16`): the region's steps run.
-        if ir::names_f16(&region.kernel) {
-            continue;
-        }
         let slot = Arc::new(native::Slot::default());
         region.native = Some(slot.clone());
         slots.push((region.kernel.name.clone(), Arc::downgrade(&slot)));
@@ -99,7 +95,7 @@ pub(crate) fn prepare(func: &Func, plan: &mut Plan, mode: CompileMode, shapeless
         if in_region[g] {
             continue;
         }
-        if let Some(k) = lower::group_kernel(func, group, format!("gk{g}")).filter(|k| !ir::names_f16(k)) {
+        if let Some(k) = lower::group_kernel(func, group, format!("gk{g}")) {
             group.in_place = in_place_candidates(&k, group.inputs.len());
             let slot = Arc::new(native::Slot::default());
             group.native = Some(slot.clone());

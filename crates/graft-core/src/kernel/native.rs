@@ -720,9 +720,10 @@ mod tests {
     }
 
     /// Streaming stores write the bits ordinary stores write, at aligned
-    /// and misaligned addresses, over whole ranges and pieces of them.
+    /// and misaligned addresses, over whole ranges and pieces of them; so
+    /// do the prefetching steps against the same kernel without them.
     #[test]
-    fn streaming_stores_keep_the_bits() {
+    fn streaming_stores_and_prefetches_keep_the_bits() {
         if std::env::var_os("GRAFT_SKIP_CC_TESTS").is_some_and(|v| v == "1") {
             eprintln!("skipped: GRAFT_SKIP_CC_TESTS=1 (native-kernel test needs a C compiler)");
             return;
@@ -737,12 +738,20 @@ mod tests {
         if cfg!(target_arch = "x86_64") {
             assert!(streaming.contains("gk_stnt_f32(a2 + i") && streaming.contains("gk_sfence();"), "{streaming}");
         }
+        // Inputs past `PREFETCH_MIN` are prefetched (Note [Prefetching]),
+        // the output is not; a small kernel prefetches nothing.
+        assert!(plain.contains("__builtin_prefetch(a0 + i + 512);"), "{plain}");
+        assert!(plain.contains("__builtin_prefetch(a1 + i + 512);") && !plain.contains("__builtin_prefetch(a2"));
+        assert!(!render_c::render_unit(&[stream_kernel(1000)], lanes).contains("__builtin_prefetch"));
+        let unfetched = plain.lines().filter(|l| !l.contains("__builtin_prefetch")).collect::<Vec<_>>().join("\n");
         // Below the threshold nothing streams: the text is the plain one.
         assert_eq!(render_c::render_unit_streaming(std::slice::from_ref(&k), lanes, Some(usize::MAX)), plain);
         let dir = tempfile::tempdir().expect("a temporary directory");
         let tc = Toolchain { cc: compiler(), cache: dir.path().to_path_buf() };
         let f_plain = tc.compile(&plain, &["sk".into()]).expect("the plain unit compiles").remove(0);
         let f_stream = tc.compile(&streaming, &["sk".into()]).expect("the streaming unit compiles").remove(0);
+        let f_unfetched =
+            tc.compile(&unfetched, &["sk".into()]).expect("the unit without prefetches compiles").remove(0);
         let a: Vec<f32> = (0..n).map(|i| ((i * 7919) % 2003) as f32 / 500.0 - 2.0).collect();
         let b: Vec<f32> = (0..n).map(|i| ((i * 104_729) % 1009) as f32 / 300.0 - 1.5).collect();
         let run = |f: &NativeFn, shift: usize, pieces: &[(usize, usize)]| -> Vec<u32> {
@@ -764,6 +773,7 @@ mod tests {
             let want = run(&f_plain, shift, &[(0, m)]);
             assert_eq!(run(&f_stream, shift, &[(0, m)]), want, "shift {shift}");
             assert_eq!(run(&f_stream, shift, &[(0, 3), (3, 1001), (1001, m)]), want, "pieces, shift {shift}");
+            assert_eq!(run(&f_unfetched, shift, &[(0, m)]), want, "without prefetches, shift {shift}");
         }
     }
 }

@@ -11,6 +11,8 @@
  *   has GL lanes, whatever its element width.
  * - Booleans in registers are vbool (= vi32) with lanes 0 or -1 (all bits
  *   set); in memory they are bytes 0/1 (vu8).
+ * - f16 in registers is its bits in vi32 lanes, in memory uint16_t (vu16);
+ *   only conversions and selects take it (see the f16 section).
  * - One function per (op, dtype): g_<op>_<dt>, dt in f32 f64 i32 i64 u32 bool;
  *   comparisons g_eq/ne/lt/le/gt/ge_<dt> return vbool; g_select_<dt>(p, a, b);
  *   g_fma_<dt>(a, b, c) for the float dtypes (the fma primitive);
@@ -531,6 +533,130 @@ G_INL vf64 g_convert_bool_f64(vbool x) { return __builtin_convertvector(x & 1, v
 G_INL vi32 g_convert_bool_i32(vbool x) { return x & 1; }
 G_INL vi64 g_convert_bool_i64(vbool x) { return __builtin_convertvector(x & 1, vi64); }
 G_INL vbool g_convert_bool_bool(vbool x) { return x; }
+
+/* ------------------------------------------------------------------ f16 */
+
+/* f16 is a storage type (opt::widen_f16): in a register it is its 16 bits
+ * in the low half of an i32 lane (like vbool, the lane count never
+ * changes); kernels only load, store, select and convert it. Conversions
+ * mirror ops/cast.rs: to f16, one rounding to nearest even of the exact
+ * value (from f64 directly: through f32 would round twice), overflow to
+ * inf, NaN quiet with its top payload bits; from f16, exact. In integer
+ * arithmetic only, so every target gives the same bits. */
+typedef uint16_t vu16 __attribute__((vector_size(2 * GL)));
+
+/* Where the target converts between f16 and f32 in hardware (AVX-512F at
+ * 16 lanes, F16C at 8 and 4), one instruction does it: the same bits as the
+ * integer code below (exact decoding; rounding to nearest even by an
+ * explicit mode, whatever MXCSR says), but for NaN payloads. */
+#if defined(__AVX512F__) && GL == 16
+#define G_F16_HW 1
+G_INL vf32 g__f16_to_f32_hw(vi32 h) { __m256i p = _mm512_cvtepi32_epi16((__m512i)h); return (vf32)_mm512_cvtph_ps(p); }
+G_INL vi32 g__f32_to_f16_hw(vf32 x) {
+    __m256i p = _mm512_cvtps_ph((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return (vi32)_mm512_cvtepu16_epi32(p);
+}
+#elif defined(__F16C__) && defined(__AVX2__) && GL == 8
+#define G_F16_HW 1
+G_INL vf32 g__f16_to_f32_hw(vi32 h) { vu16 p = __builtin_convertvector(h, vu16); __m128i q; __builtin_memcpy(&q, &p, 16); return (vf32)_mm256_cvtph_ps(q); }
+G_INL vi32 g__f32_to_f16_hw(vf32 x) {
+    __m128i p = _mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return (vi32)_mm256_cvtepu16_epi32(p);
+}
+#elif defined(__F16C__) && GL == 4
+#define G_F16_HW 1
+G_INL vf32 g__f16_to_f32_hw(vi32 h) { vu16 p = __builtin_convertvector(h, vu16); __m128i q = _mm_setzero_si128(); __builtin_memcpy(&q, &p, 8); return (vf32)_mm_cvtph_ps(q); }
+G_INL vi32 g__f32_to_f16_hw(vf32 x) {
+    __m128i p = _mm_cvtps_ph((__m128)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vu16 q; __builtin_memcpy(&q, &p, 8); return __builtin_convertvector(q, vi32);
+}
+#endif
+
+G_INL vf32 g_convert_f16_f32(vi32 h) {
+#ifdef G_F16_HW
+    return g__f16_to_f32_hw(h);
+#endif
+    vu32 u = (vu32)h;
+    vu32 sign = (u & 0x8000u) << 16;
+    vu32 e = (u >> 10) & 0x1fu;
+    vu32 m = u & 0x3ffu;
+    vu32 normal = ((e + 112u) << 23) | (m << 13);
+    vu32 special = 0x7f800000u | (m << 13);
+    /* Zero and subnormals: m * 2^-24, exact in f32. */
+    vf32 small = __builtin_convertvector((vi32)m, vf32) * 5.9604644775390625e-8f;
+    vi32 bits = g__seli32(e == 0u, (vi32)small, g__seli32(e == 31u, (vi32)special, (vi32)normal));
+    return (vf32)(bits | (vi32)sign);
+}
+G_INL vf64 g_convert_f16_f64(vi32 h) { return __builtin_convertvector(g_convert_f16_f32(h), vf64); }
+G_INL vi32 g_convert_f16_i32(vi32 h) { return g_convert_f32_i32(g_convert_f16_f32(h)); }
+G_INL vi64 g_convert_f16_i64(vi32 h) { return g_convert_f32_i64(g_convert_f16_f32(h)); }
+G_INL vbool g_convert_f16_bool(vi32 h) { return g_convert_f32_bool(g_convert_f16_f32(h)); }
+G_INL vi32 g_convert_f16_f16(vi32 h) { return h; }
+G_INL vi32 g_select_f16(vbool p, vi32 a, vi32 b) { return g__seli32(p, a, b); }
+
+/* f32 bits -> f16 bits. a = |x|'s bits: NaN above inf's; from 65520 (the
+ * midpoint between f16's largest finite value and 2^16) up, inf; normals
+ * from 2^-14: the exponent rebiased and 13 bits rounded off; below, the
+ * significand (implicit bit set) shifted right by 126 - e with its
+ * remainder rounded (the shift clamped to 1..31, so no lane shifts by its
+ * width: every lane under 2^-25 gives 0, and lanes from 2^-14 up take
+ * another result). */
+G_INL vi32 g_convert_f32_f16(vf32 x) {
+#ifdef G_F16_HW
+    return g__f32_to_f16_hw(x);
+#endif
+    vu32 u = (vu32)x;
+    vu32 sign = (u >> 16) & 0x8000u;
+    vu32 a = u & 0x7fffffffu;
+    vu32 nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+    vu32 r = a - 0x38000000u;
+    vu32 normal = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+    vu32 e = a >> 23;
+    vi32 si = 126 - (vi32)e;
+    si = g__seli32(si < 1, g__i32(1), g__seli32(si > 31, g__i32(31), si));
+    vu32 s = (vu32)si;
+    vu32 m = (a & 0x7fffffu) | 0x800000u;
+    vu32 q = m >> s;
+    vu32 rem = m & ((1u << s) - 1u);
+    vu32 half = 1u << (s - 1u);
+    vu32 sub = q + (vu32)(-((rem > half) | ((rem == half) & ((q & 1u) == 1u))));
+    vi32 out = g__seli32(a >= 0x38800000u, (vi32)normal, (vi32)sub);
+    out = g__seli32(a >= 0x477ff000u, g__i32(0x7c00), out);
+    out = g__seli32(a > 0x7f800000u, (vi32)nan, out);
+    return out | (vi32)sign;
+}
+
+/* f64 bits -> f16 bits, the same steps at f64's widths (rebias by
+ * (1023 - 15) << 52, 42 bits rounded off, subnormal shift 1051 - e). */
+G_INL vi32 g_convert_f64_f16(vf64 x) {
+    vu64 u = (vu64)x;
+    vu64 sign = (u >> 48) & 0x8000u;
+    vu64 a = u & 0x7fffffffffffffffull;
+    vu64 nan = 0x7e00u | ((a >> 42) & 0x3ffu);
+    vu64 r = a - 0x3f00000000000000ull;
+    vu64 normal = (r + 0x1ffffffffffull + ((r >> 42) & 1u)) >> 42;
+    vu64 e = a >> 52;
+    vi64 si = 1051 - (vi64)e;
+    si = g__seli64(si < 1, g__i64(1), g__seli64(si > 63, g__i64(63), si));
+    vu64 s = (vu64)si;
+    vu64 m = (a & 0xfffffffffffffull) | 0x10000000000000ull;
+    vu64 q = m >> s;
+    vu64 rem = m & ((1ull << s) - 1u);
+    vu64 half = 1ull << (s - 1u);
+    vu64 sub = q + (vu64)(-((rem > half) | ((rem == half) & ((q & 1u) == 1u))));
+    vi64 out = g__seli64(a >= 0x3f10000000000000ull, (vi64)normal, (vi64)sub);
+    out = g__seli64(a >= 0x40effe0000000000ull, g__i64(0x7c00), out);
+    out = g__seli64(a > 0x7ff0000000000000ull, (vi64)nan, out);
+    return __builtin_convertvector(out | (vi64)sign, vi32);
+}
+/* Integers through f32: exact up to 2^24, and every value past 65519
+ * rounds to inf either way (ops/cast.rs rounds the exact value once);
+ * f16 -> u32 through f32 like ops/cast.rs (saturating, NaN -> 0). */
+G_INL vi32 g_convert_i32_f16(vi32 x) { return g_convert_f32_f16(g_convert_i32_f32(x)); }
+G_INL vi32 g_convert_i64_f16(vi64 x) { return g_convert_f32_f16(g_convert_i64_f32(x)); }
+G_INL vi32 g_convert_bool_f16(vbool x) { return (x & 1) * 0x3c00; }
+G_INL vi32 g_convert_u32_f16(vu32 x) { return g_convert_f32_f16(g_convert_u32_f32(x)); }
+G_INL vu32 g_convert_f16_u32(vi32 h) { return g_convert_f32_u32(g_convert_f16_f32(h)); }
 
 /* ------------------------------------------------------ exp, tanh (mathfn) */
 

@@ -67,6 +67,19 @@ static inline void gk_st_bool(uint8_t *p, vbool v, int64_t m) {
   if (m == GL) __builtin_memcpy(p, &b, sizeof b); else if (m == 1) p[0] = b[0]; else __builtin_memcpy(p, &b, (size_t)m);
 }
 static inline vbool gk_splat_bool(uint8_t x) { return gk_splat_i32(x ? -1 : 0); }
+/* f16: 16 bits in memory, zero-extended into an i32 lane (the prelude's
+ * f16 section). */
+static inline vi32 gk_ld_f16(const uint16_t *p, int64_t m) {
+  if (m == 1) return (vi32){p[0]};
+  vu16 b = {0};
+  if (m == GL) __builtin_memcpy(&b, p, sizeof b); else __builtin_memcpy(&b, p, (size_t)m * 2);
+  return __builtin_convertvector(b, vi32);
+}
+static inline void gk_st_f16(uint16_t *p, vi32 v, int64_t m) {
+  vu16 b = __builtin_convertvector(v, vu16);
+  if (m == GL) __builtin_memcpy(p, &b, sizeof b); else if (m == 1) p[0] = b[0]; else __builtin_memcpy(p, &b, (size_t)m * 2);
+}
+static inline vi32 gk_splat_f16(uint16_t x) { return gk_splat_i32(x); }
 /* The lanes p[t[0]], ..., p[t[GL - 1]] (addresses from a table, all in
  * bounds): hardware gathers where the target has them (AVX-512: 8 or 16
  * lanes per instruction; AVX2: 4 or 8), else lane by lane through an array
@@ -220,11 +233,8 @@ GK_STNT(uint32_t, vu32, u32)
 /// The C name of a dtype's vector type and element type in memory.
 fn ctype(d: DType) -> (&'static str, &'static str) {
     match d {
-        // Left to the interpreter before any kernel is rendered
-        // (`ir::names_f16`, `kernel::prepare`, `loops::build_program`); a name C
-        // does not know, so a kernel that got here fails to compile (and
-        // runs on the interpreter) rather than computing wrong bits.
-        DType::F16 => (F16_UNSUPPORTED, F16_UNSUPPORTED),
+        // A storage type: its bits in an i32 lane (the prelude's f16 section).
+        DType::F16 => ("vi32", "uint16_t"),
         DType::F32 => ("vf32", "float"),
         DType::F64 => ("vf64", "double"),
         DType::I32 => ("vi32", "int32_t"),
@@ -234,15 +244,12 @@ fn ctype(d: DType) -> (&'static str, &'static str) {
     }
 }
 
-/// The C spelling of f16 (which has no C form yet, see `ir::names_f16`).
-const F16_UNSUPPORTED: &str = "gk_f16_has_no_kernel_form";
-
 /// A literal as a C vector expression (its bits from the size table when
 /// rendering size-generic, see [`render_unit_sized`]).
 fn lit(l: &Lit) -> String {
     if let Some(k) = table_slot(l.bits as i64) {
         return match l.dtype {
-            DType::F16 => F16_UNSUPPORTED.to_string(),
+            DType::F16 => format!("gk_splat_f16((uint16_t){k})"),
             DType::F32 => format!("gk_splat_f32(gk_f32_bits((uint32_t){k}))"),
             DType::F64 => format!("gk_splat_f64(gk_f64_bits((uint64_t){k}))"),
             DType::I32 => format!("gk_splat_i32((int32_t){k})"),
@@ -252,7 +259,7 @@ fn lit(l: &Lit) -> String {
         };
     }
     match l.dtype {
-        DType::F16 => F16_UNSUPPORTED.to_string(),
+        DType::F16 => format!("gk_splat_f16(0x{:04x}u)", l.bits as u16),
         DType::F32 => format!("gk_splat_f32(gk_f32_bits(0x{:08x}u))", l.bits as u32),
         DType::F64 => format!("gk_splat_f64(gk_f64_bits(0x{:016x}ull))", l.bits),
         DType::I32 => format!("gk_splat_i32((int32_t){})", l.bits as i64 as i32),
@@ -361,15 +368,20 @@ fn streams(k: &Kernel) -> bool {
     let Some(min) = STREAM_MIN.with(|m| m.get()) else { return false };
     let bytes = |a: &super::ir::Arg| a.len.saturating_mul(a.dtype.size_bytes());
     k.args.iter().map(bytes).fold(0usize, usize::saturating_add) >= min
-        && k.args.iter().any(|a| a.access == Access::Write && a.dtype != DType::Bool && bytes(a) >= STREAM_OUTPUT_MIN)
+        && k.args.iter().any(|a| a.access == Access::Write && streamable(a.dtype) && bytes(a) >= STREAM_OUTPUT_MIN)
+}
+
+/// Whether the prelude has streaming stores for `d` (not for the types
+/// whose memory lanes are narrower than their registers' lanes).
+fn streamable(d: DType) -> bool {
+    !matches!(d, DType::Bool | DType::F16)
 }
 
 /// The store function for argument `arg` of kernel `k`: streaming for a
 /// large output of a streaming kernel, else the ordinary store.
 fn store_fn(k: &Kernel, arg: u32) -> String {
     let a = &k.args[arg as usize];
-    let stream =
-        a.dtype != DType::Bool && a.len.saturating_mul(a.dtype.size_bytes()) >= STREAM_OUTPUT_MIN && streams(k);
+    let stream = streamable(a.dtype) && a.len.saturating_mul(a.dtype.size_bytes()) >= STREAM_OUTPUT_MIN && streams(k);
     format!("{}_{}", if stream { "gk_stnt" } else { "gk_st" }, a.dtype.name())
 }
 
@@ -807,6 +819,7 @@ fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
         None => {
             let _ = writeln!(s, "  for (; i + GL <= end; i += GL) {{");
             let _ = writeln!(s, "    const int64_t m = GL;\n    (void)m;");
+            s.push_str(&prefetches(k));
             s.push_str(&body);
             let _ = writeln!(s, "  }}");
         }
@@ -820,6 +833,44 @@ fn render_kernel(s: &mut String, k: &Kernel, lanes: usize) {
         let _ = writeln!(s, "  gk_sfence();");
     }
     let _ = writeln!(s, "}}");
+}
+
+// Note [Prefetching]
+// An elementwise kernel whose inputs stream from the last-level cache or
+// memory computes and loads in turns: the hardware prefetcher runs a
+// short distance ahead, and a long dependency chain in the body (a
+// division in `tanh`, say) stalls the loads behind it, so the two costs
+// add up. A software prefetch `PREFETCH_BYTES` ahead of each large input
+// read in step keeps the loads in flight while the body computes.
+// Measured on the development machine (docs/PERFORMANCE.md, session 27):
+// the ten-op chain's kernel over 1M f32 from 590 to 527 us, 4M from 2.38
+// to 2.09 ms, 256K 133 to 126 us, level below. Inputs under
+// `PREFETCH_MIN` bytes are left to the cache. The bits are the same either
+// way: prefetching is a rendering choice like streaming.
+
+/// How far ahead of the current step an input is prefetched, in bytes.
+const PREFETCH_BYTES: usize = 2048;
+
+/// Least size of an input that is prefetched (Note [Prefetching]).
+const PREFETCH_MIN: usize = 256 << 10;
+
+/// The prefetch statements of one full step of elementwise kernel `k`:
+/// one per large argument read at the step's own points.
+fn prefetches(k: &Kernel) -> String {
+    let mut read = vec![false; k.args.len()];
+    for inst in &k.body {
+        if let Inst::Load { arg, index: Index::Point } = inst {
+            read[*arg as usize] = true;
+        }
+    }
+    let mut s = String::new();
+    for (i, a) in k.args.iter().enumerate() {
+        let size = a.dtype.size_bytes();
+        if read[i] && a.len.saturating_mul(size) >= PREFETCH_MIN {
+            let _ = writeln!(s, "    __builtin_prefetch(a{i} + i + {});", PREFETCH_BYTES / size);
+        }
+    }
+    s
 }
 
 /// Loop-invariant values of an elementwise kernel (literals, scalar
@@ -1565,7 +1616,7 @@ fn strided_load(a_: &str, arg: u32, d: DType, dims: &[usize], strides: &[isize],
         );
         let _ = write!(s, " int64_t w = i / {p}, j = i % {p}, e1 = {};", n(offset));
         address(&mut s, "w", "e1", &odims, &ostrides);
-        if d == DType::Bool {
+        if matches!(d, DType::Bool | DType::F16) {
             let _ = write!(
                 s,
                 " {lt} b[GL]; for (int64_t l = 0; l < GL; l++) b[l] = {}; __builtin_memcpy(&v, b, sizeof v); }}",
@@ -1642,13 +1693,13 @@ fn address(s: &mut String, var: &str, acc: &str, dims: &[usize], strides: &[isiz
     }
 }
 
-/// The C type of one lane of a dtype's vector (bool lanes are `int32_t`).
+/// The C type of one lane of a dtype's vector (bool and f16 lanes are
+/// `int32_t`).
 fn lane_type(d: DType) -> &'static str {
     match d {
-        DType::F16 => F16_UNSUPPORTED,
         DType::F32 => "float",
         DType::F64 => "double",
-        DType::I32 | DType::Bool => "int32_t",
+        DType::I32 | DType::Bool | DType::F16 => "int32_t",
         DType::I64 => "int64_t",
         DType::U32 => "uint32_t",
     }

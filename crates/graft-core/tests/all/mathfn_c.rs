@@ -11,6 +11,7 @@
 //! Needs a C compiler (`cc`) on PATH; `GRAFT_SKIP_CC_TESTS=1` skips the test
 //! (it prints that it did) where there is none.
 
+use graft_core::half::f16;
 use graft_core::ops::binary::{Binary, Compare};
 use graft_core::ops::unary::Unary;
 use graft_core::{Builder, DType, Executable, Tensor};
@@ -26,7 +27,8 @@ fn npoints(dt: DType) -> usize {
         DType::F32 | DType::F64 => 1 << 18,
         DType::I32 | DType::I64 | DType::U32 => 1 << 15,
         DType::Bool => 1 << 12,
-        DType::F16 => unreachable!("f16 has no C kernel form"),
+        // Every bit pattern.
+        DType::F16 => 1 << 16,
     }
 }
 
@@ -185,7 +187,12 @@ fn tensor_of(dt: DType, f: &[f64], i: &[i64], b: &[bool]) -> Tensor {
         DType::I64 => Tensor::from_vec(vec![n], i.to_vec()),
         DType::U32 => Tensor::from_vec(vec![n], i.iter().map(|&x| x as u32).collect::<Vec<_>>()),
         DType::Bool => Tensor::from_vec(vec![n], b[..n].to_vec()),
-        DType::F16 => unreachable!("f16 has no C kernel form"),
+        // Every pattern; the second operand in another order (selects).
+        DType::F16 => {
+            let flip = b.first().copied().unwrap_or(false);
+            let bits = (0..n as u32).map(|h| if flip { (h * 40_503) as u16 } else { h as u16 });
+            Tensor::from_vec(vec![n], bits.map(f16::from_bits).collect::<Vec<_>>())
+        }
     }
     .unwrap()
 }
@@ -199,7 +206,7 @@ fn bytes_of(t: &Tensor) -> Vec<u8> {
         DType::I64 => t.to_vec::<i64>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
         DType::U32 => t.to_vec::<u32>().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect(),
         DType::Bool => t.to_vec::<bool>().unwrap().iter().map(|&x| x as u8).collect(),
-        DType::F16 => unreachable!("f16 has no C kernel form"),
+        DType::F16 => t.to_vec::<f16>().unwrap().iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
     }
 }
 
@@ -220,7 +227,8 @@ fn vty(dt: DType) -> &'static str {
         DType::I64 => "vi64",
         DType::U32 => "vu32",
         DType::Bool => "vbool",
-        DType::F16 => unreachable!("f16 has no C kernel form"),
+        // Its bits in i32 lanes (the prelude's f16 section).
+        DType::F16 => "vi32",
     }
 }
 
@@ -255,6 +263,11 @@ impl Case {
         let a = (format!("{}_a", self.dt), self.dt);
         let b = (format!("{}_b", self.dt), self.dt);
         match self.kind {
+            // Conversions to f16 from a float read the values around f16's
+            // rounding boundaries (see `f16_edges`).
+            Kind::Conv(DType::F16) if self.dt.is_float() && self.dt != DType::F16 => {
+                vec![(format!("{}_h", self.dt), self.dt)]
+            }
             Kind::Un(_) | Kind::Conv(_) => vec![a],
             Kind::Bin(_) | Kind::Cmp(_) => vec![a, b],
             Kind::Sel => vec![("pred".to_string(), DType::Bool), a, b],
@@ -286,6 +299,49 @@ impl Case {
 
 const DTYPES: [DType; 6] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::U32, DType::Bool];
 
+/// Values that probe conversions to f16 from `dt` (f32 or f64): every
+/// finite f16 value, every midpoint between neighbours (the ties) and the
+/// `dt` values just either side of each (from f64, through f32 they would
+/// round to the tie: the double rounding `ops/cast.rs` avoids), the
+/// overflow threshold 65520 and the subnormal range's edges, then the
+/// general mix of [`float_point`] to fill `npoints(dt)`.
+fn f16_edges(dt: DType, seed: u64) -> Vec<f64> {
+    let next = |x: f64, up: bool| -> f64 {
+        if dt == DType::F32 {
+            let b = (x as f32).to_bits();
+            f32::from_bits(if (x > 0.0) == up { b + 1 } else { b - 1 }) as f64
+        } else {
+            let b = x.to_bits();
+            f64::from_bits(if (x > 0.0) == up { b + 1 } else { b - 1 })
+        }
+    };
+    let mut finite: Vec<f64> =
+        (0..=u16::MAX).map(f16::from_bits).filter(|h| h.is_finite()).map(|h| h.to_f64()).collect();
+    finite.sort_by(f64::total_cmp);
+    finite.dedup();
+    let mut v = finite.clone();
+    for w in finite.windows(2) {
+        let mid = (w[0] + w[1]) / 2.0;
+        v.push(mid);
+        if mid != 0.0 {
+            v.push(next(mid, true));
+            v.push(next(mid, false));
+        }
+    }
+    for x in [65520.0, 65519.996, 2f64.powi(-25), 2f64.powi(-24), 2f64.powi(-26), 2f64.powi(-14)] {
+        v.extend([x, -x, next(x, true), next(x, false)]);
+    }
+    let n = npoints(dt);
+    let mut r = Rng(seed);
+    let mut i = 0;
+    while v.len() < n {
+        v.push(float_point(&mut r, i, dt == DType::F32));
+        i += 1;
+    }
+    v.truncate(n);
+    v
+}
+
 /// Ops whose Rust kernels still call libm (no C version yet), with the
 /// dtypes they do it for: f64 `atan2` and `pow` (std `atan2`, `powf`; the
 /// f32 versions are graft's own, `mathfn::atan2_f32`, `mathfn::pow_f32`).
@@ -310,9 +366,14 @@ fn cases() -> Vec<Case> {
             v.push(Case { kind: Kind::Cmp(op), dt });
         }
         v.push(Case { kind: Kind::Sel, dt });
-        for to in DTYPES {
+        for to in DTYPES.into_iter().chain([DType::F16]) {
             v.push(Case { kind: Kind::Conv(to), dt });
         }
+    }
+    // f16, a storage type in kernels: only selects and conversions.
+    v.push(Case { kind: Kind::Sel, dt: DType::F16 });
+    for to in DTYPES.into_iter().chain([DType::F16]) {
+        v.push(Case { kind: Kind::Conv(to), dt: DType::F16 });
     }
     v
 }
@@ -326,6 +387,8 @@ fn c_program(cases: &[Case]) -> String {
         r#"
 static vbool ldb(const unsigned char* p) { vu8 t; memcpy(&t, p, GL); return -__builtin_convertvector(t, vi32); }
 static void stb(unsigned char* p, vbool v) { vu8 t = __builtin_convertvector(v & 1, vu8); memcpy(p, &t, GL); }
+static vi32 ldh(const unsigned char* p) { vu16 t; memcpy(&t, p, sizeof t); return __builtin_convertvector(t, vi32); }
+static void sth(unsigned char* p, vi32 v) { vu16 t = __builtin_convertvector(v, vu16); memcpy(p, &t, sizeof t); }
 typedef void (*kern)(size_t, unsigned char**, unsigned char*);
 static unsigned char* load(const char* dir, const char* name, size_t bytes) {
     char path[4096];
@@ -362,6 +425,8 @@ static void run(const char* dir, int k, kern f, size_t n, size_t osz, int nin, c
         for (j, (_, dt)) in ins.iter().enumerate() {
             if *dt == DType::Bool {
                 let _ = writeln!(s, "        vbool a{j} = ldb(in[{j}] + i);");
+            } else if *dt == DType::F16 {
+                let _ = writeln!(s, "        vi32 a{j} = ldh(in[{j}] + i * 2);");
             } else {
                 let sz = size_of(*dt);
                 let _ = writeln!(s, "        {} a{j}; memcpy(&a{j}, in[{j}] + i * {sz}, sizeof a{j});", vty(*dt));
@@ -372,6 +437,8 @@ static void run(const char* dir, int k, kern f, size_t n, size_t osz, int nin, c
         let _ = writeln!(s, "        {} r = {}({});", vty(od), c.c_name(), args.join(", "));
         if od == DType::Bool {
             let _ = writeln!(s, "        stb(o + i, r);");
+        } else if od == DType::F16 {
+            let _ = writeln!(s, "        sth(o + i * 2, r);");
         } else {
             let _ = writeln!(s, "        memcpy(o + i * {}, &r, sizeof r);", size_of(od));
         }
@@ -410,6 +477,7 @@ fn compare(case: &Case, variant: &str, c: &[u8], rust: &[u8], ins: &[&Tensor]) -
     let is_nan = |b: &[u8]| match od {
         DType::F32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
         DType::F64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
+        DType::F16 => f16::from_bits(u16::from_le_bytes(b.try_into().unwrap())).is_nan(),
         _ => false,
     };
     let show = |b: &[u8]| -> String {
@@ -420,7 +488,10 @@ fn compare(case: &Case, variant: &str, c: &[u8], rust: &[u8], ins: &[&Tensor]) -
             DType::I64 => format!("{}", i64::from_le_bytes(b.try_into().unwrap())),
             DType::U32 => format!("{}", u32::from_le_bytes(b.try_into().unwrap())),
             DType::Bool => format!("{}", b[0]),
-            DType::F16 => unreachable!("f16 has no C kernel form"),
+            DType::F16 => {
+                let h = u16::from_le_bytes(b.try_into().unwrap());
+                format!("{:e} [{h:#06x}]", f16::from_bits(h).to_f32())
+            }
         }
     };
     let mut bad = Vec::new();
@@ -460,7 +531,10 @@ impl ElemString for Tensor {
             DType::I64 => format!("{}", self.to_vec::<i64>().unwrap()[i]),
             DType::U32 => format!("{}", self.to_vec::<u32>().unwrap()[i]),
             DType::Bool => format!("{}", self.to_vec::<bool>().unwrap()[i]),
-            DType::F16 => format!("{}", self.to_vec::<graft_core::half::f16>().unwrap()[i]),
+            DType::F16 => {
+                let h = self.to_vec::<f16>().unwrap()[i];
+                format!("{h} [{:#06x}]", h.to_bits())
+            }
         }
     }
 }
@@ -533,7 +607,12 @@ fn c_prelude_matches_rust_kernels_bitwise() {
         let bb = bool_values(seed ^ 0x55, npoints(*dt));
         inputs.insert(format!("{dt}_a"), tensor_of(*dt, &fa, &ia, &ba));
         inputs.insert(format!("{dt}_b"), tensor_of(*dt, &fb, &ib, &bb));
+        if dt.is_float() {
+            inputs.insert(format!("{dt}_h"), tensor_of(*dt, &f16_edges(*dt, seed ^ 0xf16), &ia, &ba));
+        }
     }
+    inputs.insert("f16_a".into(), tensor_of(DType::F16, &[], &[], &[false]));
+    inputs.insert("f16_b".into(), tensor_of(DType::F16, &[], &[], &[true]));
     inputs.insert("pred".into(), Tensor::from_vec(vec![1 << 18], bool_values(7, 1 << 18)).unwrap());
     for (name, t) in &inputs {
         std::fs::write(dir.path().join(format!("{name}.bin")), bytes_of(t)).unwrap();

@@ -149,14 +149,6 @@ fn build_program(
     reverse: bool,
     name: &str,
 ) -> Option<LoopProgram> {
-    // f16 has no C form (`ir::names_f16`): a body that holds f16 values
-    // runs interpreted, step by step.
-    let f16 = |v: &Value| func.ty(*v).dtype == DType::F16;
-    if func.params.iter().chain(&func.outputs).any(f16)
-        || func.eqns.iter().any(|e| e.inputs.iter().chain(&e.outputs).any(f16))
-    {
-        return None;
-    }
     let np = func.params.len();
     let nx = np.checked_sub(nc + nk)?;
     let ny = func.outputs.len().checked_sub(carry_outs)?;
