@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::native::{assert_bitwise_eq, bits};
+use common::native::{all_options, assert_bitwise_eq, bits};
 use graft_core::ad::{grad, Wrt};
 use graft_core::dtype::f16_from_f64;
 use graft_core::half::f16;
@@ -64,19 +64,6 @@ fn func(
     body: impl FnOnce(&mut Builder, &[Value]) -> Result<Vec<Value>, IrError>,
 ) -> Func {
     Func { name: name.to_string(), ..common::build(types, body) }
-}
-
-/// Every combination of fusion and compilation the executor has (compiled
-/// only where a C compiler may be used).
-fn all_options() -> Vec<ExecOptions> {
-    let mut v = Vec::new();
-    for fuse in [true, false] {
-        v.push(ExecOptions { fuse, compile: CompileMode::Off, ..ExecOptions::default() });
-        if !common::native::skip() {
-            v.push(ExecOptions { fuse, compile: CompileMode::Sync, ..ExecOptions::default() });
-        }
-    }
-    v
 }
 
 fn run_with(f: &Func, opts: ExecOptions, inputs: &[&Tensor]) -> Vec<Tensor> {

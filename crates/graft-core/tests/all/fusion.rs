@@ -71,7 +71,7 @@ const FLOAT_BINARY: [Binary; 9] = [
     Binary::Min,
     Binary::Atan2,
 ];
-const INT_BINARY: [Binary; 9] = [
+pub(crate) const INT_BINARY: [Binary; 9] = [
     Binary::Add,
     Binary::Sub,
     Binary::Mul,

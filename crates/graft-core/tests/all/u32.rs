@@ -9,15 +9,14 @@
 
 use crate::common;
 
-use common::native::check_native;
+use common::native::{all_options, check_native};
 use graft_core::ad::{grad, Wrt};
 use graft_core::batch::vmap_func;
-use graft_core::kernel::CompileMode;
 use graft_core::npy::{read_npy, write_npy};
 use graft_core::ops::binary::{Binary, Compare};
 use graft_core::ops::scan::ScanOpts;
 use graft_core::ops::unary::Unary;
-use graft_core::{Builder, DType, ExecOptions, Executable, Func, IrError, Tensor, TensorType, Value};
+use graft_core::{Builder, DType, Executable, Func, IrError, Tensor, TensorType, Value};
 use std::sync::Arc;
 
 const EDGES: [u32; 10] = [0, 1, 2, 7, 12_345, 0x7fff_ffff, 0x8000_0000, 0x8000_0001, 0xffff_fffe, 0xffff_ffff];
@@ -36,19 +35,6 @@ fn u32s(t: &Tensor) -> Vec<u32> {
 
 fn vecu(v: Vec<u32>) -> Tensor {
     Tensor::from_vec(vec![v.len()], v).unwrap()
-}
-
-/// Every combination of fusion and compilation the executor has (compiled
-/// only where a C compiler may be used).
-fn all_options() -> Vec<ExecOptions> {
-    let mut v = Vec::new();
-    for fuse in [true, false] {
-        v.push(ExecOptions { fuse, compile: CompileMode::Off, ..ExecOptions::default() });
-        if !common::native::skip() {
-            v.push(ExecOptions { fuse, compile: CompileMode::Sync, ..ExecOptions::default() });
-        }
-    }
-    v
 }
 
 /// Runs `f` under every option set and checks that all agree with the first
@@ -120,18 +106,7 @@ fn reference(op: Binary, a: u32, b: u32) -> u32 {
 fn binary_ops_wrap_and_divide_unsigned() {
     let (a, b) = pairs();
     let (x, y) = (vecu(a.clone()), vecu(b.clone()));
-    let ops = [
-        Binary::Add,
-        Binary::Sub,
-        Binary::Mul,
-        Binary::Div,
-        Binary::Rem,
-        Binary::Max,
-        Binary::Min,
-        Binary::And,
-        Binary::Or,
-    ];
-    for op in ops {
+    for op in crate::fusion::INT_BINARY {
         assert!(op.accepts(DType::U32), "{op:?}");
         let f = func(&[x.ty(), y.ty()], |bd, p| Ok(vec![bd.binary(op, p[0], p[1])?]));
         let got = u32s(&run_all(&f, &[&x, &y])[0]);

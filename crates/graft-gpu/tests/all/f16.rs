@@ -5,46 +5,10 @@
 //! f16 (each op in f32, rounded per op: `opt::widen_f16`) run wholly on
 //! the device.
 
-use crate::{func, gpu};
+use crate::{func, gpu, same_bits_on_device};
 use graft_core::half::f16;
 use graft_core::{Builder, DType, Executable, Tensor, TensorType};
 use graft_gpu::GpuExecutable;
-use std::sync::Arc;
-
-/// Bits with every NaN as one value (payloads may differ between the
-/// CPU's conversion and the device's).
-fn canon(t: &Tensor) -> Vec<u64> {
-    match t.dtype() {
-        DType::F16 => {
-            t.to_vec::<f16>().unwrap().iter().map(|h| if h.is_nan() { u64::MAX } else { h.to_bits() as u64 }).collect()
-        }
-        DType::F32 => {
-            t.to_vec::<f32>().unwrap().iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() as u64 }).collect()
-        }
-        DType::I32 => t.to_vec::<i32>().unwrap().iter().map(|&x| x as u32 as u64).collect(),
-        DType::Bool => t.to_vec::<bool>().unwrap().iter().map(|&x| x as u64).collect(),
-        d => panic!("no comparison for {d}"),
-    }
-}
-
-/// Runs `f` on the device (asserting nothing runs on the host) and on the
-/// CPU, and asserts the same bits, NaN payloads aside.
-fn same_bits_on_device(f: graft_core::Func, inputs: &[&Tensor]) {
-    let Some(g) = gpu() else { return };
-    let f = Arc::new(f);
-    let exe = GpuExecutable::with_gpu(g, f.clone()).expect("plans for the GPU");
-    assert!(exe.host_steps().is_empty(), "f16 conversions run on the device:\n{}", exe.describe());
-    let got = exe.run(inputs).expect("gpu runs");
-    let want = Executable::new(f).expect("plans").run(inputs).expect("cpu runs");
-    assert_eq!(got.len(), want.len());
-    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(a.ty(), b.ty(), "result {i}");
-        let (x, y) = (canon(a), canon(b));
-        if let Some(j) = x.iter().zip(&y).position(|(p, q)| p != q) {
-            panic!("result {i} element {j}: gpu bits {:#x} vs cpu {:#x}", x[j], y[j]);
-        }
-    }
-}
 
 fn one_convert(from: TensorType, to: DType) -> graft_core::Func {
     let mut b = Builder::new("convert");

@@ -14,6 +14,19 @@ pub fn skip() -> bool {
     false
 }
 
+/// Every combination of fusion and compilation the executor has (compiled
+/// only where a C compiler may be used).
+pub fn all_options() -> Vec<ExecOptions> {
+    let mut v = Vec::new();
+    for fuse in [true, false] {
+        v.push(ExecOptions { fuse, compile: CompileMode::Off, ..ExecOptions::default() });
+        if !skip() {
+            v.push(ExecOptions { fuse, compile: CompileMode::Sync, ..ExecOptions::default() });
+        }
+    }
+    v
+}
+
 pub fn opts(compile: CompileMode) -> ExecOptions {
     ExecOptions { compile, ..ExecOptions::default() }
 }
