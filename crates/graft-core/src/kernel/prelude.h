@@ -199,6 +199,97 @@ G_INL vf64 g__min64(vf64 a, vf64 b) {
     G__MM512(vf64, __m512d, _mm512_min_pd) G__MM256(vf64, __m256d, _mm256_min_pd) G__MM128(vf64, __m128d, _mm_min_pd)
     return g__self64(a < b, a, b);
 }
+/* IEEE 754-2019 maximum/minimum (the max and min primitives): NaN
+ * propagates as a + b does, -0 < +0. AVX-512DQ's range instruction is
+ * that for numbers, one instruction per register: imm8 bits 1:0 pick min
+ * (00) or max (01), bits 3:2 = 01 take the sign from the comparison, in
+ * which -0 < +0. For a quiet NaN it returns the other operand (754-2008's
+ * maxNum), so an unordered pair is patched with a masked a + b: three
+ * instructions. Elsewhere: equal operands differ only as zeros,
+ * where the maximum is the AND of the bits (+0 unless both are -0) and
+ * the minimum the OR; otherwise x86's max/min instruction picks
+ * (g__max32(a, b) = a > b ? a : b); an unordered pair takes a + b. The
+ * range form is 3 instructions against about 10 (the ten-op chain's kernel
+ * from 517 to 375 us, docs/PERFORMANCE.md session 28). */
+#if defined(__AVX512DQ__)
+G_INL __m512 g__rmax512(__m512 a, __m512 b) { return _mm512_mask_add_ps(_mm512_range_ps(a, b, 0x05), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m512 g__rmin512(__m512 a, __m512 b) { return _mm512_mask_add_ps(_mm512_range_ps(a, b, 0x04), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m512d g__rmax512d(__m512d a, __m512d b) { return _mm512_mask_add_pd(_mm512_range_pd(a, b, 0x05), _mm512_cmp_pd_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m512d g__rmin512d(__m512d a, __m512d b) { return _mm512_mask_add_pd(_mm512_range_pd(a, b, 0x04), _mm512_cmp_pd_mask(a, b, _CMP_UNORD_Q), a, b); }
+#define G__DQ512(V, R, I) if (sizeof(V) % 64 == 0) { G__PER_REG2(V, R, I) }
+#else
+#define G__DQ512(V, R, I)
+#endif
+#if defined(__AVX512DQ__) && defined(__AVX512VL__)
+G_INL __m256 g__rmax256(__m256 a, __m256 b) { return _mm256_mask_add_ps(_mm256_range_ps(a, b, 0x05), _mm256_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m256 g__rmin256(__m256 a, __m256 b) { return _mm256_mask_add_ps(_mm256_range_ps(a, b, 0x04), _mm256_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m256d g__rmax256d(__m256d a, __m256d b) { return _mm256_mask_add_pd(_mm256_range_pd(a, b, 0x05), _mm256_cmp_pd_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m256d g__rmin256d(__m256d a, __m256d b) { return _mm256_mask_add_pd(_mm256_range_pd(a, b, 0x04), _mm256_cmp_pd_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m128 g__rmax128(__m128 a, __m128 b) { return _mm_mask_add_ps(_mm_range_ps(a, b, 0x05), _mm_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m128 g__rmin128(__m128 a, __m128 b) { return _mm_mask_add_ps(_mm_range_ps(a, b, 0x04), _mm_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m128d g__rmax128d(__m128d a, __m128d b) { return _mm_mask_add_pd(_mm_range_pd(a, b, 0x05), _mm_cmp_pd_mask(a, b, _CMP_UNORD_Q), a, b); }
+G_INL __m128d g__rmin128d(__m128d a, __m128d b) { return _mm_mask_add_pd(_mm_range_pd(a, b, 0x04), _mm_cmp_pd_mask(a, b, _CMP_UNORD_Q), a, b); }
+#define G__DQ256(V, R, I) if (sizeof(V) % 32 == 0) { G__PER_REG2(V, R, I) }
+#define G__DQ128(V, R, I) if (sizeof(V) % 16 == 0) { G__PER_REG2(V, R, I) }
+#else
+#define G__DQ256(V, R, I)
+#define G__DQ128(V, R, I)
+#endif
+G_INL vf32 g__imax32(vf32 a, vf32 b) {
+    G__DQ512(vf32, __m512, g__rmax512) G__DQ256(vf32, __m256, g__rmax256) G__DQ128(vf32, __m128, g__rmax128)
+    vf32 r = g__self32(a == b, (vf32)((vi32)a & (vi32)b), g__max32(a, b));
+    return g__self32(g__isnan32(a) | g__isnan32(b), a + b, r);
+}
+G_INL vf32 g__imin32(vf32 a, vf32 b) {
+    G__DQ512(vf32, __m512, g__rmin512) G__DQ256(vf32, __m256, g__rmin256) G__DQ128(vf32, __m128, g__rmin128)
+    vf32 r = g__self32(a == b, (vf32)((vi32)a | (vi32)b), g__min32(a, b));
+    return g__self32(g__isnan32(a) | g__isnan32(b), a + b, r);
+}
+G_INL vf64 g__imax64(vf64 a, vf64 b) {
+    G__DQ512(vf64, __m512d, g__rmax512d) G__DQ256(vf64, __m256d, g__rmax256d) G__DQ128(vf64, __m128d, g__rmax128d)
+    vf64 r = g__self64(a == b, (vf64)((vi64)a & (vi64)b), g__max64(a, b));
+    return g__self64(g__isnan64(a) | g__isnan64(b), a + b, r);
+}
+G_INL vf64 g__imin64(vf64 a, vf64 b) {
+    G__DQ512(vf64, __m512d, g__rmin512d) G__DQ256(vf64, __m256d, g__rmin256d) G__DQ128(vf64, __m128d, g__rmin128d)
+    vf64 r = g__self64(a == b, (vf64)((vi64)a | (vi64)b), g__min64(a, b));
+    return g__self64(g__isnan64(a) | g__isnan64(b), a + b, r);
+}
+/* isnan(x) ? x : y, the last step of every math function (a NaN argument
+ * is returned as given). AVX-512's fixup instruction does it in one
+ * instruction per register instead of a compare and a blend: it classifies
+ * x and, by the table 0x21 (a quiet NaN gives x, a signalling one x
+ * quieted, every other class 0: keep y), patches y. */
+#if defined(__AVX512F__)
+G_INL __m512 g__fxnan512(__m512 y, __m512 x) { return _mm512_fixupimm_ps(y, x, _mm512_set1_epi32(0x21), 0); }
+G_INL __m512d g__fxnan512d(__m512d y, __m512d x) { return _mm512_fixupimm_pd(y, x, _mm512_set1_epi64(0x21), 0); }
+#define G__F512(V, R, I) if (sizeof(V) % 64 == 0) { G__PER_REG2(V, R, I) }
+#else
+#define G__F512(V, R, I)
+#endif
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+G_INL __m256 g__fxnan256(__m256 y, __m256 x) { return _mm256_fixupimm_ps(y, x, _mm256_set1_epi32(0x21), 0); }
+G_INL __m256d g__fxnan256d(__m256d y, __m256d x) { return _mm256_fixupimm_pd(y, x, _mm256_set1_epi64x(0x21), 0); }
+G_INL __m128 g__fxnan128(__m128 y, __m128 x) { return _mm_fixupimm_ps(y, x, _mm_set1_epi32(0x21), 0); }
+G_INL __m128d g__fxnan128d(__m128d y, __m128d x) { return _mm_fixupimm_pd(y, x, _mm_set1_epi64x(0x21), 0); }
+#define G__VL256(V, R, I) if (sizeof(V) % 32 == 0) { G__PER_REG2(V, R, I) }
+#define G__VL128(V, R, I) if (sizeof(V) % 16 == 0) { G__PER_REG2(V, R, I) }
+#else
+#define G__VL256(V, R, I)
+#define G__VL128(V, R, I)
+#endif
+G_INL vf32 g__nanor32(vf32 x, vf32 y) {
+    vf32 a = y, b = x;
+    (void)a, (void)b;
+    G__F512(vf32, __m512, g__fxnan512) G__VL256(vf32, __m256, g__fxnan256) G__VL128(vf32, __m128, g__fxnan128)
+    return g__self32(g__isnan32(x), x, y);
+}
+G_INL vf64 g__nanor64(vf64 x, vf64 y) {
+    vf64 a = y, b = x;
+    (void)a, (void)b;
+    G__F512(vf64, __m512d, g__fxnan512d) G__VL256(vf64, __m256d, g__fxnan256d) G__VL128(vf64, __m128d, g__fxnan128d)
+    return g__self64(g__isnan64(x), x, y);
+}
 G_INL vf32 g__maxc32(vf32 x, float c) { return g__max32(x, g__f32(c)); }
 G_INL vf32 g__minc32(vf32 x, float c) { return g__min32(x, g__f32(c)); }
 G_INL vf64 g__maxc64(vf64 x, double c) { return g__max64(x, g__f64(c)); }
@@ -219,19 +310,9 @@ G_INL vf64 g__minc64(vf64 x, double c) { return g__min64(x, g__f64(c)); }
         V r = SEL(x > 0, z + 1, SEL(x < 0, z - 1, z));                                           \
         return SEL(ISNAN(x), x, r);                                                              \
     }                                                                                            \
-    /* IEEE 754-2019 maximum/minimum: NaN propagates (a + b), -0 < +0. Equal                 \
-     * operands differ only as zeros, where the maximum is the AND of the bits                \
-     * (+0 unless both are -0) and the minimum the OR; otherwise the x86-style                \
-     * max/min instruction picks (MAX2(a, b) = a > b ? a : b).                                 \
-     */                                                                                          \
-    G_INL V g_max_##dt(V a, V b) {                                                               \
-        V r = SEL(a == b, (V)((M)a & (M)b), MAX2(a, b));                                         \
-        return SEL(ISNAN(a) | ISNAN(b), a + b, r);                                               \
-    }                                                                                            \
-    G_INL V g_min_##dt(V a, V b) {                                                               \
-        V r = SEL(a == b, (V)((M)a | (M)b), MIN2(a, b));                                         \
-        return SEL(ISNAN(a) | ISNAN(b), a + b, r);                                               \
-    }                                                                                            \
+    /* IEEE 754-2019 maximum/minimum: NaN propagates (a + b), -0 < +0. */                     \
+    G_INL V g_max_##dt(V a, V b) { return MAX2(a, b); }                                          \
+    G_INL V g_min_##dt(V a, V b) { return MIN2(a, b); }                                          \
     G_INL V g_select_##dt(vbool p, V a, V b) { return SEL(G_MASK_##dt(p), a, b); }
 
 #define G_MASK_f32(p) (p)
@@ -239,8 +320,8 @@ G_INL vf64 g__minc64(vf64 x, double c) { return g__min64(x, g__f64(c)); }
 #define G_MASK_i32(p) (p)
 #define G_MASK_i64(p) g__wide(p)
 
-G_FLOAT_BASIC(f32, vf32, vi32, g__self32, g__isnan32, g__abs32, g__max32, g__min32)
-G_FLOAT_BASIC(f64, vf64, vi64, g__self64, g__isnan64, g__abs64, g__max64, g__min64)
+G_FLOAT_BASIC(f32, vf32, vi32, g__self32, g__isnan32, g__abs32, g__imax32, g__imin32)
+G_FLOAT_BASIC(f64, vf64, vi64, g__self64, g__isnan64, g__abs64, g__imax64, g__imin64)
 
 /* The fma primitive: a * b + c rounded once (Rust's mul_add). */
 G_INL vf32 g_fma_f32(vf32 a, vf32 b, vf32 c) { return g__fma32(a, b, c); }
@@ -676,7 +757,7 @@ G_INL vf32 g_exp_f32(vf32 x) {
     p = g__fma32(p, r, g__f32(5.0000001e-1f));
     vf32 e = g__fma32(p, z, r) + 1.0f;
     vf32 y = g__scale32(e, nf, n);
-    return g__self32(g__isnan32(x), x, y);
+    return g__nanor32(x, y);
 }
 
 /* Mirrors ops/mathfn exp_reduce_f64: xc = n ln2 + r (xc already clamped). */
@@ -709,7 +790,7 @@ G_INL vf64 g_exp_f64(vf64 x) {
     vf64 r = g__exp_reduce_f64(g__minc64(g__maxc64(x, -760.0), 710.0), &n, &nf);
     vf64 e = 1.0 + g__expm1_reduced_f64(r);
     vf64 y = g__scale64(e, nf, n);
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 /* Mirrors ops/mathfn tanh_f32: one rational a P(a^2) / Q(a^2) on
@@ -727,7 +808,7 @@ G_INL vf32 g_tanh_f32(vf32 x) {
     q = g__fma32(q, z, g__f32(4.70142961e-1f));
     q = g__fma32(q, z, g__f32(1.0f));
     vf32 y = g__orsign32(g__minc32(a * p / q, 1.0f), x);
-    return g__self32(g__isnan32(x), x, y);
+    return g__nanor32(x, y);
 }
 
 G_INL vf64 g_tanh_f64(vf64 x) {
@@ -738,7 +819,7 @@ G_INL vf64 g_tanh_f64(vf64 x) {
     vf64 small = a + a * z * (p / q);
     vf64 large = 1.0 - 2.0 / (g_exp_f64(2.0 * a) + 1.0);
     vf64 y = g__orsign64(g__self64(a < 0.625, small, large), x);
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 /* ------------------------------------ log, log1p, expm1, logistic (mathfn/log.rs) */
@@ -769,7 +850,7 @@ G_INL vf64 g_log_f64(vf64 x) {
     y = g__self64(x == __builtin_inf(), x, y);
     y = g__self64(x == 0.0, g__f64(-__builtin_inf()), y);
     y = g__self64(x < 0.0, g__f64(__builtin_nan("")), y);
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 /* Mirrors ops/mathfn log_f32: fdlibm's logf, natively in f32. */
@@ -789,7 +870,7 @@ G_INL vf32 g_log_f32(vf32 x) {
     y = g__self32(x == __builtin_inff(), x, y);
     y = g__self32(x == 0.0f, g__f32(-__builtin_inff()), y);
     y = g__self32(x < 0.0f, g__f32(__builtin_nanf("")), y);
-    return g__self32(g__isnan32(x), x, y);
+    return g__nanor32(x, y);
 }
 
 /* Mirrors ops/mathfn/pow.rs pow_f32: exp(y ln|x|) in f64, rounded once to
@@ -850,7 +931,7 @@ G_INL vf64 g_log1p_f64(vf64 x) {
     y = g__self64(x == -1.0, g__f64(-__builtin_inf()), y);
     y = g__self64(x < -1.0, g__f64(__builtin_nan("")), y);
     y = g__self64(g__abs64(x) < 5.551115123125783e-17, x, y);
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 G_INL vf64 g_expm1_f64(vf64 x) {
@@ -867,14 +948,14 @@ G_INL vf64 g_expm1_f64(vf64 x) {
     vf64 small = em * s + (s - 1.0);
     vf64 y = g__self64(n > 56, big, small);
     y = g__self64(g__abs64(x) < 5.551115123125783e-17, x, y);
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 G_INL vf64 g_logistic_f64(vf64 x) {
     vf64 e = g_exp_f64(-g__abs64(x));
     vf64 d = 1.0 + e;
     vf64 y = g__self64(x < 0.0, e, g__f64(1.0)) / d;
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 /* Mirrors ops/mathfn logistic_f32: natively in f32, on g_exp_f32. */
@@ -882,7 +963,7 @@ G_INL vf32 g_logistic_f32(vf32 x) {
     vf32 e = g_exp_f32(-g__abs32(x));
     vf32 d = 1.0f + e;
     vf32 y = g__self32(x < 0.0f, e, g__f32(1.0f)) / d;
-    return g__self32(g__isnan32(x), x, y);
+    return g__nanor32(x, y);
 }
 
 /* ------------------------------------------------ sin, cos, tan (mathfn/trig.rs) */
@@ -926,7 +1007,7 @@ G_INL vf64 g__cos_kernel(vf64 rh, vf64 rl) {
 
 G_INL vf64 g__trig_finish(vf64 x, vf64 y) {
     y = g__self64(g__abs64(x) <= 268435456.0, y, g__f64(__builtin_nan("")));
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 G_INL vf64 g_sin_f64(vf64 x) {
@@ -989,10 +1070,10 @@ G_INL vf64 g__erf_core(vf64 x, double clamp, int terms) {
     return g__orsign64(y, x);
 }
 
-G_INL vf64 g_erf_f64(vf64 x) { return g__self64(g__isnan64(x), x, g__erf_core(x, 6.0, 100)); }
+G_INL vf64 g_erf_f64(vf64 x) { return g__nanor64(x, g__erf_core(x, 6.0, 100)); }
 G_INL vf32 g_erf_f32(vf32 x) {
     vf32 y = __builtin_convertvector(g__erf_core(__builtin_convertvector(x, vf64), 4.0, 48), vf32);
-    return g__self32(g__isnan32(x), x, y);
+    return g__nanor32(x, y);
 }
 
 /* -------------------------------------------------- erf_inv (mathfn/erf_inv.rs) */
@@ -1083,7 +1164,7 @@ G_INL vf32 g_erf_inv_f32(vf32 x) {
     vf32 a = g__abs32(x);
     y = g__self32(a == 1.0f, x * __builtin_inff(), y);
     y = g__self32(a > 1.0f, g__f32(__builtin_nanf("")), y);
-    return g__self32(g__isnan32(x), x, y);
+    return g__nanor32(x, y);
 }
 
 static const uint64_t g__erf_inv_central_f64[23] = {
@@ -1126,14 +1207,14 @@ G_INL vf64 g_erf_inv_f64(vf64 x) {
     y = g__self64(tiny, y * 0.0, y);
     y = g__self64(a == 1.0, x * __builtin_inf(), y);
     y = g__self64(a > 1.0, g__f64(__builtin_nan("")), y);
-    return g__self64(g__isnan64(x), x, y);
+    return g__nanor64(x, y);
 }
 
 /* f32 versions: evaluated in f64, rounded once; NaN in gives the same NaN out. */
 #define G_VIA_F64(op)                                                              \
     G_INL vf32 g_##op##_f32(vf32 x) {                                              \
         vf32 y = __builtin_convertvector(g_##op##_f64(__builtin_convertvector(x, vf64)), vf32); \
-        return g__self32(g__isnan32(x), x, y);                                     \
+        return g__nanor32(x, y);                                     \
     }
 G_VIA_F64(log1p)
 G_VIA_F64(expm1)

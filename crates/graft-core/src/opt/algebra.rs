@@ -17,12 +17,20 @@
 //! Float `x * 0` is *not* folded: it is NaN for infinite or NaN `x` and
 //! `-0.0` for negative `x`.
 //!
+//! Sign identities, exact bit for bit (NaN included: `neg` flips the sign
+//! bit, `abs` clears it): `neg(neg(x))` is `x`, `abs(abs(x))` is `abs(x)`,
+//! and `abs(neg(x))` reads `x` instead (`abs(x)`; not for unsigned
+//! integers, whose `abs` is the identity). Written programs hold these
+//! (`abs(-m)`) and so do derivatives (a `neg` of a transposed `neg`).
+//!
 //! Invariant: a folded equation's result has exactly the type of the value
-//! replacing it (binary primitives take identical operand types).
+//! replacing it (binary primitives take identical operand types; unary
+//! ones keep their operand's type).
 
 use crate::ir::{Func, Value};
 use crate::ops::binary::Binary;
 use crate::ops::index::IndexMode;
+use crate::ops::unary::Unary;
 use crate::ops::Prim;
 
 /// The repeated element of every splat value (`None` for other values).
@@ -74,19 +82,43 @@ fn fold(f: &Func, s: &[Option<f64>], op: Binary, x: Value, y: Value) -> Option<V
 pub fn fold_identities(f: &Func) -> Func {
     let s = splats(f);
     let mut subst: Vec<Value> = (0..f.n_values() as u32).map(Value).collect();
+    // The kept `neg`/`abs` equation defining a value, with its operand.
+    let mut sign_op: Vec<Option<(Unary, Value)>> = vec![None; f.n_values()];
     let mut keep = vec![true; f.eqns.len()];
     let mut out = f.clone();
     for (i, eqn) in out.eqns.iter_mut().enumerate() {
         for v in &mut eqn.inputs {
             *v = subst[v.index()];
         }
-        if let (Prim::Binary(op), [x, y], [o]) = (&eqn.prim, eqn.inputs.as_slice(), eqn.outputs.as_slice()) {
-            if let Some(r) = fold(f, &s, *op, *x, *y) {
-                if f.ty(r) == f.ty(*o) {
-                    subst[o.index()] = r;
-                    keep[i] = false;
+        match (&eqn.prim, eqn.inputs.as_mut_slice(), eqn.outputs.as_slice()) {
+            (Prim::Binary(op), [x, y], [o]) => {
+                if let Some(r) = fold(f, &s, *op, *x, *y) {
+                    if f.ty(r) == f.ty(*o) {
+                        subst[o.index()] = r;
+                        keep[i] = false;
+                    }
                 }
             }
+            (Prim::Unary(op @ (Unary::Neg | Unary::Abs)), [x], [o]) => {
+                match (op, sign_op[x.index()]) {
+                    // neg(neg(y)) = y; abs(abs(y)) = abs(y).
+                    (Unary::Neg, Some((Unary::Neg, y))) => {
+                        subst[o.index()] = y;
+                        keep[i] = false;
+                    }
+                    (Unary::Abs, Some((Unary::Abs, _))) => {
+                        subst[o.index()] = *x;
+                        keep[i] = false;
+                    }
+                    // abs(neg(y)) = abs(y).
+                    (Unary::Abs, Some((Unary::Neg, y))) if !f.ty(y).dtype.is_unsigned() => {
+                        *x = y;
+                        sign_op[o.index()] = Some((Unary::Abs, y));
+                    }
+                    _ => sign_op[o.index()] = Some((*op, *x)),
+                }
+            }
+            _ => {}
         }
     }
     for v in &mut out.outputs {

@@ -84,6 +84,48 @@ fn algebraic_identities_with_splats_are_folded() {
     assert_eq!(run(&s, std::slice::from_ref(&xi))[0].to_f64_vec(), vec![0.0; 4]);
 }
 
+/// `neg(neg(x))` folds to `x`, `abs(abs(x))` to `abs(x)` and `abs(neg(x))`
+/// reads `x`: bitwise the same on NaN, infinities, zeros of both signs and
+/// the most negative i32 (whose negation wraps); an unsigned `abs(neg(x))`
+/// is `neg(x)` and stays.
+#[test]
+fn sign_identities_fold_exactly() {
+    let build = |dt: DType| {
+        let t = TensorType::new(dt, vec![6]);
+        let mut b = Builder::new("s");
+        let x = b.param(t);
+        let n = b.neg(x).unwrap();
+        let nn = b.neg(n).unwrap();
+        let a = b.abs(n).unwrap();
+        let aa = b.abs(a).unwrap();
+        let f = b.finish(&[nn, a, aa]).unwrap();
+        let s = simplify(&f);
+        (f, s)
+    };
+    let names = |s: &graft_core::Func| -> Vec<&'static str> { s.eqns.iter().map(|q| q.prim.name()).collect() };
+    let bits = |ts: Vec<graft_core::Tensor>| -> Vec<Vec<u64>> {
+        ts.iter().map(|t| t.to_f64_vec().iter().map(|v| v.to_bits()).collect()).collect()
+    };
+
+    let (f, s) = build(DType::F32);
+    assert_eq!(s.outputs[0], s.params[0], "neg(neg(x)) is x");
+    assert_eq!(names(&s), vec!["abs"], "abs(neg(x)) reads x, abs(abs(.)) is gone: {s}");
+    assert_eq!(s.outputs[1], s.outputs[2]);
+    let x = graft_core::Tensor::from_vec(vec![6], vec![-0.0f32, 0.0, f32::NAN, -f32::INFINITY, -2.5, 1e-45]).unwrap();
+    assert_eq!(bits(run(&f, std::slice::from_ref(&x))), bits(run(&s, std::slice::from_ref(&x))));
+
+    let (f, s) = build(DType::I32);
+    assert_eq!(names(&s), vec!["abs"]);
+    let x = graft_core::Tensor::from_vec(vec![6], vec![i32::MIN, i32::MAX, -1, 0, 7, -7]).unwrap();
+    assert_eq!(bits(run(&f, std::slice::from_ref(&x))), bits(run(&s, std::slice::from_ref(&x))));
+
+    let (f, s) = build(DType::U32);
+    assert_eq!(names(&s), vec!["neg", "abs"], "unsigned abs(neg(x)) is neg(x): {s}");
+    assert_eq!(s.outputs[0], s.params[0]);
+    let x = graft_core::Tensor::from_vec(vec![6], vec![0u32, 1, 2, u32::MAX, 1 << 31, 12345]).unwrap();
+    assert_eq!(bits(run(&f, std::slice::from_ref(&x))), bits(run(&s, std::slice::from_ref(&x))));
+}
+
 /// A multiplication by a broadcast 1.0 that `jvp(grad(f))` with a ones
 /// tangent used to leave behind (kmeans' `dir`) is gone after the transform.
 #[test]
