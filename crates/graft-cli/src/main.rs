@@ -1,6 +1,6 @@
 //! `graft`: the command-line front end of the graft language.
 //!
-//! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=PATH.npz | NAME=PATH.npz:KEY | NAME=LITERAL]... [--out PATH.npz] [--seed N]`
+//! - `graft run FILE [--entry NAME] [--input NAME=PATH.npy | NAME=PATH.npz | NAME=PATH.npz:KEY | NAME=LITERAL]... [--out PATH.npz | PATH.npy] [--seed N]`
 //! - `graft check FILE`
 //! - `graft ast FILE`
 //! - `graft ir FILE --entry NAME (--input ... | --shapes NAME=TYPE ...) [--kernels]`
@@ -58,8 +58,10 @@ enum Cmd {
         /// or an array like `[1, 2]`). Every parameter must be given.
         #[arg(long = "input", value_name = "NAME=VALUE")]
         inputs: Vec<String>,
-        /// Write every result tensor into an .npz, under the labels `graft
-        /// run` prints (keys 0, 1, 2, ... with --raw).
+        /// Write the results: `PATH.npz` holds every result tensor under
+        /// the labels `graft run` prints (keys 0, 1, 2, ... with --raw);
+        /// `PATH.npy` holds the one result of a def that returns a single
+        /// tensor.
         #[arg(long)]
         out: Option<PathBuf>,
         /// Print a tuple's tensors numbered depth first, values only
@@ -163,6 +165,20 @@ enum Cmd {
     Gradbench,
 }
 
+/// Whether `graft run --out PATH` writes one `.npy` array (`true`) or an
+/// `.npz` archive (`false`), by the path's extension; any other extension
+/// is a usage error rather than an archive under a misleading name.
+fn out_is_npy(path: &std::path::Path) -> Result<bool, Fail> {
+    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("npz") => Ok(false),
+        Some("npy") => Ok(true),
+        _ => Err(Fail::usage(format!(
+            "error: --out {}: expected a path ending in .npz (every result) or .npy (a def's single result)",
+            path.display()
+        ))),
+    }
+}
+
 /// A failure: a rendered diagnostic or a plain message (exit code 1), or a
 /// malformed command line (exit code 2, like clap's own usage errors).
 pub struct Fail {
@@ -262,6 +278,7 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             // Ranks other than 0 write only to a path of their own.
             let own_out = out.as_ref().is_some_and(|p| p.to_string_lossy().contains("{rank}"));
             let out = out.map(|p| PathBuf::from(per_rank(&p.to_string_lossy()))).filter(|_| rank == 0 || own_out);
+            let out_npy = out.as_deref().map(out_is_npy).transpose()?.unwrap_or(false);
             let device = parse_device(device)?;
             let limit = match max_memory {
                 Some(s) => graft_core::memory::parse_bytes(&s).ok_or_else(|| {
@@ -275,6 +292,16 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             let m = load(&file)?;
             let args = inputs::gather(&m, &entry, &inputs, seed)?;
             let c = m.instantiate_nested(&entry, &args.trees).map_err(|d| render_all(&[d], m.file(), m.source()))?;
+            if let (Some(path), true) = (&out, out_npy) {
+                let n = c.func.outputs.len();
+                if n != 1 {
+                    return Err(Fail::usage(format!(
+                        "error: --out {}: an .npy file holds one array, but `{entry}` returns {n} tensors\n\
+                         help: write them all with --out PATH.npz",
+                        path.display()
+                    )));
+                }
+            }
             let need = graft_core::memory::estimated_peak_bytes(&c.func);
             let what = format!("`{entry}` at these input sizes");
             if let Some(msg) = graft_core::memory::over_limit(&what, need, limit, "the memory limit") {
@@ -300,8 +327,11 @@ fn run_cmd(cli: Cli) -> Result<String, Fail> {
             }
             if let Some(path) = out {
                 let arrays = results::arrays(m.def(&entry), &res, raw);
-                graft_core::npy::save_npz(&path, &arrays)
-                    .map_err(|e| Fail::new(format!("error: cannot write {}: {e}", path.display())))?;
+                match arrays.as_slice() {
+                    [(_, t)] if out_npy => graft_core::npy::save_npy(&path, t),
+                    _ => graft_core::npy::save_npz(&path, &arrays),
+                }
+                .map_err(|e| Fail::new(format!("error: cannot write {}: {e}", path.display())))?;
             }
             // Every rank computes; rank 0 speaks for the job.
             if rank != 0 {

@@ -29,6 +29,50 @@ fn run_syntax_example_prints_results() {
     );
 }
 
+/// `--out PATH.npy` writes the one result of a def as a plain `.npy`
+/// (`np.load` gives the array itself); a def with several results refuses
+/// `.npy` before running, and an extension that is neither `.npy` nor
+/// `.npz` is a usage error rather than an archive under another name.
+#[test]
+fn out_npy_holds_a_single_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("p.graft");
+    std::fs::write(
+        &prog,
+        "def one(x: tensor[n, f32]) -> tensor[n, f32] { x * 2.0 }\n\
+         def two(x: tensor[n, f32]) { (x, x + 1.0) }\n",
+    )
+    .unwrap();
+    let out = dir.path().join("r.npy");
+    let run = |entry: &str, out: &std::path::Path| {
+        graft()
+            .arg("run")
+            .arg(&prog)
+            .args(["--entry", entry, "--input", "x=[1.0, -2.5]", "--out"])
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let o = run("one", &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(npy::load_npy(&out).unwrap().to_vec::<f32>().unwrap(), vec![2.0, -5.0]);
+    assert!(std::fs::read(&out).unwrap().starts_with(b"\x93NUMPY"), "a plain .npy, not an archive");
+
+    let two = dir.path().join("two.npy");
+    let o = run("two", &two);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("returns 2 tensors") && err.contains("--out PATH.npz"), "{err}");
+    assert!(!two.exists(), "nothing is written");
+    let o = run("two", &dir.path().join("two.npz"));
+    assert!(o.status.success());
+    assert_eq!(npy::load_npz(dir.path().join("two.npz")).unwrap().len(), 2);
+
+    let o = run("one", &dir.path().join("r.txt"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected a path ending in .npz"));
+}
+
 #[test]
 fn run_quickstart_trains() {
     let s = stdout(graft().arg("run").arg(examples().join("quickstart.graft")));
