@@ -270,6 +270,13 @@ pub(super) const WIDE_CHUNK: usize = 1 << 18;
 /// swapped form: with narrower rows `gemm` packs many short rows.
 pub(super) const WIDE_MIN: usize = 32;
 
+/// Output positions from which one product per batch element is wide
+/// enough by itself and [`wide_kernel`]'s two transposes no longer pay:
+/// a CNN step's stride-2 convolution to 14 x 14 (`p` = 196) took 3.41 ms
+/// with it and 3.16 ms without (docs/PERFORMANCE.md, session 28); a
+/// 28 x 28 one is level either way.
+pub(super) const WIDE_P_MAX: usize = 128;
+
 /// Runs an ungrouped convolution of small images whose plan has a gather
 /// table with the batch in the product's columns: for a chunk of `nb` batch
 /// elements, the input is transposed to `[c, i, b]`, so that im2col row

@@ -233,9 +233,11 @@ impl Plan {
     }
 
     /// Whether [`wide_kernel`] can run this plan (a gather table, the
-    /// window not the identity) and its products are wide enough to gain.
+    /// window not the identity), its products are wide enough to gain and
+    /// one batch element's alone would be narrow (under [`WIDE_P_MAX`]
+    /// output positions).
     pub(super) fn wide(&self) -> bool {
-        self.gather.is_some() && !self.identity && self.wide_chunk() * self.p >= WIDE_MIN
+        self.gather.is_some() && !self.identity && self.wide_chunk() * self.p >= WIDE_MIN && self.p < WIDE_P_MAX
     }
 
     /// Batch elements [`wide_kernel`] takes at once: as many as keep its
