@@ -209,8 +209,9 @@ G_INL vf64 g__min64(vf64 a, vf64 b) {
  * where the maximum is the AND of the bits (+0 unless both are -0) and
  * the minimum the OR; otherwise x86's max/min instruction picks
  * (g__max32(a, b) = a > b ? a : b); an unordered pair takes a + b. The
- * range form is 3 instructions against about 10 (the ten-op chain's kernel
- * from 517 to 375 us, docs/PERFORMANCE.md session 28). */
+ * range form is 3 instructions against about 10: the ten-op chain over 1M
+ * f32 (one max) from 522 to 420-427 us in graft (docs/PERFORMANCE.md,
+ * session 28). */
 #if defined(__AVX512DQ__)
 G_INL __m512 g__rmax512(__m512 a, __m512 b) { return _mm512_mask_add_ps(_mm512_range_ps(a, b, 0x05), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }
 G_INL __m512 g__rmin512(__m512 a, __m512 b) { return _mm512_mask_add_ps(_mm512_range_ps(a, b, 0x04), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b); }

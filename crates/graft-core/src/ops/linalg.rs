@@ -23,6 +23,7 @@
 //! depend on the thread count.
 
 use super::kernel::{input, output, Real};
+use super::tiles::{put_scratch, take_scratch, transpose_into};
 use super::{check, Op};
 use crate::dtype::DType;
 use crate::error::{ExecError, IrError, TypeError};
@@ -485,41 +486,15 @@ fn gemm_f<T: Real>(
     let transposed =
         !accumulate && b.rs == 1 && m > 1 && n > 1 && k >= TRANSPOSED_DST_MIN_K && m * n * k >= TRANSPOSED_DST_MIN;
     if transposed {
-        // Column-major `[m, n]`: element (i, j) at `j * m + i`.
-        let mut col = vec![T::zero(); m * n];
-        gemm_raw(m, n, k, &mut col, (1, m), a, b, parallel, false);
-        transpose_into(&col, n, m, dst);
+        // Column-major `[m, n]`: element (i, j) at `j * m + i`, in this
+        // thread's scratch (overwritten whole: a fresh zeroed buffer per
+        // call cost its page faults and memset, 4 % of a transformer step).
+        let mut col = take_scratch::<T>(m * n);
+        gemm_raw(m, n, k, &mut col[..m * n], (1, m), a, b, parallel, false);
+        transpose_into(&col[..m * n], n, m, n, dst);
+        put_scratch(col);
     } else {
         gemm_raw(m, n, k, dst, (n, 1), a, b, parallel, accumulate);
-    }
-}
-
-/// `dst` (`[cols, rows]`, row-major) = the transpose of `src` (`[rows,
-/// cols]`, row-major). Eight source rows at a time, so each destination row
-/// gets eight contiguous elements per visit, in tiles of 64 columns, so the
-/// destination rows one strip writes stay in the L1 cache even at
-/// power-of-two strides.
-fn transpose_into<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
-    assert!(src.len() == rows * cols && dst.len() == rows * cols, "internal error: transpose sizes");
-    const STRIP: usize = 8;
-    const TILE: usize = 64;
-    let full = rows / STRIP * STRIP;
-    for j0 in (0..cols).step_by(TILE) {
-        let j1 = (j0 + TILE).min(cols);
-        for i0 in (0..full).step_by(STRIP) {
-            let s: [&[T]; STRIP] = std::array::from_fn(|r| &src[(i0 + r) * cols + j0..(i0 + r) * cols + j1]);
-            for (jj, j) in (j0..j1).enumerate() {
-                let d = &mut dst[j * rows + i0..j * rows + i0 + STRIP];
-                for (dr, sr) in d.iter_mut().zip(&s) {
-                    *dr = sr[jj];
-                }
-            }
-        }
-        for i in full..rows {
-            for j in j0..j1 {
-                dst[j * rows + i] = src[i * cols + j];
-            }
-        }
     }
 }
 

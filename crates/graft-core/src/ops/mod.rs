@@ -36,6 +36,7 @@ pub mod remat;
 pub mod scan;
 pub mod shape;
 pub mod sort;
+pub(crate) mod tiles;
 pub mod unary;
 pub mod while_loop;
 pub mod window;

@@ -282,30 +282,3 @@ impl Op for ConvGeneral {
         dispatch_float!(x.dtype(), self.name(), conv_kernel(self, &plan, x, w, o))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::kernels::transpose_into;
-
-    /// Every element lands at `j * ld + i`, whole tiles or not, and nothing
-    /// between the rows of `dst` is touched.
-    #[test]
-    fn transpose_into_moves_every_element_once() {
-        for rows in [0, 1, 3, 8, 9, 16, 21] {
-            for cols in [0, 1, 7, 8, 13, 24] {
-                for extra in [0, 3] {
-                    let ld = rows + extra;
-                    let a: Vec<i32> = (0..(rows * cols) as i32).collect();
-                    let mut dst = vec![-1; cols * ld];
-                    transpose_into(&a, rows, cols, ld, &mut dst);
-                    for j in 0..cols {
-                        for i in 0..ld {
-                            let want = if i < rows { (i * cols + j) as i32 } else { -1 };
-                            assert_eq!(dst[j * ld + i], want, "rows {rows}, cols {cols}, ld {ld}: ({i}, {j})");
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
