@@ -236,26 +236,24 @@ G_INL __m128d g__rmin128d(__m128d a, __m128d b) { return _mm_mask_add_pd(_mm_ran
 #define G__DQ256(V, R, I)
 #define G__DQ128(V, R, I)
 #endif
-G_INL vf32 g__imax32(vf32 a, vf32 b) {
-    G__DQ512(vf32, __m512, g__rmax512) G__DQ256(vf32, __m256, g__rmax256) G__DQ128(vf32, __m128, g__rmax128)
-    vf32 r = g__self32(a == b, (vf32)((vi32)a & (vi32)b), g__max32(a, b));
-    return g__self32(g__isnan32(a) | g__isnan32(b), a + b, r);
-}
-G_INL vf32 g__imin32(vf32 a, vf32 b) {
-    G__DQ512(vf32, __m512, g__rmin512) G__DQ256(vf32, __m256, g__rmin256) G__DQ128(vf32, __m128, g__rmin128)
-    vf32 r = g__self32(a == b, (vf32)((vi32)a | (vi32)b), g__min32(a, b));
-    return g__self32(g__isnan32(a) | g__isnan32(b), a + b, r);
-}
-G_INL vf64 g__imax64(vf64 a, vf64 b) {
-    G__DQ512(vf64, __m512d, g__rmax512d) G__DQ256(vf64, __m256d, g__rmax256d) G__DQ128(vf64, __m128d, g__rmax128d)
-    vf64 r = g__self64(a == b, (vf64)((vi64)a & (vi64)b), g__max64(a, b));
-    return g__self64(g__isnan64(a) | g__isnan64(b), a + b, r);
-}
-G_INL vf64 g__imin64(vf64 a, vf64 b) {
-    G__DQ512(vf64, __m512d, g__rmin512d) G__DQ256(vf64, __m256d, g__rmin256d) G__DQ128(vf64, __m128d, g__rmin128d)
-    vf64 r = g__self64(a == b, (vf64)((vi64)a | (vi64)b), g__min64(a, b));
-    return g__self64(g__isnan64(a) | g__isnan64(b), a + b, r);
-}
+/* NAME(a, b): the range form per register (T512/T256/T128 the register
+ * types, R512/R256/R128 the functions) where the target has it, else the
+ * portable one; EQ combines equal operands' bits (& for max, | for min),
+ * X86 is the x86-style max/min. */
+#define G__IEEE_MINMAX(NAME, V, M, SEL, ISNAN, X86, EQ, T512, R512, T256, R256, T128, R128)     \
+    G_INL V NAME(V a, V b) {                                                                   \
+        G__DQ512(V, T512, R512) G__DQ256(V, T256, R256) G__DQ128(V, T128, R128)                  \
+        V r = SEL(a == b, (V)((M)a EQ (M)b), X86(a, b));                                        \
+        return SEL(ISNAN(a) | ISNAN(b), a + b, r);                                              \
+    }
+G__IEEE_MINMAX(g__imax32, vf32, vi32, g__self32, g__isnan32, g__max32, &,
+               __m512, g__rmax512, __m256, g__rmax256, __m128, g__rmax128)
+G__IEEE_MINMAX(g__imin32, vf32, vi32, g__self32, g__isnan32, g__min32, |,
+               __m512, g__rmin512, __m256, g__rmin256, __m128, g__rmin128)
+G__IEEE_MINMAX(g__imax64, vf64, vi64, g__self64, g__isnan64, g__max64, &,
+               __m512d, g__rmax512d, __m256d, g__rmax256d, __m128d, g__rmax128d)
+G__IEEE_MINMAX(g__imin64, vf64, vi64, g__self64, g__isnan64, g__min64, |,
+               __m512d, g__rmin512d, __m256d, g__rmin256d, __m128d, g__rmin128d)
 /* isnan(x) ? x : y, the last step of every math function (a NaN argument
  * is returned as given). AVX-512's fixup instruction does it in one
  * instruction per register instead of a compare and a blend: it classifies
