@@ -20,8 +20,8 @@
 //! Sign identities, exact bit for bit (NaN included: `neg` flips the sign
 //! bit, `abs` clears it): `neg(neg(x))` is `x`, `abs(abs(x))` is `abs(x)`,
 //! and `abs(neg(x))` reads `x` instead (`abs(x)`; not for unsigned
-//! integers, whose `abs` is the identity). Written programs hold these
-//! (`abs(-m)`) and so do derivatives (a `neg` of a transposed `neg`).
+//! integers, whose `abs` is the identity). Written programs hold these:
+//! the side-by-side chain's `abs(-maximum(t2, x))`.
 //!
 //! Invariant: a folded equation's result has exactly the type of the value
 //! replacing it (binary primitives take identical operand types; unary
